@@ -1,0 +1,523 @@
+"""Time marinbuild, Snakemake and GNU make side by side on equivalent generated workflows."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bench.generate import SHAPES, TOOLS, generate
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_VENV = REPO / "bench" / ".venv-snakemake"
+DEFAULT_DOC = REPO / "docs" / "benchmarks.md"
+RESULTS_DIR = REPO / "bench" / "results"
+PHASES = ("dry-run", "no-op", "execute")
+PHASE_TITLES = {
+    "dry-run": "Dry run, nothing built (`marinbuild plan` / `snakemake -n` / `make -n`)",
+    "no-op": "No-op, everything already built (`marinbuild run` / `snakemake` / `make`)",
+    "execute": "Execute all N trivial steps with 2 parallel jobs",
+}
+DEFAULT_SIZES = (1_000, 10_000, 100_000)
+JOBS = 2
+
+
+@dataclass
+class Record:
+    """One measurement: a tool running one phase of one workflow."""
+
+    tool: str
+    shape: str
+    n: int
+    phase: str
+    status: str  # ok | timeout | failed | skipped
+    seconds: float | None = None
+    max_rss_kb: int | None = None
+    rc: int | None = None
+    note: str = ""
+
+    def key(self) -> tuple[str, str, int, str]:
+        return (self.tool, self.shape, self.n, self.phase)
+
+
+@dataclass
+class Outcome:
+    """What one child process did: exit code, wall time, peak RSS, tail of its log."""
+
+    rc: int | None
+    seconds: float
+    max_rss_kb: int | None
+    timed_out: bool
+    log_tail: str
+
+
+def gnu_time() -> str | None:
+    """Path of GNU time (Debian package `time`), which reports a child's peak RSS."""
+    path = shutil.which("time") or "/usr/bin/time"
+    return path if os.access(path, os.X_OK) else None
+
+
+def measure(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> Outcome:
+    """Run cmd once under GNU time, in its own session so a timeout kills the whole tree.
+
+    Peak memory comes from GNU time's %M: the wait4 ru_maxrss of its child, which Linux
+    reports as the largest peak among that child and the descendants it reaped. Asking
+    wait4 here instead would be wrong: a child's ru_maxrss starts from the high-water
+    mark of the process it was forked from, i.e. this Python runner, and
+    RUSAGE_CHILDREN keeps the maximum over every earlier measurement.
+    """
+    timer = gnu_time()
+    with tempfile.TemporaryDirectory() as tmp:
+        log_path, rss_path = Path(tmp) / "log", Path(tmp) / "rss"
+        wrapped = [timer, "-f", "%M", "-o", str(rss_path), *cmd] if timer else cmd
+        timed_out = False
+        with log_path.open("wb") as log:
+            start = time.perf_counter()
+            proc = subprocess.Popen(
+                wrapped,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            seconds = time.perf_counter() - start
+        tail = log_path.read_bytes()[-4000:].decode(errors="replace")
+        rss = rss_path.read_text().split() if rss_path.exists() else []
+    max_rss = int(rss[-1]) if rss and rss[-1].isdigit() else None
+    return Outcome(proc.returncode, seconds, max_rss, timed_out, tail)
+
+
+def failure_reason(out: Outcome) -> str:
+    """Short cell text for a failed run, naming well-known Python failures."""
+    for known in ("RecursionError", "MemoryError"):
+        if known in out.log_tail:
+            return known
+    if out.rc in (-signal.SIGSEGV, 128 + signal.SIGSEGV):
+        return "crashed (SIGSEGV)"  # GNU time reports a signal death as 128 + signal
+    return f"failed (rc {out.rc})"
+
+
+def count_outputs(out_dir: Path) -> int:
+    """Number of out.txt files under out_dir, whatever the per-tool directory naming."""
+    return sum(1 for _ in out_dir.rglob("out.txt")) if out_dir.exists() else 0
+
+
+def tool_commands(tool: str, snakemake: Path, prefix: Path, snakemake_args: list[str]) -> dict[str, list[str]]:
+    """The command each phase runs for a tool, from inside its workflow directory."""
+    if tool == "marinbuild":
+        base = [sys.executable, "-m", "marinbuild"]
+        common = ["-f", "Marinfile.py", "--prefix", str(prefix)]
+        run = [*base, "run", *common, "-j", str(JOBS), "-q"]
+        return {"dry-run": [*base, "plan", *common], "execute": run, "no-op": run}
+    if tool == "snakemake":
+        run = [
+            str(snakemake),
+            "-s",
+            "Snakefile",
+            f"-c{JOBS}",
+            "--quiet",
+            *snakemake_args,
+        ]
+        return {"dry-run": [*run, "-n"], "execute": run, "no-op": run}
+    run = ["make", "-s", f"-j{JOBS}"]
+    return {"dry-run": ["make", "-n"], "execute": run, "no-op": run}
+
+
+def tool_env(tool: str) -> dict[str, str]:
+    """Environment for a tool; marinbuild must import from this checkout."""
+    env = dict(os.environ)
+    if tool == "marinbuild":
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def to_record(tool: str, shape: str, n: int, phase: str, out: Outcome, timeout: float) -> Record:
+    """Turn a raw outcome into a table record."""
+    rec = Record(tool, shape, n, phase, "ok", round(out.seconds, 3), out.max_rss_kb, out.rc)
+    if out.timed_out:
+        rec.status, rec.note = "timeout", f"killed after {timeout:.0f} s"
+    elif out.rc != 0:
+        rec.status, rec.note = (
+            "failed",
+            failure_reason(out) + ": " + out.log_tail[-600:],
+        )
+    return rec
+
+
+def bench_one(tool: str, shape: str, n: int, workdir: Path, opts: argparse.Namespace) -> list[Record]:
+    """Generate one workflow and measure dry run, execution and no-op for one tool."""
+    wf_dir = workdir / f"{shape}-{n}" / tool
+    shutil.rmtree(wf_dir, ignore_errors=True)
+    generate(tool, shape, n, wf_dir)
+    out_dir = wf_dir / "out"
+    smk_args = opts.snakemake_args.split()
+    cmds = tool_commands(tool, opts.snakemake_bin, out_dir, smk_args)
+    env = tool_env(tool)
+    phases = ["dry-run"]
+    if not opts.skip_exec and n <= opts.exec_max:
+        phases += ["execute", "no-op"]
+    records: list[Record] = []
+    for phase in phases:
+        if records and records[-1].status != "ok":
+            records.append(Record(tool, shape, n, phase, "skipped", note="previous phase failed"))
+            continue
+        rec = to_record(
+            tool,
+            shape,
+            n,
+            phase,
+            measure(cmds[phase], wf_dir, env, opts.timeout),
+            opts.timeout,
+        )
+        if phase == "dry-run" and rec.status == "ok" and count_outputs(out_dir):
+            rec.status, rec.note = "failed", "dry run wrote outputs"
+        if phase == "execute" and rec.status == "ok" and (made := count_outputs(out_dir)) != n:
+            rec.status, rec.note = "failed", f"produced {made} of {n} outputs"
+        records.append(rec)
+        log_progress(rec)
+    if not opts.keep:
+        shutil.rmtree(wf_dir, ignore_errors=True)
+    return records
+
+
+def log_progress(rec: Record) -> None:
+    """One line per measurement on stderr, so long runs can be followed."""
+    print(
+        f"{rec.shape:>8} n={rec.n:<7} {rec.tool:<10} {rec.phase:<7} {cell(rec)}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def ensure_snakemake(venv: Path, spec: str) -> Path:
+    """Return the snakemake executable in venv, creating the venv from PyPI when missing."""
+    exe = venv / "bin" / "snakemake"
+    if not exe.exists():
+        print(f"installing {spec} into {venv} ...", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", spec], check=True)
+    return exe
+
+
+def first_line(cmd: list[str], env: dict[str, str] | None = None) -> str:
+    """First output line of a version command, or 'unavailable'."""
+    try:
+        res = subprocess.run(
+            cmd,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            cwd=REPO,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unavailable"
+    lines = (res.stdout or res.stderr).strip().splitlines()
+    return lines[0].strip() if res.returncode == 0 and lines else "unavailable"
+
+
+def marinbuild_version() -> str:
+    """marinbuild's own version line plus the commit of this checkout, when known."""
+    ver = first_line([sys.executable, "-m", "marinbuild", "--version"], tool_env("marinbuild"))
+    if ver == "unavailable":
+        ver = "marinbuild (version unknown)"
+    commit = first_line(["git", "rev-parse", "--short", "HEAD"])
+    return ver if commit == "unavailable" else f"{ver}, commit {commit}"
+
+
+def tool_versions(tools: Iterable[str], snakemake: Path, extra: str) -> dict[str, str]:
+    """Version string of every tool measured."""
+    versions: dict[str, str] = {}
+    for tool in tools:
+        if tool == "make":
+            versions[tool] = first_line(["make", "--version"])
+        elif tool == "snakemake":
+            versions[tool] = "snakemake " + first_line([str(snakemake), "--version"])
+            if extra:
+                versions[tool] += f" with `{extra}`"
+        else:
+            versions[tool] = marinbuild_version()
+    return versions
+
+
+def read_key(path: str, key: str) -> str:
+    """Value of the first `key: value` or `key=value` line of a system file."""
+    try:
+        for line in Path(path).read_text().splitlines():
+            name, sep, value = line.replace("=", ":", 1).partition(":")
+            if sep and name.strip() == key:
+                return value.strip().strip('"')
+    except OSError:
+        pass
+    return "unknown"
+
+
+def machine_info() -> dict[str, str]:
+    """Describe the host so that numbers from different machines are never mixed silently."""
+    mem_kb = read_key("/proc/meminfo", "MemTotal").split()[0]
+    mem = f"{int(mem_kb) / 2**20:.1f} GiB" if mem_kb.isdigit() else "unknown"
+    return {
+        "cpu": read_key("/proc/cpuinfo", "model name"),
+        "cores": str(len(os.sched_getaffinity(0))),
+        "memory": mem,
+        "os": f"{read_key('/etc/os-release', 'PRETTY_NAME')}, Linux {platform.release()}",
+        "python": platform.python_version(),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def cell(rec: Record | None) -> str:
+    """Table cell: seconds and peak memory, or why there is no number."""
+    if rec is None:
+        return "—"
+    if rec.status == "ok":
+        if rec.max_rss_kb is None:
+            return f"{rec.seconds:.2f} s"
+        return f"{rec.seconds:.2f} s · {rec.max_rss_kb / 1024:.0f} MB"
+    if rec.status == "failed":
+        if rec.rc in (-signal.SIGSEGV, 128 + signal.SIGSEGV):
+            return "crashed (SIGSEGV)"
+        return rec.note.split(":", 1)[0]
+    if rec.status == "timeout":
+        return f"timeout ({rec.note.removeprefix('killed after ')})"
+    return rec.status
+
+
+def ratio(num: Record | None, den: Record | None) -> str:
+    """num/den of two successful timings, else a dash."""
+    if num is None or den is None or num.status != "ok" or den.status != "ok" or not den.seconds:
+        return "—"
+    return f"{num.seconds / den.seconds:.1f}x"
+
+
+def sort_key(shape: str, n: int) -> tuple[int, int]:
+    return (SHAPES.index(shape) if shape in SHAPES else len(SHAPES), n)
+
+
+def ratio_pairs(tools: list[str]) -> list[tuple[str, str]]:
+    """Ratio columns that both tools measured; snakemake/make stands in without marinbuild."""
+    wanted = [("snakemake", "marinbuild"), ("marinbuild", "make")]
+    if "marinbuild" not in tools:
+        wanted = [("snakemake", "make")]
+    return [(a, b) for a, b in wanted if a in tools and b in tools]
+
+
+def render_tables(records: list[Record]) -> str:
+    """Markdown tables, one per phase: a row per (shape, N), a column per tool, and ratios."""
+    by_key = {r.key(): r for r in records}
+    tools = [t for t in TOOLS if any(r.tool == t for r in records)]
+    parts: list[str] = []
+    for phase in PHASES:
+        rows = sorted(
+            {(r.shape, r.n) for r in records if r.phase == phase},
+            key=lambda k: sort_key(*k),
+        )
+        if not rows:
+            continue
+        pairs = ratio_pairs(tools)
+        head = ["shape", "N", *tools, *(f"{a}/{b}" for a, b in pairs)]
+        lines = [
+            f"### {PHASE_TITLES[phase]}",
+            "",
+            "| " + " | ".join(head) + " |",
+            "|" + "---|" * len(head),
+        ]
+        for shape, n in rows:
+            got = {t: by_key.get((t, shape, n, phase)) for t in TOOLS}
+            cells = [
+                shape,
+                f"{n:,}",
+                *(cell(got[t]) for t in tools),
+                *(ratio(got[a], got[b]) for a, b in pairs),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+def render_failures(records: list[Record]) -> str:
+    """Details for every cell that holds no number, so a failure is never just a word."""
+    bad = [r for r in records if r.status in ("failed", "timeout")]
+    if not bad:
+        return ""
+    lines = ["### Failures and timeouts", ""]
+    for r in sorted(bad, key=lambda r: (r.tool, *sort_key(r.shape, r.n), r.phase)):
+        detail = " ".join(r.note.split())[:300]
+        lines.append(f"- {r.tool}, {r.shape}, N={r.n:,}, {r.phase}: {detail}")
+    return "\n".join(lines) + "\n"
+
+
+def render_doc(results: dict) -> str:
+    """The whole docs/benchmarks.md page."""
+    machines = results["machines"]
+    versions = results["versions"]
+    lines = [
+        "# Benchmarks: marinbuild vs Snakemake vs GNU make",
+        "",
+        "Written by `python -m bench.run`; see `bench/README.md` for the method.",
+        "",
+        "## Machine",
+        "",
+    ]
+    for m in machines:
+        lines.append(
+            f"- {m['cpu']}, {m['cores']} cores, {m['memory']} RAM; {m['os']}; "
+            f"Python {m['python']}; measured {m['date']}"
+        )
+    lines += ["", "## Tools", ""]
+    lines += [f"- {tool}: {versions[tool]}" for tool in TOOLS if tool in versions]
+    legend = (
+        "Cells: wall-clock seconds · peak RSS of the largest process. Ratios compare "
+        f"seconds. Execution uses {JOBS} parallel jobs. `—`: not measured."
+    )
+    lines += ["", "## Results", "", legend, ""]
+    return "\n".join(lines) + "\n" + render_tables(results["records"]) + "\n" + render_failures(results["records"])
+
+
+def load_results(paths: Iterable[str]) -> dict:
+    """Merge result files: later files win for the same (tool, shape, N, phase)."""
+    merged: dict = {"machines": [], "versions": {}, "records": {}}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        if data["machine"] not in merged["machines"]:
+            merged["machines"].append(data["machine"])
+        merged["versions"].update(data["versions"])
+        for raw in data["records"]:
+            rec = Record(**raw)
+            merged["records"][rec.key()] = rec
+    merged["records"] = list(merged["records"].values())
+    return merged
+
+
+def save_json(path: Path, machine: dict, versions: dict, records: list[Record]) -> None:
+    """Write raw results so tables can be regenerated and merged without re-running."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "machine": machine,
+        "versions": versions,
+        "records": [asdict(r) for r in records],
+    }
+    path.write_text(json.dumps(payload, indent=1) + "\n")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line options; the default is the full matrix."""
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    p.add_argument("--tools", default=",".join(TOOLS), help="comma-separated subset of %(default)s")
+    p.add_argument(
+        "--shapes",
+        default=",".join(SHAPES),
+        help="comma-separated subset of %(default)s",
+    )
+    p.add_argument(
+        "--sizes",
+        default=",".join(map(str, DEFAULT_SIZES)),
+        help="comma-separated step counts",
+    )
+    p.add_argument(
+        "--exec-max",
+        type=int,
+        default=10_000,
+        help="largest N that is executed (default %(default)s)",
+    )
+    p.add_argument("--skip-exec", action="store_true", help="dry runs only")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=1800,
+        help="seconds per command (default %(default)s)",
+    )
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        help="where workflows run (default: a temporary directory)",
+    )
+    p.add_argument("--keep", action="store_true", help="keep generated workflows and outputs")
+    p.add_argument("--json", type=Path, help="raw results file (default bench/results/<date>.json)")
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        default=[],
+        help="result files to merge under the new results",
+    )
+    p.add_argument("--from-json", nargs="+", help="render from result files only; run nothing")
+    p.add_argument(
+        "--doc",
+        type=Path,
+        default=DEFAULT_DOC,
+        help="markdown page to write (default %(default)s)",
+    )
+    p.add_argument("--no-doc", action="store_true", help="only print the table")
+    p.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="Snakemake virtual environment")
+    p.add_argument(
+        "--snakemake-args",
+        default="",
+        help="extra Snakemake options, e.g. '--scheduler greedy'",
+    )
+    p.add_argument("--snakemake-spec", default="snakemake", help="pip requirement for Snakemake")
+    return p.parse_args(argv)
+
+
+def run_matrix(opts: argparse.Namespace, tools: list[str], workdir: Path) -> None:
+    """Measure every (shape, N, tool), saving raw results after each one."""
+    machine = machine_info()
+    versions = tool_versions(tools, opts.snakemake_bin, opts.snakemake_args)
+    records: list[Record] = []
+    for shape in opts.shapes.split(","):
+        for n in (int(s) for s in opts.sizes.split(",")):
+            for tool in tools:
+                records += bench_one(tool, shape, n, workdir, opts)
+                save_json(opts.json, machine, versions, records)
+
+
+def main(argv: list[str] | None = None) -> str:
+    """Run (or re-render) the benchmark; print the tables and return the page text."""
+    opts = parse_args(argv)
+    if opts.from_json:
+        results = load_results(opts.from_json)
+    else:
+        tools = [t for t in TOOLS if t in opts.tools.split(",")]
+        unknown = set(opts.tools.split(",")) - set(TOOLS)
+        if unknown:
+            raise SystemExit(f"unknown tools: {sorted(unknown)}")
+        opts.snakemake_bin = ensure_snakemake(opts.venv, opts.snakemake_spec) if "snakemake" in tools else None
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        opts.json = opts.json or RESULTS_DIR / f"{stamp}.json"
+        workdir = opts.workdir or Path(tempfile.mkdtemp(prefix="marinbuild-bench-"))
+        try:
+            run_matrix(opts, tools, workdir)
+        finally:
+            if not opts.workdir and not opts.keep:
+                shutil.rmtree(workdir, ignore_errors=True)
+        results = load_results([*opts.merge, str(opts.json)])
+        print(f"raw results: {opts.json}", file=sys.stderr)
+    page = render_doc(results)
+    print(render_tables(results["records"]))
+    if not opts.no_doc:
+        opts.doc.parent.mkdir(parents=True, exist_ok=True)
+        opts.doc.write_text(page)
+    return page
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""marinbuild: a build tool for ML experiments.
+
+A ``Marinfile.py`` declares steps; marinbuild hashes each step's versioned config and its
+dependencies' identities to decide what is stale, and runs what is, in parallel::
+
+    from marinbuild import step, versioned
+
+    data = step("data", cmd="seq {n} > {output}/numbers.txt", config={"n": versioned(100)})
+    total = step("total", cmd="paste -sd+ {numbers} | bc > {output}/sum.txt",
+                 config={"numbers": output_path_of(data, "numbers.txt")})
+"""
+
+from .errors import MarinbuildError, UserError
+from .steps import Step, output_path_of, step, this_output_path, versioned
+from .tpu_types import tpu_topology
+
+__all__ = [
+    "MarinbuildError",
+    "Step",
+    "UserError",
+    "output_path_of",
+    "step",
+    "this_output_path",
+    "tpu_topology",
+    "versioned",
+]
+
+__version__ = "0.1.0"

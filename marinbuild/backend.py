@@ -1,0 +1,60 @@
+"""The interface between the scheduler and whatever executes a step.
+
+A backend starts a :class:`Job` and reports its :class:`Outcome` through a callback, from
+any thread; the scheduler never waits on a backend directly. ``cancel`` asks a running job
+to stop (Ctrl-C, a lost lease, a wall-time limit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+__all__ = ["Backend", "Job", "Outcome", "Running"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a backend needs to execute one step once."""
+
+    name: str
+    output_path: str
+    log_file: str
+    """A local file receiving the step's stdout and stderr."""
+    workdir: str
+    env: Mapping[str, str]
+    fn: Callable[[Any], Any] | None = None
+    config: Any = None
+    command: str | None = None
+    cores: tuple[int, ...] = ()
+    timeout: float | None = None
+    attempt: int = 1
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a job ended. ``error`` is one line for the summary when ``ok`` is false."""
+
+    ok: bool
+    started: float
+    ended: float
+    error: str | None = None
+    returncode: int | None = None
+    timed_out: bool = False
+    cancelled: bool = False
+
+    @property
+    def duration(self) -> float:
+        return self.ended - self.started
+
+
+class Running(Protocol):
+    def cancel(self, reason: str) -> None:
+        """Stop the job; its outcome still arrives through the callback."""
+
+
+class Backend(Protocol):
+    def start(self, job: Job, on_done: Callable[[Outcome], None]) -> Running:
+        """Start ``job`` without blocking; call ``on_done`` exactly once when it ends."""

@@ -1,0 +1,310 @@
+"""The ``marinbuild`` command line: run, plan, status, why, clean.
+
+Exit codes: 0 ok, 1 a step failed, 2 bad input or usage, 130 interrupted. Bad input is
+one line on stderr (a traceback only with ``-v``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from . import dag as dag_render
+from .clean import find_orphans, inside_prefix, outputs_of
+from .errors import MarinbuildError, UserError
+from .execution import RunContext
+from .history import RunIndex, earlier_info
+from .local_backend import LocalBackend
+from .markers import read_info
+from .plan import Plan, closure, select
+from .project import open_project, plan_targets, probe
+from .reporting import JsonReporter, Reporter
+from .scheduler import RunOptions, Scheduler
+from .staleness import Action, diff_payloads
+
+app = typer.Typer(
+    name="marinbuild",
+    help="Build tool for ML experiments: steps with hashed configs, run in parallel, never twice.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+FileOpt = Annotated[str, typer.Option("-f", "--file", help="The Marinfile to load.")]
+PrefixOpt = Annotated[
+    str | None,
+    typer.Option("--prefix", help="Where outputs live (any fsspec URL); default $MARIN_PREFIX, else ./marinbuild-out."),
+]
+TargetsArg = Annotated[list[str] | None, typer.Argument(help="Step names or globs; none means every declared step.")]
+VerboseOpt = Annotated[bool, typer.Option("-v", "--verbose", help="Tracebacks and more detail.")]
+QuietOpt = Annotated[bool, typer.Option("-q", "--quiet", help="Only failures and the summary.")]
+ForceOpt = Annotated[list[str] | None, typer.Option("--force", "-R", help="Rerun this step (and what depends on it); repeatable.")]
+ForceAllOpt = Annotated[bool, typer.Option("--force-all", "-F", help="Rerun every step the targets need.")]
+
+
+def handles_errors(fn: F) -> F:
+    """Turn marinbuild errors into one line and an exit code; tracebacks only with -v."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        verbose = bool(kwargs.get("verbose"))
+        try:
+            return fn(*args, **kwargs)
+        except MarinbuildError as e:
+            if verbose:
+                traceback.print_exc()
+            err.print(f"marinbuild: error: {e}", markup=False)
+            raise typer.Exit(e.exit_code) from None
+        except KeyboardInterrupt:
+            err.print("marinbuild: interrupted", markup=False)
+            raise typer.Exit(130) from None
+        except (typer.Exit, typer.Abort):
+            raise
+        except Exception as e:
+            if verbose:
+                traceback.print_exc()
+            err.print(f"marinbuild: internal error: {type(e).__name__}: {e} (rerun with -v for details)", markup=False)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _terminate_as_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@app.command()
+@handles_errors
+def run(
+    targets: TargetsArg = None,
+    file: FileOpt = "Marinfile.py",
+    prefix: PrefixOpt = None,
+    jobs: Annotated[int | None, typer.Option("-j", "--jobs", min=1, help="Steps running at once (default: as resources allow).")] = None,
+    keep_going: Annotated[bool, typer.Option("-k", "--keep-going", help="Go on with independent steps after a failure.")] = False,
+    force: ForceOpt = None,
+    force_all: ForceAllOpt = False,
+    dry: Annotated[bool, typer.Option("--dry", "-n", help="Only show the plan (same as `marinbuild plan`).")] = False,
+    json_events: Annotated[bool, typer.Option("--json", help="Report events as JSON lines.")] = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Run the targets and whatever they need that is not up to date."""
+    project = open_project(file, prefix)
+    plan = plan_targets(project, targets or [], force or [], force_all, explain=dry)
+    if dry:
+        out.print(_plan_view(plan))
+        return
+    to_run = plan.to_run()
+    if not to_run:
+        if not quiet:
+            out.print(f"nothing to do: {len(plan.order)} steps up to date")
+        return
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    ctx = RunContext(
+        storage=project.storage,
+        workdir=project.workdir,
+        marinfile=project.marinfile.path,
+        outputs={n: node.output_path for n, node in project.graph.nodes.items()},
+    )
+    reporter = _reporter(quiet, json_events)
+    scheduler = Scheduler(plan, ctx, LocalBackend(), reporter, RunOptions(jobs=jobs, keep_going=keep_going))
+    summary = scheduler.run()
+    if summary.interrupted:
+        raise typer.Exit(130)
+    if summary.failed:
+        raise typer.Exit(1)
+
+
+def _reporter(quiet: bool, json_events: bool) -> Reporter:
+    from .console import LineReporter, LiveReporter
+
+    if json_events:
+        return JsonReporter()
+    if quiet or not out.is_terminal:
+        return LineReporter(out, quiet=quiet)
+    return LiveReporter(out)
+
+
+def _plan_view(plan: Plan) -> Any:
+    from .console import plan_table
+
+    return plan_table(plan)
+
+
+@app.command()
+@handles_errors
+def plan(
+    targets: TargetsArg = None,
+    file: FileOpt = "Marinfile.py",
+    prefix: PrefixOpt = None,
+    dry: Annotated[bool, typer.Option("--dry", "-n", help="Accepted for habit: plan never runs anything.")] = True,
+    check: Annotated[bool, typer.Option("--check", "-q", help="Print nothing; exit 1 when anything would run (like make -q).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as a JSON list.")] = False,
+    dag: Annotated[str | None, typer.Option("--dag", help="Print the graph as 'dot' or 'mermaid'.")] = None,
+    force: ForceOpt = None,
+    force_all: ForceAllOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Show what `run` would do, and why, without running or writing anything."""
+    if dag not in (None, "dot", "mermaid"):
+        raise UserError(f"--dag must be 'dot' or 'mermaid', not {dag!r}")
+    project = open_project(file, prefix)
+    the_plan = plan_targets(project, targets or [], force or [], force_all, explain=not check)
+    if check:
+        raise typer.Exit(1 if the_plan.to_run() else 0)
+    if dag == "dot":
+        sys.stdout.write(dag_render.to_dot(the_plan))
+    elif dag == "mermaid":
+        sys.stdout.write(dag_render.to_mermaid(the_plan))
+    elif as_json:
+        rows = [
+            {
+                "name": n,
+                "identity": the_plan.node(n).identity,
+                "output_path": the_plan.node(n).output_path,
+                "action": the_plan.decisions[n].action.value,
+                "reason": the_plan.decisions[n].reason,
+                "dependencies": list(the_plan.node(n).deps),
+            }
+            for n in the_plan.order
+        ]
+        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+    else:
+        out.print(_plan_view(the_plan))
+
+
+@app.command()
+@handles_errors
+def status(
+    targets: TargetsArg = None,
+    file: FileOpt = "Marinfile.py",
+    prefix: PrefixOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Each step's stored status, output path and last duration."""
+    project = open_project(file, prefix)
+    graph = project.graph
+    names = [n for n in graph.order if n in closure(graph, select(graph, targets or []))]
+    records = probe(project, names)
+    rows = []
+    for n in names:
+        node = graph.nodes[n]
+        rec = records.get(node.output_path)
+        rows.append(
+            {
+                "name": n,
+                "status": rec.status if rec else "NONE",
+                "output_path": node.output_path,
+                "duration": rec.duration if rec else None,
+                "time": rec.time if rec else None,
+                "error": rec.error if rec else None,
+            }
+        )
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+        return
+    from rich.table import Table
+
+    table = Table(show_edge=False)
+    for col in ("step", "status", "duration", "finished", "output"):
+        table.add_column(col, overflow="fold")
+    colors = {"SUCCESS": "green", "FAILED": "red", "RUNNING": "cyan", "NONE": "dim"}
+    for r in rows:
+        dur = f"{r['duration']:.1f} s" if r["duration"] is not None else ""
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["time"])) if r["time"] else ""
+        table.add_row(r["name"], f"[{colors.get(r['status'], 'white')}]{r['status']}[/]", dur, when, r["output_path"])
+    out.print(table)
+
+
+@app.command()
+@handles_errors
+def why(
+    target: Annotated[str, typer.Argument(help="The step to explain.")],
+    file: FileOpt = "Marinfile.py",
+    prefix: PrefixOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Why a step would (or would not) run: a field-level diff against its last run."""
+    project = open_project(file, prefix)
+    graph = project.graph
+    (name,) = select(graph, [target])[:1]
+    the_plan = plan_targets(project, [name], explain=False)
+    node = graph.nodes[name]
+    decision = the_plan.decisions[name]
+    verb = "would run" if decision.action is Action.RUN else "is up to date" if decision.action is Action.SKIP else "waits"
+    out.print(f"{name} {verb}: {decision.reason}", markup=False)
+    out.print(f"  identity {node.identity}  output {node.output_path}", markup=False)
+    own = read_info(project.storage, node.output_path)
+    if own is not None:
+        out.print("  this identity ran before (same versioned values and dependencies)", markup=False)
+        return
+    info = earlier_info(project.storage, node, RunIndex(project.storage, graph, [name]))
+    if info is None or not isinstance(info.get("identity_payload"), dict):
+        out.print("  no earlier run of this step under the prefix", markup=False)
+        return
+    out.print(f"  compared with the earlier run at {info.get('output_path')}:", markup=False)
+    changes = diff_payloads(info["identity_payload"], node.payload)
+    for c in changes:
+        out.print(f"  {c.line()}", markup=False)
+    if not changes:
+        out.print("  no field differs", markup=False)
+
+
+@app.command()
+@handles_errors
+def clean(
+    targets: TargetsArg = None,
+    file: FileOpt = "Marinfile.py",
+    prefix: PrefixOpt = None,
+    orphans: Annotated[bool, typer.Option("--orphans", help="Remove outputs no current step points to.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+    dry: Annotated[bool, typer.Option("--dry", "-n", help="List what would be removed.")] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Delete the targets' current outputs, or (--orphans) outputs of old identities."""
+    project = open_project(file, prefix)
+    storage = project.storage
+    if orphans:
+        victims = find_orphans(storage, project.graph)
+    else:
+        names = select(project.graph, targets or [])
+        inside, outside = outputs_of(project.graph, names)
+        for path in outside:
+            err.print(f"marinbuild: leaving {path} alone: it is outside the prefix", markup=False)
+        victims = [p for p in inside if storage.exists(p)]
+    victims = [p for p in victims if inside_prefix(p, project.graph.prefix)]
+    if not victims:
+        out.print("nothing to remove")
+        return
+    for p in victims:
+        out.print(("would remove " if dry else "remove ") + p, markup=False)
+    if dry:
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UserError("refusing to delete without confirmation: pass --yes")
+        if not typer.confirm(f"Remove {len(victims)} output(s)?"):
+            raise typer.Exit(1)
+    for p in victims:
+        storage.remove(p)
+    out.print(f"removed {len(victims)} output(s)")
+
+
+def main() -> None:
+    """Entry point of the ``marinbuild`` console script."""
+    app()

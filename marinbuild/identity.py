@@ -1,0 +1,139 @@
+"""Step identity: a hash of the step's name, its versioned values and its dependencies.
+
+Only values wrapped in ``versioned(...)`` and references to other steps enter the identity;
+plain config fields do not. A dependency enters through its own identity, so a change
+upstream changes every identity downstream. The payload is encoded as canonical JSON (sorted
+keys, no whitespace) and hashed with **xxh3-64** (``xxhash.xxh3_64``); the identity is the 16
+hex digits of that hash and the output path is ``PREFIX/NAME-IDENTITY``.
+
+Nothing environmental enters: not the prefix, the working directory, the host or
+``PYTHONHASHSEED``. A value the encoder cannot represent exactly is refused with an
+:class:`~marinbuild.errors.IdentityError` naming the step and the field, never hashed
+through ``str()`` (a repr may hold a memory address that changes every run).
+
+>>> payload = identity_payload("s", {"n": versioned(3)}, {})
+>>> payload
+{'name': 's', 'versioned': {'n': 3}, 'dependencies': {}}
+>>> len(hash_payload(payload))
+16
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+import xxhash
+
+from .errors import IdentityError
+from .steps import OutputPathOf, Step, ThisOutputPath, VersionedValue, versioned
+from .steps import is_dataclass_instance as _is_dataclass_instance
+from .steps import join_path as _join
+
+__all__ = ["canonical_json", "hash_payload", "identity_payload", "versioned"]
+
+JSON = Any
+
+
+def canonical_json(payload: JSON) -> str:
+    """The one encoding that is hashed: sorted keys, compact separators, UTF-8 text."""
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def hash_payload(payload: JSON) -> str:
+    """xxh3-64 of the canonical JSON of ``payload``, as 16 hex digits."""
+    return xxhash.xxh3_64_hexdigest(canonical_json(payload).encode("utf-8"))
+
+
+def identity_payload(name: str, config: Any, dep_ids: Mapping[Step, str]) -> dict[str, JSON]:
+    """The identity payload of a step named ``name`` with ``config``.
+
+    ``dep_ids`` maps every step referenced in ``config`` to its ``NAME-IDENTITY`` string.
+    """
+    walker = _Walker(name, dep_ids)
+    walker.walk(config, "", inside_versioned=False)
+    return {"name": name, "versioned": walker.versioned, "dependencies": walker.dependencies}
+
+
+class _Walker:
+    """One pass over a config, collecting versioned values and dependency references."""
+
+    def __init__(self, step_name: str, dep_ids: Mapping[Step, str]) -> None:
+        self.step_name = step_name
+        self.dep_ids = dep_ids
+        self.versioned: dict[str, JSON] = {}
+        self.dependencies: dict[str, str] = {}
+
+    def walk(self, value: Any, path: str, inside_versioned: bool) -> None:
+        if isinstance(value, VersionedValue):
+            self.versioned[path or "."] = self.encode(value.value, path)
+        elif isinstance(value, (Step, OutputPathOf)):
+            self.dependencies[path or "."] = self._ref(value)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                self.walk(v, _join(path, str(k)), inside_versioned)
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                self.walk(v, _join(path, str(i)), inside_versioned)
+        elif _is_dataclass_instance(value):
+            for fname in value.__dataclass_fields__:
+                self.walk(getattr(value, fname), _join(path, fname), inside_versioned)
+
+    def _ref(self, value: Step | OutputPathOf) -> str:
+        step, sub = (value, None) if isinstance(value, Step) else (value.step, value.sub)
+        ref = self.dep_ids[step]
+        return f"{ref}/{sub}" if sub else ref
+
+    def encode(self, value: Any, path: str) -> JSON:
+        """Encode a versioned value exactly, or refuse it."""
+        if value is None or isinstance(value, (bool, str)):
+            return value
+        if isinstance(value, int) and not isinstance(value, enum.Enum):
+            return value
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                self._refuse(path, value, "a non-finite float")
+            return value
+        if isinstance(value, enum.Enum):
+            return self.encode(value.value, path)
+        if isinstance(value, pathlib.PurePath):
+            return str(value)
+        if isinstance(value, (Step, OutputPathOf)):
+            ref = self._ref(value)
+            self.dependencies[path or "."] = ref
+            return {"__output_path_of__": ref}
+        if isinstance(value, ThisOutputPath):
+            return {"__this_output_path__": value.sub}
+        if isinstance(value, VersionedValue):
+            return self.encode(value.value, path)
+        if isinstance(value, (list, tuple)):
+            return [self.encode(v, _join(path, str(i))) for i, v in enumerate(value)]
+        if isinstance(value, dict):
+            out: dict[str, JSON] = {}
+            for k, v in value.items():
+                if not isinstance(k, str):
+                    self._refuse(path, value, f"a dict key of type {type(k).__name__}")
+                out[k] = self.encode(v, _join(path, k))
+            return out
+        if isinstance(value, (set, frozenset)):
+            return self._encode_set(value, path)
+        if _is_dataclass_instance(value):
+            return {f: self.encode(getattr(value, f), _join(path, f)) for f in value.__dataclass_fields__}
+        self._refuse(path, value, f"a value of type {type(value).__name__}")
+
+    def _encode_set(self, value: set[Any] | frozenset[Any], path: str) -> JSON:
+        kinds = {type(v) for v in value}
+        if len(kinds) > 1 or not kinds <= {str, int, float}:
+            self._refuse(path, value, "a set of mixed or unsortable types")
+        return sorted(value)
+
+    def _refuse(self, path: str, value: Any, what: str) -> Any:
+        field = path or "(config)"
+        raise IdentityError(
+            f"step {self.step_name!r}: versioned field {field!r} holds {what}, which has no stable "
+            "encoding; use plain data (str, int, float, bool, None, list, dict, dataclass)"
+        )

@@ -1,0 +1,131 @@
+"""Deciding what an attempt's outcome was: success, preemption, user failure, infrastructure.
+
+The decision is a pure function of what was observed on each host, so every rule can be
+tested without a cluster:
+
+>>> ok = HostObservation("h0", exit_code=0)
+>>> gone = HostObservation("h1", exit_code=None, connection_lost=True, reachable=False)
+>>> classify_attempt([ok, gone])
+<AttemptClass.PREEMPTED: 'PREEMPTED'>
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = [
+    "METADATA_PATH",
+    "AttemptClass",
+    "HostObservation",
+    "classify_attempt",
+    "is_preempted",
+    "metadata_query_command",
+    "parse_metadata_answer",
+]
+
+METADATA_PATH = "/computeMetadata/v1/instance/preempted"
+
+
+class AttemptClass(StrEnum):
+    """How one attempt ended."""
+
+    SUCCESS = "SUCCESS"
+    PREEMPTED = "PREEMPTED"  # a host was taken away: retry on the preemption budget
+    FAILED = "FAILED"  # the program failed: retry on the (small) failure budget
+    CANCELLED = "CANCELLED"  # the run was asked to stop
+    INFRA = "INFRA"  # SSH, sync or launch trouble not caused by the program
+
+
+@dataclass(frozen=True)
+class HostObservation:
+    """What was seen on one host during and after an attempt.
+
+    ``exit_code`` is ``None`` when the command's end was not seen (connection lost, or the
+    host was torn down before it finished).  ``reachable`` is whether SSH answered after
+    the attempt (``None``: not asked).  ``metadata_preempted`` is the GCE metadata answer
+    (``None``: no answer, e.g. not on GCE).  ``infra_error`` is set when setting the host
+    up failed (key, auth, sync, launch).
+    """
+
+    host: str
+    exit_code: int | None = None
+    connection_lost: bool = False
+    reachable: bool | None = None
+    metadata_preempted: bool | None = None
+    infra_error: str | None = None
+
+
+def is_preempted(obs: HostObservation) -> bool:
+    """A host counts as preempted when GCE says so or when it stopped answering SSH.
+
+    >>> is_preempted(HostObservation("h", exit_code=137, metadata_preempted=True))
+    True
+    """
+    return obs.metadata_preempted is True or obs.reachable is False
+
+
+def classify_attempt(
+    observations: Sequence[HostObservation], *, cancelled: bool = False
+) -> AttemptClass:
+    """The class of an attempt from its hosts' observations.
+
+    Order matters: a cancel wins; then any preempted host makes the whole attempt a
+    preemption, because its siblings fail in the cascade and that is not the program's
+    fault; then setup trouble is INFRA; then all hosts exiting 0 is SUCCESS; anything else
+    (a non-zero exit, or a lost connection to a host that still answers) is FAILED or
+    INFRA respectively.
+
+    >>> classify_attempt([HostObservation("h0", exit_code=0), HostObservation("h1", exit_code=1)])
+    <AttemptClass.FAILED: 'FAILED'>
+    """
+    if cancelled:
+        return AttemptClass.CANCELLED
+    if any(is_preempted(o) for o in observations):
+        return AttemptClass.PREEMPTED
+    if any(o.infra_error for o in observations):
+        return AttemptClass.INFRA
+    if observations and all(o.exit_code == 0 for o in observations):
+        return AttemptClass.SUCCESS
+    if any(o.exit_code not in (0, None) for o in observations):
+        return AttemptClass.FAILED
+    # Nobody failed, yet not everyone finished: a dropped connection to a live host.
+    return AttemptClass.INFRA
+
+
+def metadata_query_command(timeout: float = 3.0) -> str:
+    """A POSIX shell command, run on a host, printing the GCE ``preempted`` answer.
+
+    The metadata host is ``$GCE_METADATA_IP`` when set (as JAX honours it), else
+    ``metadata.google.internal``.  It prints nothing when no metadata server answers.
+    """
+    t = shlex.quote(f"{timeout:g}")
+    py = (
+        "import os,sys,urllib.request as u\n"
+        "h=os.environ.get('GCE_METADATA_IP') or 'metadata.google.internal'\n"
+        f"r=u.Request('http://'+h+'{METADATA_PATH}',headers={{'Metadata-Flavor':'Google'}})\n"
+        f"try: sys.stdout.write(u.urlopen(r,timeout={timeout:g}).read().decode())\n"
+        "except Exception: pass\n"
+    )
+    url = f'"http://${{GCE_METADATA_IP:-metadata.google.internal}}{METADATA_PATH}"'
+    return (
+        "if command -v curl >/dev/null 2>&1; then "
+        f"curl -fsS -m {t} -H 'Metadata-Flavor: Google' {url} 2>/dev/null; "
+        f"else python3 -c {shlex.quote(py)} 2>/dev/null; fi; true"
+    )
+
+
+def parse_metadata_answer(text: str) -> bool | None:
+    """``TRUE`` -> True, ``FALSE`` -> False, anything else (no server) -> None.
+
+    >>> parse_metadata_answer("TRUE\\n"), parse_metadata_answer("")
+    (True, None)
+    """
+    answer = text.strip().upper()
+    if answer == "TRUE":
+        return True
+    if answer == "FALSE":
+        return False
+    return None

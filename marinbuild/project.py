@@ -1,0 +1,87 @@
+"""From a Marinfile on disk to a plan: the steps every command shares.
+
+``run``, ``plan``, ``status``, ``why`` and ``clean`` all go through :func:`open_project`
+and :func:`plan_targets`, so a step is judged the same way by every command.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .graph import StepGraph, build_graph
+from .history import explain_new_steps
+from .marinfile import Marinfile, load_marinfile
+from .markers import StatusRecord, read_statuses
+from .plan import Plan, closure, make_plan, select
+from .staleness import Decision
+from .storage import Storage, resolve_prefix
+
+__all__ = ["Project", "open_project", "plan_targets", "probe"]
+
+
+@dataclass(frozen=True)
+class Project:
+    """A loaded Marinfile, its step graph, and the store under its prefix."""
+
+    marinfile: Marinfile
+    graph: StepGraph
+    storage: Storage
+
+    @property
+    def workdir(self) -> str:
+        return os.path.dirname(self.marinfile.path)
+
+
+def open_project(file: str, prefix: str | None) -> Project:
+    """Load ``file`` and build its graph under the resolved prefix (nothing is written)."""
+    marinfile = load_marinfile(file)
+    resolved = resolve_prefix(prefix)
+    graph = build_graph(marinfile.steps, resolved)
+    return Project(marinfile, graph, Storage.for_prefix(resolved))
+
+
+def probe(project: Project, names: Sequence[str] | set[str]) -> dict[str, StatusRecord]:
+    """Stored status of the named steps, keyed by output path, in one batched read.
+
+    On local disk, a listing of each parent directory first rules out steps that never
+    ran, so a fresh plan reads no marker at all.
+    """
+    graph, storage = project.graph, project.storage
+    outputs = [graph.nodes[n].output_path for n in names]
+    if storage.is_local:
+        present: dict[str, set[str]] = {}
+        kept = []
+        for out in outputs:
+            folder, base = os.path.split(out)
+            if folder not in present:
+                present[folder] = set(storage.list_names(folder))
+            if base in present[folder]:
+                kept.append(out)
+        outputs = kept
+    return read_statuses(storage, outputs)
+
+
+def plan_targets(
+    project: Project,
+    targets: Sequence[str],
+    force: Sequence[str] = (),
+    force_all: bool = False,
+    explain: bool = True,
+) -> Plan:
+    """Select targets, read their statuses and decide; reasons name changed fields."""
+    graph = project.graph
+    chosen = select(graph, targets)
+    statuses = probe(project, closure(graph, chosen))
+    plan = make_plan(graph, chosen, statuses, force, force_all)
+    if not explain:
+        return plan
+    fresh = [n for n in plan.order if plan.decisions[n].reason == "new"]
+    changes = explain_new_steps(project.storage, graph, fresh) if fresh else {}
+    if not changes:
+        return plan
+    decisions = dict(plan.decisions)
+    for name, reason in changes.items():
+        decisions[name] = Decision(decisions[name].action, reason)
+    return Plan(plan.graph, plan.targets, plan.order, decisions)

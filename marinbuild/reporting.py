@@ -1,0 +1,112 @@
+"""What a run tells the outside world, through a small reporter interface.
+
+The scheduler calls a :class:`Reporter`; the CLI picks one (a rich live view, JSON lines,
+or nothing). Nothing here imports a terminal library.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Protocol, TextIO
+
+__all__ = ["Failure", "JsonReporter", "NullReporter", "Reporter", "Summary"]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed step for the end-of-run summary."""
+
+    name: str
+    error: str
+    log: str
+
+
+@dataclass
+class Summary:
+    """Counts and failures of one run."""
+
+    total: int = 0
+    done: int = 0
+    skipped: int = 0
+    failed: list[Failure] = field(default_factory=list)
+    not_started: int = 0
+    interrupted: bool = False
+    started_at: float = field(default_factory=time.time)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.interrupted and self.not_started == 0
+
+
+class Reporter(Protocol):
+    def run_started(self, total: int, skipped: int) -> None: ...
+    def step_started(self, name: str, output: str) -> None: ...
+    def step_waiting(self, name: str, reason: str) -> None: ...
+    def step_finished(self, name: str, duration: float) -> None: ...
+    def step_failed(self, name: str, error: str, log: str) -> None: ...
+    def step_skipped(self, name: str, reason: str) -> None: ...
+    def run_finished(self, summary: Summary) -> None: ...
+
+
+class NullReporter:
+    """Reports nothing."""
+
+    def run_started(self, total: int, skipped: int) -> None:
+        pass
+
+    def step_started(self, name: str, output: str) -> None:
+        pass
+
+    def step_waiting(self, name: str, reason: str) -> None:
+        pass
+
+    def step_finished(self, name: str, duration: float) -> None:
+        pass
+
+    def step_failed(self, name: str, error: str, log: str) -> None:
+        pass
+
+    def step_skipped(self, name: str, reason: str) -> None:
+        pass
+
+    def run_finished(self, summary: Summary) -> None:
+        pass
+
+
+class JsonReporter(NullReporter):
+    """One JSON object per event, one per line, for machines."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stdout
+
+    def _emit(self, event: str, **fields: object) -> None:
+        self.stream.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
+        self.stream.flush()
+
+    def step_started(self, name: str, output: str) -> None:
+        self._emit("started", step=name, output=output)
+
+    def step_waiting(self, name: str, reason: str) -> None:
+        self._emit("waiting", step=name, reason=reason)
+
+    def step_finished(self, name: str, duration: float) -> None:
+        self._emit("finished", step=name, duration=duration)
+
+    def step_failed(self, name: str, error: str, log: str) -> None:
+        self._emit("failed", step=name, error=error, log=log)
+
+    def step_skipped(self, name: str, reason: str) -> None:
+        self._emit("skipped", step=name, reason=reason)
+
+    def run_finished(self, summary: Summary) -> None:
+        self._emit(
+            "summary",
+            total=summary.total,
+            done=summary.done,
+            skipped=summary.skipped,
+            failed=[f.name for f in summary.failed],
+            not_started=summary.not_started,
+        )

@@ -1,0 +1,266 @@
+"""The run loop: start ready steps as capacity allows, record how each one ends.
+
+The loop is driven by completion events, never by sleeping: backends report outcomes on a
+queue, and each event frees capacity and may make dependants ready. Three gates decide
+whether a ready step starts now:
+
+* the ``-j`` cap on steps running at once;
+* :class:`Admission`, the resource pools (a step whose request does not fit now waits
+  while smaller ready steps go ahead; once it has waited ``starvation_limit`` seconds,
+  nothing further is started ahead of it until it fits, so it is not starved);
+* :class:`Claims`, the leases (a step leased by another runner waits without holding up
+  the rest, and is re-checked every ``poll_interval`` seconds).
+
+A failed step stops new starts unless ``keep_going``; its dependants never start.
+"""
+
+from __future__ import annotations
+
+import heapq
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .backend import Backend, Job, Outcome, Running
+from .execution import RunContext, commit, prepare
+from .graph import Node
+from .plan import Plan
+from .reporting import Failure, Reporter, Summary
+
+__all__ = ["Admission", "Claims", "Grant", "RunOptions", "Scheduler"]
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What admission handed a step: the allocation to release later, and what it implies."""
+
+    allocation: Any = None
+    cores: tuple[int, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    timeout: float | None = None
+
+
+class Admission(Protocol):
+    def try_acquire(self, node: Node) -> Grant | None:
+        """Reserve the step's resources all at once, or nothing (None)."""
+
+    def release(self, grant: Grant) -> None:
+        """Give back what :meth:`try_acquire` reserved."""
+
+
+class Claims(Protocol):
+    def try_claim(self, node: Node) -> tuple[str, str]:
+        """``("go", "")`` to run, ``("done", why)`` when finished elsewhere, ``("wait", why)``."""
+
+    def lost(self, node: Node) -> bool:
+        """True when this runner no longer holds the step's claim (never commit SUCCESS then)."""
+
+    def release(self, node: Node) -> None:
+        """Give up the claim after the step's outcome is recorded."""
+
+
+class _Unlimited:
+    def try_acquire(self, node: Node) -> Grant | None:
+        return Grant()
+
+    def release(self, grant: Grant) -> None:
+        pass
+
+
+class _NoClaims:
+    def try_claim(self, node: Node) -> tuple[str, str]:
+        return "go", ""
+
+    def lost(self, node: Node) -> bool:
+        return False
+
+    def release(self, node: Node) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    jobs: int | None = None
+    keep_going: bool = False
+    starvation_limit: float = 60.0
+    poll_interval: float = 5.0
+
+
+@dataclass
+class _Active:
+    node: Node
+    job: Job
+    info: dict[str, Any]
+    grant: Grant
+    handle: Running
+
+
+class Scheduler:
+    """Runs the steps of a plan that need running, through a backend."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        ctx: RunContext,
+        backend: Backend,
+        reporter: Reporter,
+        options: RunOptions = RunOptions(),
+        admission: Admission | None = None,
+        claims: Claims | None = None,
+        backend_for: Callable[[Node], Backend] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.ctx = ctx
+        self.backend_for = backend_for or (lambda node: backend)
+        self.reporter = reporter
+        self.options = options
+        self.admission = admission or _Unlimited()
+        self.claims = claims or _NoClaims()
+        self.events: queue.Queue[tuple[str, Outcome]] = queue.Queue()
+        self.running: dict[str, _Active] = {}
+        self.summary = Summary()
+
+        to_run = plan.to_run()
+        self._index = {n: i for i, n in enumerate(plan.order)}
+        members = set(to_run)
+        self._pending = {n: sum(1 for d in plan.node(n).deps if d in members) for n in to_run}
+        self._dependants: dict[str, list[str]] = {n: [] for n in to_run}
+        for n in to_run:
+            for d in plan.node(n).deps:
+                if d in members:
+                    self._dependants[d].append(n)
+        self._ready: list[tuple[int, str]] = [(self._index[n], n) for n in to_run if self._pending[n] == 0]
+        heapq.heapify(self._ready)
+        self._waiting: dict[str, float] = {}  # leased elsewhere: name -> next check time
+        self._blocked_since: dict[str, float] = {}
+        self._stopping = False
+        self.summary.total = len(to_run)
+        self.summary.skipped = len(plan.order) - len(to_run)
+
+    def run(self) -> Summary:
+        """Run until every step is done, failed, or cannot start; Ctrl-C stops it cleanly."""
+        self.reporter.run_started(self.summary.total, self.summary.skipped)
+        try:
+            self._loop()
+        except KeyboardInterrupt:
+            self._interrupt()
+        self.summary.not_started = (
+            self.summary.total - self.summary.done - len(self.summary.failed)
+        )
+        self.reporter.run_finished(self.summary)
+        return self.summary
+
+    def _loop(self) -> None:
+        while True:
+            if not self._stopping:
+                self._start_ready()
+            if not self.running and not (self._waiting and not self._stopping):
+                return
+            try:
+                name, outcome = self.events.get(timeout=self._next_wakeup())
+            except queue.Empty:
+                continue
+            self._finish(name, outcome)
+
+    def _next_wakeup(self) -> float | None:
+        if not self._waiting and not self._blocked_since:
+            return None
+        if self._waiting:
+            return max(0.05, min(self._waiting.values()) - time.monotonic())
+        return self.options.poll_interval
+
+    def _start_ready(self) -> None:
+        now = time.monotonic()
+        for name, due in list(self._waiting.items()):
+            if due <= now:
+                del self._waiting[name]
+                heapq.heappush(self._ready, (self._index[name], name))
+        deferred: list[tuple[int, str]] = []
+        misses = 0
+        while self._ready and misses < 64:
+            if self.options.jobs is not None and len(self.running) >= self.options.jobs:
+                break
+            item = heapq.heappop(self._ready)
+            name = item[1]
+            node = self.plan.node(name)
+            verdict, why = self.claims.try_claim(node)
+            if verdict == "done":
+                self.reporter.step_skipped(name, why)
+                self._succeeded(name)
+                continue
+            if verdict == "wait":
+                self.reporter.step_waiting(name, why)
+                self._waiting[name] = now + self.options.poll_interval
+                continue
+            grant = self.admission.try_acquire(node)
+            if grant is None:
+                self.claims.release(node)
+                deferred.append(item)
+                misses += 1
+                since = self._blocked_since.setdefault(name, now)
+                if now - since >= self.options.starvation_limit:
+                    break  # reserve: nothing later starts ahead of a step that waited this long
+                continue
+            self._blocked_since.pop(name, None)
+            self._launch(node, grant)
+        for item in deferred:
+            heapq.heappush(self._ready, item)
+
+    def _launch(self, node: Node, grant: Grant) -> None:
+        try:
+            job, info = prepare(self.ctx, node, dict(grant.env), grant.cores, grant.timeout)
+        except Exception:
+            self.admission.release(grant)
+            self.claims.release(node)
+            raise
+        name = node.name
+        backend = self.backend_for(node)
+        self.reporter.step_started(name, node.output_path)
+        handle = backend.start(job, lambda outcome: self.events.put((name, outcome)))
+        self.running[name] = _Active(node, job, info, grant, handle)
+
+    def _finish(self, name: str, outcome: Outcome) -> None:
+        active = self.running.pop(name)
+        self.admission.release(active.grant)
+        try:
+            if outcome.ok and self.claims.lost(active.node):
+                outcome = Outcome(False, outcome.started, outcome.ended, error="lease lost while running")
+            commit(self.ctx, active.job, active.info, outcome)
+        finally:
+            self.claims.release(active.node)
+        if outcome.ok:
+            self.reporter.step_finished(name, outcome.duration)
+            self._succeeded(name)
+            return
+        error = outcome.error or "failed"
+        self.summary.failed.append(Failure(name, error, active.job.log_file))
+        self.reporter.step_failed(name, error, active.job.log_file)
+        if not self.options.keep_going:
+            self._stopping = True
+
+    def _succeeded(self, name: str) -> None:
+        self.summary.done += 1
+        for child in self._dependants[name]:
+            self._pending[child] -= 1
+            if self._pending[child] == 0:
+                heapq.heappush(self._ready, (self._index[child], child))
+
+    def _interrupt(self) -> None:
+        self.summary.interrupted = True
+        for active in self.running.values():
+            active.handle.cancel("interrupted")
+        deadline = time.monotonic() + 10
+        while self.running and time.monotonic() < deadline:
+            try:
+                name, outcome = self.events.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            except KeyboardInterrupt:
+                continue
+            self._finish(name, outcome)
+
+    def cancel_all(self, reason: str) -> None:
+        for active in self.running.values():
+            active.handle.cancel(reason)

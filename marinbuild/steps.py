@@ -1,0 +1,211 @@
+"""Steps and the placeholders a config may hold.
+
+A step is a named unit of work: a Python function called with its config, or a shell
+command template. Configs are plain data (dataclasses, dicts, lists, tuples) in which a few
+placeholders say what enters the step's identity and where other steps' outputs are::
+
+    from marinbuild import step, versioned, output_path_of
+
+    data = step("data/generate", fn=generate, config={"n": versioned(1000)})
+    stats = step("data/stats", fn=summarize, config={"input": output_path_of(data, "rows.jsonl")})
+
+Every ``step(...)`` executed while a Marinfile loads is *declared*: it is a default target.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import StepDefinitionError
+
+__all__ = [
+    "OutputPathOf",
+    "Step",
+    "ThisOutputPath",
+    "VersionedValue",
+    "collect_declared",
+    "output_path_of",
+    "step",
+    "this_output_path",
+    "versioned",
+]
+
+
+@dataclass(frozen=True)
+class VersionedValue:
+    """A config value that enters the step's identity. Build it with :func:`versioned`."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class OutputPathOf:
+    """The output path of another step (optionally a path inside it)."""
+
+    step: Step
+    sub: str | None = None
+
+
+@dataclass(frozen=True)
+class ThisOutputPath:
+    """The output path of the step whose config holds it."""
+
+    sub: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """One declared unit of work. Create it with :func:`step`; it compares by object."""
+
+    name: str
+    fn: Callable[[Any], Any] | None = None
+    config: Any = None
+    cmd: str | None = None
+    resources: Any = None
+    description: str | None = None
+    override_output_path: str | None = None
+    fresh_output: bool = False
+    env: tuple[tuple[str, str], ...] = field(default=())
+    max_retries_preemption: int | None = None
+    max_retries_failure: int | None = None
+
+    @property
+    def kind(self) -> str:
+        """``"cmd"`` for a shell step, ``"fn"`` for a function step."""
+        return "cmd" if self.cmd is not None else "fn"
+
+    def __repr__(self) -> str:
+        return f"Step({self.name!r})"
+
+
+def versioned(value: Any) -> VersionedValue:
+    """Mark ``value`` as part of the step's identity: changing it reruns the step.
+
+    >>> versioned(3).value
+    3
+    """
+    return VersionedValue(value)
+
+
+def output_path_of(step: Step, sub: str | None = None) -> OutputPathOf:
+    """Refer to ``step``'s output path (or ``sub`` inside it); makes ``step`` a dependency."""
+    if not isinstance(step, Step):
+        raise StepDefinitionError(f"output_path_of() needs a Step, got {type(step).__name__}")
+    return OutputPathOf(step, sub)
+
+
+def this_output_path(sub: str | None = None) -> ThisOutputPath:
+    """Refer to the output path of the step being configured (or ``sub`` inside it)."""
+    return ThisOutputPath(sub)
+
+
+_declared: contextvars.ContextVar[list[Step] | None] = contextvars.ContextVar(
+    "marinbuild_declared", default=None
+)
+
+
+class collect_declared:
+    """Context manager gathering every step created inside it, in creation order."""
+
+    def __enter__(self) -> list[Step]:
+        self._steps: list[Step] = []
+        self._token = _declared.set(self._steps)
+        return self._steps
+
+    def __exit__(self, *exc: object) -> None:
+        _declared.reset(self._token)
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise StepDefinitionError(f"step name must be a non-empty string, got {name!r}")
+    if name.startswith("/") or "\\" in name:
+        raise StepDefinitionError(f"step name {name!r} must be relative (no leading '/')")
+    parts = name.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise StepDefinitionError(f"step name {name!r} must not contain '..', '.' or empty parts")
+    if any(c.isspace() or c in "*?[]{}'\"" for c in name):
+        raise StepDefinitionError(f"step name {name!r} must not contain spaces, quotes or glob characters")
+    return name
+
+
+def step(
+    name: str,
+    fn: Callable[[Any], Any] | None = None,
+    config: Any = None,
+    *,
+    cmd: str | None = None,
+    resources: Any = None,
+    description: str | None = None,
+    override_output_path: str | None = None,
+    fresh_output: bool = False,
+    env: dict[str, str] | None = None,
+    max_retries_preemption: int | None = None,
+    max_retries_failure: int | None = None,
+) -> Step:
+    """Declare a step: ``fn(config)`` or the shell command ``cmd``.
+
+    ``cmd`` is a ``str.format`` template over the resolved config values plus ``{output}``;
+    every substituted value is shell-quoted, a list becomes its quoted elements.
+
+    >>> s = step("hello", cmd="echo {greeting} > {output}/hello.txt", config={"greeting": "hi"})
+    >>> s.kind
+    'cmd'
+    """
+    _check_name(name)
+    if (fn is None) == (cmd is None):
+        raise StepDefinitionError(f"step {name!r} needs exactly one of fn= or cmd=")
+    if fn is not None and not callable(fn):
+        raise StepDefinitionError(f"step {name!r}: fn must be callable, got {type(fn).__name__}")
+    if cmd is not None and not isinstance(cmd, str):
+        raise StepDefinitionError(f"step {name!r}: cmd must be a string template")
+    env_pairs = tuple(sorted((str(k), str(v)) for k, v in (env or {}).items()))
+    s = Step(
+        name=name,
+        fn=fn,
+        config=config,
+        cmd=cmd,
+        resources=resources,
+        description=description,
+        override_output_path=override_output_path,
+        fresh_output=fresh_output,
+        env=env_pairs,
+        max_retries_preemption=max_retries_preemption,
+        max_retries_failure=max_retries_failure,
+    )
+    declared = _declared.get()
+    if declared is not None:
+        declared.append(s)
+    return s
+
+
+def iter_references(value: Any, path: str = "") -> Iterator[tuple[str, Step, str | None]]:
+    """Yield ``(dotted_path, step, sub)`` for every step reference inside a config value."""
+    if isinstance(value, Step):
+        yield path, value, None
+    elif isinstance(value, OutputPathOf):
+        yield path, value.step, value.sub
+    elif isinstance(value, VersionedValue):
+        yield from iter_references(value.value, path)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from iter_references(v, join_path(path, str(k)))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from iter_references(v, join_path(path, str(i)))
+    elif is_dataclass_instance(value):
+        for name in value.__dataclass_fields__:
+            yield from iter_references(getattr(value, name), join_path(path, name))
+
+
+def join_path(path: str, key: str) -> str:
+    """``a.b`` + ``c`` → ``a.b.c``: the dotted paths that name config fields."""
+    return f"{path}.{key}" if path else key
+
+
+def is_dataclass_instance(value: Any) -> bool:
+    """True for a dataclass instance (not the class itself)."""
+    return hasattr(type(value), "__dataclass_fields__") and not isinstance(value, type)

@@ -1,0 +1,159 @@
+"""Where outputs live: a thin layer over an fsspec filesystem.
+
+Local paths are kept as plain absolute paths (no ``file://``) so that users see paths they
+can ``cd`` into; any other URL (``gs://``, ``memory://``) goes through its fsspec
+filesystem. Reads of many small files go through :meth:`Storage.read_many`, which asks a
+remote store with bounded parallel requests instead of one round trip after another.
+
+>>> s = Storage.for_prefix("memory://demo")
+>>> s.write_atomic(s.join(s.prefix, "a.txt"), "hi")
+>>> s.read_text(s.join(s.prefix, "a.txt"))
+'hi'
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+__all__ = ["Storage", "resolve_prefix", "DEFAULT_PREFIX"]
+
+DEFAULT_PREFIX = "marinbuild-out"
+"""The prefix used when neither ``--prefix`` nor ``MARIN_PREFIX`` is set, relative to the
+working directory."""
+
+
+def resolve_prefix(prefix: str | None) -> str:
+    """``--prefix``, else ``$MARIN_PREFIX``, else :data:`DEFAULT_PREFIX`; local ones made absolute."""
+    raw = prefix or os.environ.get("MARIN_PREFIX") or DEFAULT_PREFIX
+    if raw.startswith("file://"):
+        raw = raw[len("file://") :]
+    if "://" in raw:
+        return raw.rstrip("/")
+    return os.path.abspath(os.path.expanduser(raw))
+
+
+@dataclass
+class Storage:
+    """Operations on the store holding one prefix."""
+
+    prefix: str
+    fs: Any
+
+    @classmethod
+    def for_prefix(cls, prefix: str) -> Storage:
+        """The storage of an already resolved prefix (see :func:`resolve_prefix`)."""
+        if "://" in prefix:
+            fs, _ = fsspec.core.url_to_fs(prefix)
+        else:
+            fs = LocalFileSystem()
+        return cls(prefix=prefix, fs=fs)
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.fs, LocalFileSystem)
+
+    @staticmethod
+    def join(base: str, *parts: str) -> str:
+        return posixpath.join(base, *parts)
+
+    def _p(self, path: str) -> str:
+        return path if self.is_local else self.fs._strip_protocol(path)
+
+    def read_text(self, path: str) -> str | None:
+        """The file's text, or None when it does not exist."""
+        if self.is_local:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    return f.read()
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+        try:
+            return self.fs.cat_file(self._p(path)).decode("utf-8")
+        except FileNotFoundError:
+            return None
+
+    def read_many(self, paths: Iterable[str]) -> dict[str, str]:
+        """Texts of the files that exist among ``paths``; remote stores are asked in parallel."""
+        paths = list(paths)
+        if self.is_local:
+            out: dict[str, str] = {}
+            for p in paths:
+                text = self.read_text(p)
+                if text is not None:
+                    out[p] = text
+            return out
+        if not paths:
+            return {}
+        stripped = {self._p(p): p for p in paths}
+        got = self.fs.cat(list(stripped), on_error="omit")
+        return {stripped[k]: v.decode("utf-8") for k, v in got.items() if not isinstance(v, Exception)}
+
+    def write_atomic(self, path: str, text: str) -> None:
+        """Write a whole file so that readers see the old or the new content, never a part."""
+        data = text.encode("utf-8")
+        if self.is_local:
+            folder = os.path.dirname(path)
+            os.makedirs(folder, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, path)
+            except BaseException:
+                _unlink_quietly(tmp)
+                raise
+            return
+        # One PUT of the whole object: object stores never expose a partial object.
+        self.fs.pipe_file(self._p(path), data)
+
+    def makedirs(self, path: str) -> None:
+        if self.is_local:
+            os.makedirs(path, exist_ok=True)
+
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.exists(self._p(path)))
+
+    def list_names(self, folder: str) -> list[str]:
+        """Names of the entries directly inside ``folder`` (empty when it does not exist)."""
+        if self.is_local:
+            try:
+                return os.listdir(folder)
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+        try:
+            entries = self.fs.ls(self._p(folder), detail=False)
+        except FileNotFoundError:
+            return []
+        return [posixpath.basename(str(e).rstrip("/")) for e in entries]
+
+    def remove(self, path: str) -> None:
+        """Delete a file or a whole directory tree; missing is fine."""
+        try:
+            self.fs.rm(self._p(path), recursive=True)
+        except FileNotFoundError:
+            pass
+
+    def put_file(self, local_path: str, path: str) -> None:
+        """Copy a local file into the store (a no-op when it is already that file)."""
+        if self.is_local:
+            if os.path.abspath(local_path) != os.path.abspath(path):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(local_path, "rb") as src, open(path, "wb") as dst:
+                    dst.write(src.read())
+            return
+        self.fs.put_file(local_path, self._p(path))
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,158 @@
+"""Smoke tests for the benchmark generator and the side-by-side runner at N=20."""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from bench import run
+from bench.generate import SHAPES, generate, shape_functions
+
+N = 20
+
+
+def name(i: int) -> str:
+    return f"s{i:05d}"
+
+
+def expected_graph(shape: str, n: int = N) -> dict[str, set[str]]:
+    """Step name -> names of the steps it depends on, straight from the shape code."""
+    deps, _ = shape_functions(shape)
+    return {name(i): {name(j) for j in deps(i, n)} for i in range(n)}
+
+
+def makefile_graph(path: Path) -> tuple[dict[str, set[str]], set[str]]:
+    """Parse the generated Makefile into (step graph, steps named by `all`)."""
+    graph: dict[str, set[str]] = {}
+    targets: set[str] = set()
+    step_of = re.compile(r"out/(s\d+)/out\.txt")
+    for line in path.read_text().splitlines():
+        if line.startswith(("#", "\t", ".PHONY")) or ":" not in line:
+            continue
+        head, _, tail = line.partition(":")
+        prereqs = set(step_of.findall(tail))
+        if head == "all":
+            targets = prereqs
+        else:
+            graph[step_of.fullmatch(head).group(1)] = prereqs
+    return graph, targets
+
+
+class FakeStep:
+    """Stands in for a marinbuild Step so the Marinfile can be loaded without the core."""
+
+    def __init__(self, name: str, cmd: str, config: dict) -> None:
+        self.name, self.cmd, self.config = name, cmd, config
+
+
+def marinfile_graph(path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, set[str]]:
+    """Execute the generated Marinfile against a recording `step` and return its graph."""
+    declared: list[FakeStep] = []
+
+    def step(name: str, cmd: str, config: dict | None = None) -> FakeStep:
+        declared.append(FakeStep(name, cmd, config or {}))
+        return declared[-1]
+
+    fake = types.ModuleType("marinbuild")
+    fake.step = step  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "marinbuild", fake)
+    exec(compile(path.read_text(), str(path), "exec"), {"__name__": "marinfile"})
+    graph = {}
+    for s in declared:
+        parents = s.config.get("deps", [])
+        if "dep" in s.config:
+            parents = [s.config["dep"]]
+        graph[s.name] = {p.name for p in parents}
+        assert s.cmd.format(output="OUT", **s.config) == f"echo {s.config['i']} > OUT/out.txt"
+    return graph
+
+
+def snakefile_namespace(path: Path) -> tuple[str, dict]:
+    """Text of the Snakefile and the namespace of its plain-Python preamble."""
+    text = path.read_text()
+    namespace: dict = {}
+    exec(text.split("\nwildcard_constraints:")[0], namespace)
+    return text, namespace
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_generated_workflows_describe_the_same_graph(
+    shape: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    want = expected_graph(shape)
+    make_graph, make_all = makefile_graph(generate("make", shape, N, tmp_path / "make"))
+    assert make_graph == want
+    assert make_all and all(not any(t in d for d in want.values()) for t in make_all)
+
+    assert marinfile_graph(generate("marinbuild", shape, N, tmp_path / "mb"), monkeypatch) == want
+
+    text, ns = snakefile_namespace(generate("snakemake", shape, N, tmp_path / "smk"))
+    assert re.findall(r"^rule (\w+):", text, flags=re.MULTILINE) == ["all", "step"]
+    assert ns["N"] == N
+    smk_graph = {name(i): {name(j) for j in ns["deps"](i, N)} for i in range(N)}
+    assert smk_graph == want
+    assert {ns["target"](i) for i in ns["sinks"](N)} == {f"out/{t}/out.txt" for t in make_all}
+
+
+def test_generator_streams_large_makefiles_quickly(tmp_path: Path) -> None:
+    path = generate("make", "fanout", 100_000, tmp_path)
+    assert path.read_text().count("\tmkdir -p") == 100_000
+
+
+def test_generator_rejects_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least 3"):
+        generate("make", "fanout", 2, tmp_path)
+    with pytest.raises(ValueError, match="unknown tool"):
+        generate("ninja", "chain", 5, tmp_path)
+
+
+def outputs(root: Path) -> dict[str, str]:
+    """Step name -> content of its out.txt, ignoring marinbuild's hash suffix on dirs."""
+    found = {}
+    for path in root.rglob("out.txt"):
+        found[path.parent.name.split("-")[0]] = path.read_text()
+    return found
+
+
+def test_runner_make_and_marinbuild_agree(tmp_path: Path) -> None:
+    work, doc, raw = tmp_path / "work", tmp_path / "bench.md", tmp_path / "raw.json"
+    page = run.main(
+        [
+            "--tools",
+            "make,marinbuild",
+            "--sizes",
+            str(N),
+            "--workdir",
+            str(work),
+            "--keep",
+            "--json",
+            str(raw),
+            "--doc",
+            str(doc),
+            "--timeout",
+            "60",
+        ]
+    )
+    results = run.load_results([str(raw)])
+    bad = [r for r in results["records"] if r.status != "ok"]
+    assert not bad, bad
+    assert len(results["records"]) == len(SHAPES) * 2 * 3
+
+    for shape in SHAPES:
+        made = outputs(work / f"{shape}-{N}" / "make" / "out")
+        assert made == {name(i): f"{i}\n" for i in range(N)}
+        assert outputs(work / f"{shape}-{N}" / "marinbuild" / "out") == made
+
+    assert doc.read_text() == page
+    for title in run.PHASE_TITLES.values():
+        section = page.split(f"### {title}")[1].split("###")[0]
+        rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+        assert [r.split(" | ")[0].strip("| ") for r in rows[1:]] == list(SHAPES)
+        assert all(f"| {N} |" in r for r in rows[1:])
+
+    again = run.main(["--from-json", str(raw), "--no-doc"])
+    assert again == page
