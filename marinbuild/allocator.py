@@ -127,7 +127,7 @@ class Allocator:
             fitted = _fit(req, self._free)
             if not isinstance(fitted, Request):
                 return None
-            self._free = _move(self._free, fitted, sign=-1)
+            self._free = _move(self._free, fitted, -1, self._capacity)
             allocation = Allocation(fitted, machine_has_gpus=bool(self._capacity.gpus))
             self._live[allocation] += 1
             return allocation
@@ -138,7 +138,7 @@ class Allocator:
             if self._live[allocation] == 0:
                 raise ValueError(f"{allocation.request!r} is not held from this allocator")
             self._live[allocation] -= 1
-            self._free = _move(self._free, allocation.request, sign=+1)
+            self._free = _move(self._free, allocation.request, +1, self._capacity)
 
 
 def check_fits(step_name: str, request: ResourceLike, capacity: Capacity) -> None:
@@ -247,13 +247,20 @@ def _minus(names: tuple[str, ...], taken: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in names if n not in gone)
 
 
-def _move(pool: Capacity, req: Request, sign: int) -> Capacity:
-    """``pool`` with an allocated ``req`` taken out (sign -1) or put back (sign +1)."""
+def _move(pool: Capacity, req: Request, sign: int, whole: Capacity) -> Capacity:
+    """``pool`` with an allocated ``req`` taken out (sign -1) or put back (sign +1).
+
+    Slices put back return to their place in ``whole``, so the hand-out order stays the
+    cluster file's.
+    """
     slices = dict(pool.slices)
     if req.slices is not None:
-        current = slices.get(req.slices.tpu_type, ())
-        names = req.slice_names
-        slices[req.slices.tpu_type] = _minus(current, names) if sign < 0 else tuple(sorted({*current, *names}))
+        kind, names = req.slices.tpu_type, req.slice_names
+        if sign < 0:
+            slices[kind] = _minus(slices[kind], names)
+        else:
+            back = {*slices[kind], *names}
+            slices[kind] = tuple(n for n in whole.slices[kind] if n in back)
     return replace(
         pool,
         cores=_shift(pool.cores, req.core_ids, sign),

@@ -58,9 +58,9 @@ T = TypeVar("T")
 class Capacity:
     """Everything one machine (and its TPU cluster) offers.
 
-    ``slices`` maps a TPU type to the names of slices of that type (filled from a
-    cluster file). ``tokens`` are offered, not consumed. Ids and names are kept sorted,
-    so two capacities holding the same things are equal.
+    ``slices`` maps a TPU type to the names of slices of that type, in the cluster
+    file's order, which is the order they are handed out in. ``tokens`` are offered,
+    not consumed. Core and GPU ids are kept sorted.
 
     >>> Capacity(cores=(0, 1), memory=8 * 2**30).cores
     (0, 1)
@@ -84,7 +84,7 @@ class Capacity:
             raise ResourceError(f"capacity memory must be ≥ 0, got {self.memory}")
         fix("custom", FrozenMap(sorted((k, Custom(k, v).n) for k, v in self.custom.items())))
         fix("tokens", frozenset(Token(t).token for t in self.tokens))
-        fix("slices", FrozenMap(sorted((t, tuple(sorted(set(names)))) for t, names in self.slices.items())))
+        fix("slices", FrozenMap(sorted((t, tuple(dict.fromkeys(names))) for t, names in self.slices.items())))
 
     def describe(self) -> str:
         """One line for people, e.g. ``2 cores, 22 GiB, no GPUs``."""
@@ -307,7 +307,8 @@ def cgroup_limits(root: Path = Path("/sys/fs/cgroup"), self_cgroup: str | None =
         if "cpu" in names:
             cpus += [_v1_cpus(d) for d in _v1_dirs(root, "cpu", relative)]
         if "memory" in names:
-            mems += [_parsed(parse_memory_limit, d / "memory.limit_in_bytes") for d in _v1_dirs(root, "memory", relative)]
+            v1_memory = _v1_dirs(root, "memory", relative)
+            mems += [_parsed(parse_memory_limit, d / "memory.limit_in_bytes") for d in v1_memory]
     return CgroupLimits(
         cpus=min((c for c in cpus if c is not None), default=None),
         memory=min((m for m in mems if m is not None), default=None),

@@ -37,8 +37,10 @@ from .preemption import (
 )
 from .ssh import (
     ConnectionLost,
+    HostKeyError,
     HostTarget,
     HostUnreachable,
+    SshAuthError,
     SshConnection,
     SshError,
     export_env,
@@ -86,6 +88,8 @@ class HostOutcome:
     metadata_preempted: bool | None = None
     infra_error: str | None = None
     survivors: tuple[int, ...] = ()
+    note: str | None = None
+    fatal: bool = False
 
     def observation(self) -> HostObservation:
         return HostObservation(
@@ -128,7 +132,7 @@ class GangOutcome:
             elif h.metadata_preempted:
                 parts.append(f"{h.host}: preempted (GCE metadata)")
             elif h.reachable is False:
-                parts.append(f"{h.host}: stopped answering SSH")
+                parts.append(h.note or f"{h.host}: stopped answering SSH")
         if self.first_failed and not parts:
             first = next(h for h in self.hosts if h.host == self.first_failed)
             why = "lost its connection" if first.connection_lost else f"exited {first.exit_code}"
@@ -183,8 +187,9 @@ class _HostState:
     infra_error: str | None = None
     survivors: tuple[int, ...] = ()
     synced: bool = False
+    note: str | None = None
+    fatal: bool = False
     reader: threading.Thread | None = None
-    done: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -197,6 +202,7 @@ class _HostState:
         return HostOutcome(
             p.entry, p.slice_index, p.worker_index, self.exit_code, self.connection_lost,
             self.reachable, self.metadata_preempted, self.infra_error, self.survivors,
+            self.note, self.fatal,
         )
 
 
@@ -251,7 +257,6 @@ class Gang:
                     first = self._watch()
                     if first is not None:
                         first_failed, first_at = first.plan.entry, time.time()
-                        first.done = True
                 # Everything launched is killed and checked, on success too: a step must
                 # leave nothing behind on the hosts.
                 failed = first_failed is not None or self.cancel.is_set() or not ok
@@ -286,12 +291,15 @@ class Gang:
         try:
             return fn(h) is not False
         except HostUnreachable as e:
-            h.reachable, h.infra_error = False, None
+            h.reachable = False
             h.connection_lost = h.conn is not None
-            self._note(h, f"unreachable: {e}")
+            h.note = str(e)
         except ConnectionLost as e:
             h.connection_lost = True
-            self._note(h, f"connection lost: {e}")
+            h.note = str(e)
+        except (HostKeyError, SshAuthError) as e:
+            # Retrying cannot fix a refused key; the backend stops at once.
+            h.infra_error, h.fatal = str(e), True
         except SshError as e:
             h.infra_error = str(e)
         except (WorkdirSyncError, ValueError) as e:
@@ -365,10 +373,17 @@ class Gang:
         chan = h.chan
         assert chan is not None
         pending = b""
+        chan.settimeout(0.2)
         try:
             while True:
                 try:
                     data = chan.recv(32768)
+                except TimeoutError:
+                    # A process left in the background can hold the output open after
+                    # the command exited; its exit status is what ends the host's part.
+                    if chan.exit_status_ready():
+                        break
+                    continue
                 except (OSError, EOFError, paramiko.SSHException):
                     data = b""
                 if not data:
@@ -388,7 +403,7 @@ class Gang:
             code = chan.exit_status if chan.exit_status_ready() else -1
             transport_ok = h.conn is not None and h.conn.alive
             with h.lock:
-                if code == -1 and not transport_ok and not h.done:
+                if code == -1 and not transport_ok:
                     h.connection_lost = True
                 else:
                     # -1 on a live connection: killed by a signal, which SSH reports
@@ -417,7 +432,6 @@ class Gang:
                 continue
             running -= 1
             h = self.hosts[i]
-            h.done = True
             if h.connection_lost or h.exit_code != 0:
                 return h
         return None
@@ -475,8 +489,9 @@ echo "SURVIVORS $ps"
             if key == "SURVIVORS":
                 h.survivors = tuple(int(p) for p in value.split())
             elif key == "RC" and value.strip().lstrip("-").isdigit():
+                # The code the wrapper wrote down, for a host whose channel died first.
                 with h.lock:
-                    if h.exit_code in (None, -1) and not h.done:
+                    if h.exit_code is None:
                         h.exit_code = int(value)
             elif key == "META":
                 h.metadata_preempted = parse_metadata_answer(value)
@@ -524,6 +539,3 @@ echo "SURVIVORS $ps"
         for h in self.hosts:
             if h.conn is not None:
                 h.conn.close()
-
-    def _note(self, h: _HostState, message: str) -> None:
-        del h, message  # recorded through the host's fields; kept as a hook for debugging

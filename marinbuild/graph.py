@@ -8,17 +8,20 @@ same name and identity are merged into one node.
 
 from __future__ import annotations
 
+import functools
+import heapq
 import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from .errors import CycleError, StepDefinitionError
 from .identity import hash_payload, identity_payload
 from .steps import Step, is_dataclass_instance, iter_references
 from .storage import Storage
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["Node", "StepGraph", "build_graph"]
 
@@ -45,13 +48,26 @@ class Node:
 
 @dataclass(frozen=True)
 class StepGraph:
-    """All steps by name, the declared ones in order, and the DAG (edges dep → dependant)."""
+    """All steps by name, the declared ones in order (and all in topological order)."""
 
     nodes: Mapping[str, Node]
     declared: tuple[str, ...]
     order: tuple[str, ...]
-    dag: nx.DiGraph
     prefix: str
+
+    @functools.cached_property
+    def dag(self) -> nx.DiGraph:
+        """The graph as a networkx DiGraph, edges from dependency to dependant.
+
+        Built on first use: the everyday paths (load, hash, probe, no-op run) need only
+        the topological order, and importing networkx costs more than planning 10,000 steps.
+        """
+        import networkx as nx
+
+        dag = nx.DiGraph()
+        dag.add_nodes_from(self.nodes)
+        dag.add_edges_from((d, n.name) for n in self.nodes.values() for d in n.deps)
+        return dag
 
 
 def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
@@ -79,38 +95,60 @@ def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
         deps = tuple(dict.fromkeys(node_of[d].name for d in dep_steps))
         node = Node(s, identity, payload, deps, _output_path(prefix, s, identity))
         nodes[s.name] = node_of[s] = node
-    dag = nx.DiGraph()
-    dag.add_nodes_from(nodes)
-    dag.add_edges_from((d, n.name) for n in nodes.values() for d in n.deps)
     names = tuple(dict.fromkeys(node_of[s].name for s in declared))
     topo = tuple(dict.fromkeys(node_of[s].name for s in order))
-    return StepGraph(nodes=nodes, declared=names, order=topo, dag=dag, prefix=prefix)
+    return StepGraph(nodes=nodes, declared=names, order=topo, prefix=prefix)
 
 
 def _discover(declared: list[Step]) -> dict[Step, list[Step]]:
     """Every step reachable from ``declared``, with the steps its config refers to."""
     deps: dict[Step, list[Step]] = {}
-    stack = list(declared)
-    while stack:
-        s = stack.pop()
-        if s in deps:
-            continue
+    queue = list(dict.fromkeys(declared))
+    seen = set(queue)
+    # Breadth-first and in declaration order, so that the order of this dict (which breaks
+    # ties in the topological sort) follows the Marinfile.
+    for s in queue:
         refs = list(dict.fromkeys(ref for _, ref, _ in iter_references(s.config)))
         deps[s] = refs
-        stack.extend(r for r in refs if r not in deps)
+        for r in refs:
+            if r not in seen:
+                seen.add(r)
+                queue.append(r)
     return deps
 
 
 def _topological(objects: dict[Step, list[Step]]) -> list[Step]:
+    """Kahn's algorithm, ties broken by discovery order; linear and without recursion."""
+    rank = {s: i for i, s in enumerate(objects)}
+    by_rank = list(objects)
+    indegree = [len(set(objects[s])) for s in by_rank]
+    dependants: list[list[int]] = [[] for _ in by_rank]
+    for s, ds in objects.items():
+        for d in set(ds):
+            dependants[rank[d]].append(rank[s])
+    ready = [i for i, n in enumerate(indegree) if n == 0]
+    heapq.heapify(ready)
+    order: list[Step] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(by_rank[i])
+        for j in dependants[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                heapq.heappush(ready, j)
+    if len(order) < len(by_rank):
+        _raise_cycle(objects)
+    return order
+
+
+def _raise_cycle(objects: dict[Step, list[Step]]) -> None:
+    import networkx as nx
+
     g = nx.DiGraph()
-    g.add_nodes_from(objects)
     g.add_edges_from((d, s) for s, ds in objects.items() for d in ds)
-    try:
-        return list(nx.topological_sort(g))
-    except nx.NetworkXUnfeasible:
-        cycle = nx.find_cycle(g)
-        names = " -> ".join([a.name for a, _ in cycle] + [cycle[0][0].name])
-        raise CycleError(f"the steps form a cycle: {names}") from None
+    cycle = nx.find_cycle(g)
+    names = " -> ".join([a.name for a, _ in cycle] + [cycle[0][0].name])
+    raise CycleError(f"the steps form a cycle: {names}")
 
 
 def _output_path(prefix: str, s: Step, identity: str) -> str:

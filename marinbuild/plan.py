@@ -14,8 +14,6 @@ import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-import networkx as nx
-
 from .errors import TargetError
 from .graph import Node, StepGraph
 from .markers import StatusRecord
@@ -114,6 +112,12 @@ def _forced_reasons(
         if name not in scope:
             continue
         reasons[name] = "forced"
-        for below in nx.descendants(graph.dag, name) & scope:
+        for below in _descendants(graph, name) & scope:
             reasons.setdefault(below, f"upstream {name} forced")
     return reasons
+
+
+def _descendants(graph: StepGraph, name: str) -> set[str]:
+    import networkx as nx
+
+    return set(nx.descendants(graph.dag, name))

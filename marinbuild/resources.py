@@ -612,7 +612,9 @@ class ResourceConfig:
             raise ResourceError("device_alternatives only apply to TPU types")
 
     @staticmethod
-    def with_cpu(cpu: int = 1, ram: int | str | None = "4g", disk: int | str | None = None, **kw: Any) -> ResourceConfig:
+    def with_cpu(
+        cpu: int = 1, ram: int | str | None = "4g", disk: int | str | None = None, **kw: Any
+    ) -> ResourceConfig:
         """A CPU-only step: ``cpu`` cores and ``ram`` (4 GiB unless given).
 
         >>> ResourceConfig.with_cpu(4).cpu

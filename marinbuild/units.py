@@ -36,9 +36,7 @@ __all__ = ["format_bytes", "format_duration", "parse_duration", "parse_memory"]
 _LETTERS = "kmgtp"
 _NUMBER = r"(?P<num>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 _MEMORY_RE = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[A-Za-z]*)\s*$")
-_DURATION_RE = re.compile(
-    r"^\s*(?:(?P<d>\d+)-)?(?:(?P<h>\d+):)?(?P<m>\d+):(?P<s>\d+(?:\.\d*)?)\s*$"
-)
+_DURATION_RE = re.compile(r"^\s*(?:(?P<d>\d+)-)?(?:(?P<h>\d+):)?(?P<m>\d+):(?P<s>\d+(?:\.\d*)?)\s*$")
 _MEMORY_HINT = "write bytes or a number with a unit such as '4g', '512MiB' or '2GB'"
 
 

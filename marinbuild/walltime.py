@@ -22,6 +22,7 @@ last writer wins, which costs an estimate one data point and nothing else.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import posixpath
 import statistics
@@ -50,6 +51,8 @@ SOFT_SIGMAS = 2.0
 MIN_RELATIVE_STDEV = 0.05
 MAX_SAMPLES = 100
 _VERSION = 1
+
+_log = logging.getLogger(__name__)
 
 
 def estimate_from_samples(samples: Sequence[float]) -> tuple[float, float] | None:
@@ -106,12 +109,21 @@ class WallTimeEstimator:
         return WTime(T=estimate[0], softT=estimate[1], group=wtime.group)
 
     def record(self, group: str, seconds: float) -> bool:
-        """Add one run of ``group``; runs of 10 s or less are ignored. Returns whether it counted."""
+        """Add one run of ``group``; returns whether it was stored.
+
+        Runs of 10 s or less are ignored. A store that cannot be read or written is
+        logged and skipped: estimates are optional and must never fail a step, and
+        writing after a failed read would wipe the history.
+        """
         if seconds <= MIN_COUNTED_SECONDS:
             return False
-        groups = self._load()
-        groups[group] = [*groups.get(group, []), float(seconds)][-self._max_samples :]
-        self._save(groups)
+        try:
+            groups = self._load()
+            groups[group] = [*groups.get(group, []), float(seconds)][-self._max_samples :]
+            self._save(groups)
+        except OSError as e:
+            _log.warning("wall-time history %s not updated: %s", self._path, e)
+            return False
         self._groups = groups
         return True
 
@@ -121,15 +133,18 @@ class WallTimeEstimator:
 
     def _history(self) -> dict[str, list[float]]:
         if self._groups is None:
-            self._groups = self._load()
+            try:
+                self._groups = self._load()
+            except OSError as e:
+                _log.warning("wall-time history %s not read: %s", self._path, e)
+                self._groups = {}
         return self._groups
 
     def _load(self) -> dict[str, list[float]]:
-        """The stored history; a missing or unreadable file is an empty one (estimates are optional)."""
+        """The stored history; missing or malformed is empty, a failed read raises OSError."""
         try:
-            with self._fs.open(self._path, "rb") as f:
-                data = json.load(f)
-        except (FileNotFoundError, ValueError, OSError):
+            data = json.loads(self._fs.cat_file(self._path))
+        except (FileNotFoundError, ValueError):
             return {}
         groups = data.get("groups") if isinstance(data, Mapping) else None
         if not isinstance(groups, Mapping):

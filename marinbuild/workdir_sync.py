@@ -23,19 +23,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from .errors import MarinbuildError
 from .ssh import SshConnection
 
 __all__ = [
     "COMPLETE_MARKER",
     "PackedWorkdir",
+    "WorkdirSyncError",
     "list_project_files",
     "pack_workdir",
+    "presence_check",
     "upload_and_unpack",
 ]
 
 COMPLETE_MARKER = ".marinbuild-complete"
 _SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 _DIGEST_LEN = 24
+
+
+class WorkdirSyncError(MarinbuildError):
+    """The project could not be put in place on a host."""
 
 
 @dataclass(frozen=True)
@@ -154,7 +161,5 @@ def upload_and_unpack(conn: SshConnection, packed: PackedWorkdir, remote_root: s
     )
     result = conn.run(script, timeout=300)
     if result.exit_code != 0:
-        raise RuntimeError(
-            f"{conn.target.alias}: unpacking the workdir failed: {result.stderr.strip()[-300:]}"
-        )
+        raise WorkdirSyncError(f"unpacking the workdir failed: {result.stderr.strip()[-300:]}")
     return final

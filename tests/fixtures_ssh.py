@@ -1,0 +1,296 @@
+"""Fake TPU hosts for tests: one real OpenSSH sshd per host on 127.0.0.N, plus a GCE metadata server.
+
+Each host's sshd sets ``FAKE_HOST_ID``, its own ``HOME`` and ``GCE_METADATA_IP`` (pointing
+at that host's metadata server) in every session, so hosts sharing this machine still
+have separate work directories and separate preemption answers.  The plain functions
+(:func:`start_fleet`, :func:`stop_fleet`) serve the benchmark too.
+
+>>> fleet = start_fleet(2, Path("/tmp/fleet"))  # doctest: +SKIP
+>>> fleet.hosts[1].set_preempted(True)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+METADATA_PATH = "/computeMetadata/v1/instance/preempted"
+FIRST_IP = 2  # 127.0.0.2 is the first fake host
+
+
+def free_port(ip: str) -> int:
+    with socket.socket() as s:
+        s.bind((ip, 0))
+        return int(s.getsockname()[1])
+
+
+class MetadataServer:
+    """Answers GCE's ``preempted`` query on one address; the test flips the answer."""
+
+    def __init__(self, ip: str) -> None:
+        self.preempted = False
+        server_self = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path != METADATA_PATH:
+                    self.send_error(404)
+                    return
+                if self.headers.get("Metadata-Flavor") != "Google":
+                    self.send_error(403, "Missing Metadata-Flavor header")
+                    return
+                body = b"TRUE" if server_self.preempted else b"FALSE"
+                self.send_response(200)
+                self.send_header("Metadata-Flavor", "Google")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer((ip, 0), Handler)
+        self.server.daemon_threads = True
+        self.address = f"{ip}:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@dataclass
+class FakeHost:
+    """One fake TPU VM: an sshd on its own loopback address, a home, a metadata server."""
+
+    index: int
+    ip: str
+    port: int
+    home: Path
+    config: Path
+    metadata: MetadataServer
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def entry(self) -> str:
+        """How a cluster file names this host."""
+        return f"{self.ip}:{self.port}"
+
+    def set_preempted(self, value: bool) -> None:
+        self.metadata.preempted = value
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [SSHD, "-D", "-f", str(self.config), "-E", str(self.config.with_suffix(".log"))],
+            stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection((self.ip, self.port), timeout=0.5) as s:
+                    if s.recv(4).startswith(b"SSH-"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"sshd for fake host {self.index} did not start; see {self.config}.log")
+
+    def stop(self) -> None:
+        """Kill this host's sshd and every session under it, as a vanished VM would."""
+        if self.proc is None:
+            return
+        for pid in [*descendants(self.proc.pid), self.proc.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+        self.proc = None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@dataclass
+class FakeFleet:
+    """Started fake hosts and the client-side files that reach them."""
+
+    root: Path
+    hosts: list[FakeHost]
+    client_key: Path
+    known_hosts: Path
+    ssh_config: Path
+    coordinator_port: int = field(default=0)
+
+    def cluster_toml(self, slices: Sequence[tuple[str, str, Sequence[int]]], **ssh: object) -> str:
+        """A cluster file for ``(name, tpu_type, host indices)`` slices; ``ssh`` overrides defaults."""
+        settings: dict[str, object] = {
+            "user": "root",
+            "identity_file": str(self.client_key),
+            "known_hosts": str(self.known_hosts),
+            "ssh_config": str(self.ssh_config),
+            "connect_timeout": 5,
+            "coordinator_port": free_port("127.0.0.1"),
+            "remote_workdir": "~/marinbuild-work",
+            "kill_grace": 1.0,
+        }
+        settings.update(ssh)
+        lines = ["[ssh]"] + [f"{k} = {_toml(v)}" for k, v in settings.items()]
+        for name, tpu_type, indices in slices:
+            hosts = [self.hosts[i].entry for i in indices]
+            lines += ["", "[[slices]]", f"name = {_toml(name)}", f"tpu_type = {_toml(tpu_type)}",
+                      f"hosts = {_toml(hosts)}"]
+        return "\n".join(lines) + "\n"
+
+    def write_cluster(self, path: Path, slices: Sequence[tuple[str, str, Sequence[int]]], **ssh: object) -> Path:
+        path.write_text(self.cluster_toml(slices, **ssh))
+        return path
+
+
+def _toml(value: object) -> str:
+    # JSON's strings, numbers, booleans and arrays are valid TOML for these simple values.
+    return json.dumps(value)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, children before their parents."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(d.name))
+    out: list[int] = []
+
+    def walk(p: int) -> None:
+        for c in children.get(p, []):
+            walk(c)
+            out.append(c)
+
+    walk(pid)
+    return out
+
+
+def pids_with_env(*pairs: str) -> list[int]:
+    """Live (non-zombie) processes whose environment holds every ``NAME=value`` in ``pairs``."""
+    found: list[int] = []
+    wanted = {p.encode() for p in pairs}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = set((d / "environ").read_bytes().split(b"\0"))
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if wanted <= env and state != "Z":
+            found.append(int(d.name))
+    return found
+
+
+def _sshd_config(host_dir: Path, ip: str, port: int, index: int, host_key: Path,
+                 authorized: Path, home: Path, metadata: str) -> str:
+    return f"""\
+ListenAddress {ip}:{port}
+HostKey {host_key}
+PidFile {host_dir / "sshd.pid"}
+AuthorizedKeysFile {authorized}
+PermitRootLogin yes
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+StrictModes no
+UsePAM no
+UseDNS no
+MaxStartups 200
+MaxSessions 64
+LogLevel ERROR
+Subsystem sftp internal-sftp
+SetEnv FAKE_HOST_ID={index} HOME={home} GCE_METADATA_IP={metadata}
+"""
+
+
+def start_fleet(n: int, root: Path) -> FakeFleet:
+    """Generate keys and start ``n`` fake hosts on 127.0.0.2 upwards."""
+    root.mkdir(parents=True, exist_ok=True)
+    # sshd refuses to start without its privilege separation directory.
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+    host_key, client_key = root / "host_ed25519", root / "client_ed25519"
+    for key in (host_key, client_key):
+        if not key.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    authorized = root / "authorized_keys"
+    authorized.write_text((root / "client_ed25519.pub").read_text())
+    host_pub = " ".join((root / "host_ed25519.pub").read_text().split()[:2])
+    ssh_config = root / "ssh_config"
+    ssh_config.write_text("")
+    hosts: list[FakeHost] = []
+    try:
+        for i in range(n):
+            ip = f"127.0.0.{FIRST_IP + i}"
+            host_dir = root / f"host{i}"
+            home = host_dir / "home"
+            home.mkdir(parents=True, exist_ok=True)
+            port = free_port(ip)
+            metadata = MetadataServer(ip)
+            config = host_dir / "sshd_config"
+            config.write_text(_sshd_config(host_dir, ip, port, i, host_key, authorized, home, metadata.address))
+            host = FakeHost(i, ip, port, home, config, metadata)
+            hosts.append(host)
+            host.start()
+    except BaseException:
+        for h in hosts:
+            h.stop()
+            h.metadata.stop()
+        raise
+    known_hosts = root / "known_hosts"
+    known_hosts.write_text("".join(f"[{h.ip}]:{h.port} {host_pub}\n" for h in hosts))
+    return FakeFleet(root, hosts, client_key, known_hosts, ssh_config)
+
+
+def stop_fleet(fleet: FakeFleet) -> None:
+    for h in fleet.hosts:
+        h.stop()
+        h.metadata.stop()
+
+
+@pytest.fixture(scope="session")
+def ssh_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeFleet]:
+    """Four fake TPU hosts for the whole test session."""
+    fleet = start_fleet(4, tmp_path_factory.mktemp("fleet"))
+    try:
+        yield fleet
+    finally:
+        stop_fleet(fleet)
+
+
+@pytest.fixture
+def fleet(ssh_fleet: FakeFleet) -> Iterator[FakeFleet]:
+    """The session's fake hosts, every one up and answering "not preempted"."""
+    for h in ssh_fleet.hosts:
+        h.set_preempted(False)
+        if not h.running:
+            h.start()
+    yield ssh_fleet
+    for h in ssh_fleet.hosts:
+        h.set_preempted(False)
+        if not h.running:
+            h.start()

@@ -1,0 +1,76 @@
+"""Shared helpers for tests: writing Marinfiles, running the CLI, snapshotting a prefix."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write_marinfile(folder: Path, body: str, name: str = "Marinfile.py") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("MARIN_PREFIX", None)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["COLUMNS"] = "200"
+    env.update(extra or {})
+    return env
+
+
+def marinbuild(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the real command line in a fresh interpreter."""
+    return subprocess.run(
+        [sys.executable, "-m", "marinbuild", *args],
+        cwd=cwd,
+        env=cli_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start_marinbuild(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "marinbuild", *args],
+        cwd=cwd,
+        env=cli_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file and directory under ``folder`` with a hash of its bytes."""
+    out: dict[str, str] = {}
+    if not folder.exists():
+        return out
+    for root, dirs, files in os.walk(folder):
+        for d in dirs:
+            out[os.path.relpath(os.path.join(root, d), folder) + "/"] = "dir"
+        for f in files:
+            p = os.path.join(root, f)
+            out[os.path.relpath(p, folder)] = hashlib.sha256(Path(p).read_bytes()).hexdigest()
+    return out
+
+
+def plan_json(cwd: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, dict]:
+    result = marinbuild("plan", "--json", *args, cwd=cwd, env=env)
+    assert result.returncode == 0, result.stderr
+    return {row["name"]: row for row in json.loads(result.stdout)}
+
+
+def status_of(output_path: str) -> dict | None:
+    p = Path(output_path) / ".marinbuild" / "status"
+    return json.loads(p.read_text()) if p.exists() else None

@@ -1,0 +1,69 @@
+"""Bad input: exit 2, one line naming the problem, nothing written."""
+
+from __future__ import annotations
+
+import pytest
+
+from .helpers import marinbuild, snapshot, write_marinfile
+
+CASES = {
+    "syntax": ("step(\n", "Marinfile.py:1: syntax error"),
+    "exception": ("from marinbuild import step\nx = 1\nraise RuntimeError('nope')\n", "Marinfile.py:3: RuntimeError: nope"),
+    "cycle": (
+        "from marinbuild import step\ncfg = {}\na = step('a', cmd='true', config=cfg)\nb = step('b', cmd='true', config={'a': a})\ncfg['b'] = b\n",
+        "cycle",
+    ),
+    "duplicate": (
+        "from marinbuild import step, versioned\nstep('a', cmd='true', config={'v': versioned(1)})\nstep('a', cmd='true', config={'v': versioned(2)})\n",
+        "two different steps are named 'a'",
+    ),
+    "unhashable": (
+        "from marinbuild import step, versioned\nstep('a', cmd='true', config={'f': versioned(lambda: 1)})\n",
+        "step 'a': versioned field 'f'",
+    ),
+    "empty_name": ("from marinbuild import step\nstep('', cmd='true')\n", "Marinfile.py:2: step name must be a non-empty string"),
+    "absolute_name": ("from marinbuild import step\nstep('/etc/x', cmd='true')\n", "must be relative"),
+    "dotdot_name": ("from marinbuild import step\nstep('a/../b', cmd='true')\n", "must not contain '..'"),
+    "template": ("from marinbuild import step\nstep('a', cmd='echo {nope}', config={'yes': 1})\n", "names {nope}"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("command", ["run", "plan"])
+def test_bad_marinfile(project, case, command):
+    body, expected = CASES[case]
+    write_marinfile(project, body)
+    (project / "marinbuild-out").mkdir()
+    before = snapshot(project)
+    result = marinbuild(command, cwd=project)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("marinbuild: error:"), result.stderr
+    assert expected in lines[0]
+    assert "Traceback" not in result.stderr
+    assert snapshot(project) == before
+
+
+def test_missing_marinfile(project):
+    result = marinbuild("run", cwd=project)
+    assert result.returncode == 2
+    assert "no Marinfile at" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_target_suggests_close_names(project):
+    write_marinfile(project, "from marinbuild import step\nstep('train_model', cmd='true')\n")
+    result = marinbuild("run", "train_modle", cwd=project)
+    assert result.returncode == 2
+    assert "no step named 'train_modle'; did you mean train_model?" in result.stderr
+    assert not (project / "marinbuild-out").exists()
+
+
+def test_verbose_shows_traceback(project):
+    write_marinfile(project, "raise RuntimeError('nope')\n")
+    result = marinbuild("plan", "-v", cwd=project)
+    assert result.returncode == 2 and "Traceback" in result.stderr
+
+
+def test_usage_error_exits_2(project):
+    result = marinbuild("plan", "--dag", "png", cwd=project)
+    assert result.returncode == 2

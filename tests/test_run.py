@@ -1,0 +1,310 @@
+"""Running Marinfiles end to end through the real command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from .helpers import marinbuild, plan_json, snapshot, start_marinbuild, status_of, write_marinfile
+
+PIPELINE = """
+import json, os, time
+from dataclasses import dataclass
+from marinbuild import step, versioned, this_output_path, output_path_of
+
+LR = {lr}
+
+def record(out, name):
+    with open(os.path.join(os.path.dirname(os.path.dirname(out)), "events.log"), "a") as f:
+        f.write(f"{{name}} start {{time.time()}}\\n")
+        f.flush()
+        time.sleep({sleep})
+        f.write(f"{{name}} end {{time.time()}}\\n")
+
+@dataclass(frozen=True)
+class TrainConfig:
+    data: object
+    lr: object
+    out: object
+    note: str = "{note}"
+
+def make_data(cfg):
+    record(cfg["out"], "data")
+    open(os.path.join(cfg["out"], "rows.txt"), "w").write("1\\n2\\n3\\n")
+
+def train(cfg):
+    record(cfg.out, "train")
+    rows = open(os.path.join(cfg.data, "rows.txt")).read().split()
+    json.dump({{"lr": cfg.lr, "rows": len(rows)}}, open(os.path.join(cfg.out, "model.json"), "w"))
+
+data = step("data", make_data, {{"n": versioned(3), "out": this_output_path()}})
+model = step("train", train, TrainConfig(data=data, lr=versioned(LR), out=this_output_path()))
+side = step("side", cmd="echo side > {{output}}/side.txt", config={{"v": versioned(1)}})
+"""
+
+
+def pipeline(project: Path, lr=0.1, note="plain", sleep=0.0):
+    write_marinfile(project, PIPELINE.format(lr=lr, note=note, sleep=sleep))
+
+
+def test_run_then_nothing_to_do_then_versioned_change_reruns_downstream_only(project):
+    pipeline(project)
+    first = marinbuild("run", cwd=project)
+    assert first.returncode == 0, first.stderr
+    before = plan_json(project)
+    assert {r["action"] for r in before.values()} == {"skip"}
+    model = json.loads((Path(before["train"]["output_path"]) / "model.json").read_text())
+    assert model == {"lr": 0.1, "rows": 3}
+
+    pipeline(project, note="changed plain field")
+    assert {r["action"] for r in plan_json(project).values()} == {"skip"}
+
+    pipeline(project, lr=0.2)
+    after = plan_json(project)
+    assert after["train"]["action"] == "run" and after["data"]["action"] == "skip"
+    assert after["side"]["action"] == "skip"
+    assert "lr: 0.1 -> 0.2" in after["train"]["reason"]
+    assert marinbuild("run", cwd=project).returncode == 0
+
+    pipeline(project, lr=0.1)  # changing it back reuses the first output
+    back = plan_json(project)
+    assert {r["action"] for r in back.values()} == {"skip"}
+    assert back["train"]["output_path"] == before["train"]["output_path"]
+
+
+def test_plan_writes_nothing(project):
+    pipeline(project)
+    prefix = project / "marinbuild-out"
+    assert marinbuild("plan", cwd=project).returncode == 0
+    assert not prefix.exists()
+    assert marinbuild("run", "data", cwd=project).returncode == 0
+    pipeline(project, lr=0.5)
+    before = snapshot(prefix)
+    for args in (["plan"], ["plan", "--json"], ["plan", "--dag", "dot"], ["run", "--dry"], ["status"], ["why", "train"]):
+        result = marinbuild(*args, cwd=project)
+        assert result.returncode == 0, (args, result.stderr)
+    assert snapshot(prefix) == before
+
+
+def test_prefix_flag_env_and_relative_resolution(project, tmp_path):
+    pipeline(project)
+    env_prefix = tmp_path / "from-env"
+    result = marinbuild("plan", "--json", cwd=project, env={"MARIN_PREFIX": str(env_prefix)})
+    rows = json.loads(result.stdout)
+    assert all(r["output_path"].startswith(str(env_prefix) + "/") for r in rows)
+    rows = json.loads(marinbuild("plan", "--json", "--prefix", "rel/out", cwd=project).stdout)
+    assert all(r["output_path"].startswith(str(project / "rel" / "out") + "/") for r in rows)
+    rows = json.loads(marinbuild("plan", "--json", "--prefix", f"file://{tmp_path}/u", cwd=project).stdout)
+    assert all(r["output_path"].startswith(f"{tmp_path}/u/") for r in rows)
+
+
+FAILING = """
+import os, time
+from marinbuild import step, versioned
+def boom(cfg):
+    raise ValueError("bad value in step")
+bad = step("bad", boom, {"v": versioned(1)})
+after_bad = step("after_bad", cmd="echo never > {output}/x", config={"b": bad})
+good = step("good", cmd="sleep 0.5; echo ok > {output}/ok.txt", config={"v": versioned(1)})
+"""
+
+
+def test_failing_step_marks_failed_and_exit_1_and_keep_going(project):
+    write_marinfile(project, FAILING)
+    result = marinbuild("run", "-k", "-j", "1", cwd=project)
+    assert result.returncode == 1
+    rows = plan_json(project)
+    bad = status_of(rows["bad"]["output_path"])
+    assert bad["status"] == "FAILED" and "ValueError: bad value in step" in bad["error"]
+    assert "FAILED bad: ValueError: bad value in step" in result.stdout
+    assert "log: " + rows["bad"]["output_path"] + "/logs/step.log" in result.stdout
+    assert "Traceback" in (Path(rows["bad"]["output_path"]) / "logs/step.log").read_text()
+    assert status_of(rows["good"]["output_path"])["status"] == "SUCCESS"
+    assert status_of(rows["after_bad"]["output_path"]) is None
+    assert rows["bad"]["action"] == "run" and rows["bad"]["reason"].startswith("failed before")
+
+
+def test_without_keep_going_no_new_step_starts_after_a_failure(project):
+    write_marinfile(project, FAILING.replace('"sleep 0.5; ', '"'))
+    result = marinbuild("run", "bad", "good", "-j", "1", cwd=project)
+    assert result.returncode == 1
+    rows = plan_json(project)
+    # bad comes first in order; with one job and no -k, good never starts.
+    assert status_of(rows["good"]["output_path"]) is None
+    assert "not started" in result.stdout
+
+
+def test_shell_step_failure_exit_status(project):
+    write_marinfile(project, 'from marinbuild import step\nstep("sh", cmd="echo out; exit 3")\n')
+    result = marinbuild("run", cwd=project)
+    assert result.returncode == 1
+    row = plan_json(project)["sh"]
+    assert status_of(row["output_path"])["error"] == "exit status 3"
+    assert (Path(row["output_path"]) / "logs/step.log").read_text() == "out\n"
+
+
+def test_parallel_jobs_overlap(project):
+    write_marinfile(
+        project,
+        """
+        import time
+        from marinbuild import step, versioned
+        def work(cfg):
+            with open(cfg["log"], "a") as f:
+                f.write(f"{cfg['i']} start {time.time()}\\n")
+            time.sleep(1.0)
+            with open(cfg["log"], "a") as f:
+                f.write(f"{cfg['i']} end {time.time()}\\n")
+        for i in range(2):
+            step(f"w{i}", work, {"i": versioned(i), "log": "events.log"})
+        """,
+    )
+    assert marinbuild("run", "-j", "2", cwd=project).returncode == 0
+    events = {}
+    for line in (project / "events.log").read_text().splitlines():
+        i, what, t = line.split()
+        events[(i, what)] = float(t)
+    assert events[("0", "start")] < events[("1", "end")] and events[("1", "start")] < events[("0", "end")]
+
+
+def test_sigkill_of_the_tool_mid_step_leaves_no_success_and_next_run_reruns(project):
+    write_marinfile(
+        project,
+        """
+        import os, time
+        from marinbuild import step
+        def slow(cfg):
+            open("started", "w").write(str(os.getpid()))
+            time.sleep(60)
+        step("slow", slow, {})
+        """,
+    )
+    proc = start_marinbuild("run", cwd=project)
+    deadline = time.time() + 30
+    while not (project / "started").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert (project / "started").exists()
+    child = int((project / "started").read_text())
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    row = plan_json(project)["slow"]
+    assert status_of(row["output_path"])["status"] == "RUNNING"
+    assert row["action"] == "run"
+    # The step's process died with the runner instead of going on unsupervised.
+    for _ in range(100):
+        if not Path(f"/proc/{child}").exists():
+            break
+        time.sleep(0.05)
+    assert not Path(f"/proc/{child}").exists()
+
+
+def test_interrupt_marks_running_step_failed_and_exits_130(project):
+    write_marinfile(
+        project,
+        """
+        import time
+        from marinbuild import step
+        step("slow", cmd="touch started; sleep 60")
+        """,
+    )
+    proc = start_marinbuild("run", cwd=project)
+    deadline = time.time() + 30
+    while not (project / "started").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(20)
+    assert proc.returncode == 130
+    row = plan_json(project)["slow"]
+    rec = status_of(row["output_path"])
+    assert rec["status"] == "FAILED" and rec["error"] == "interrupted"
+
+
+def test_success_target_with_deleted_ancestors_is_up_to_date(project):
+    pipeline(project)
+    assert marinbuild("run", cwd=project).returncode == 0
+    rows = plan_json(project)
+    import shutil
+
+    shutil.rmtree(rows["data"]["output_path"])
+    result = marinbuild("run", "train", cwd=project)
+    assert result.returncode == 0 and "nothing to do" in result.stdout
+    assert not Path(rows["data"]["output_path"]).exists()
+
+
+def test_why_names_the_changed_field(project):
+    pipeline(project)
+    assert marinbuild("run", cwd=project).returncode == 0
+    pipeline(project, lr=0.3)
+    result = marinbuild("why", "train", cwd=project)
+    assert result.returncode == 0
+    assert "would run" in result.stdout
+    assert "lr: 0.1 -> 0.3" in result.stdout
+    dep = marinbuild("why", "data", cwd=project)
+    assert "up to date" in dep.stdout
+
+
+def test_why_names_a_changed_dependency(project):
+    pipeline(project)
+    assert marinbuild("run", cwd=project).returncode == 0
+    write_marinfile(project, PIPELINE.format(lr=0.1, note="x", sleep=0).replace('versioned(3)', 'versioned(4)'))
+    result = marinbuild("why", "train", cwd=project)
+    assert "dependency data: data-" in result.stdout
+
+
+def test_clean_orphans_and_targets(project, tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep")
+    pipeline(project)
+    assert marinbuild("run", cwd=project).returncode == 0
+    old = plan_json(project)
+    pipeline(project, lr=0.7)
+    assert marinbuild("run", cwd=project).returncode == 0
+    new = plan_json(project)
+    dry = marinbuild("clean", "--orphans", "--dry", cwd=project)
+    assert old["train"]["output_path"] in dry.stdout and Path(old["train"]["output_path"]).exists()
+    result = marinbuild("clean", "--orphans", "--yes", cwd=project)
+    assert result.returncode == 0
+    assert not Path(old["train"]["output_path"]).exists()
+    for row in new.values():
+        assert Path(row["output_path"]).exists()
+    assert outside.read_text() == "keep"
+    refused = marinbuild("clean", "side", cwd=project)
+    assert refused.returncode == 2 and Path(new["side"]["output_path"]).exists()
+    assert marinbuild("clean", "side", "--yes", cwd=project).returncode == 0
+    assert not Path(new["side"]["output_path"]).exists()
+    assert Path(new["train"]["output_path"]).exists()
+
+
+def test_plan_check_and_dag_outputs(project):
+    pipeline(project)
+    assert marinbuild("plan", "--check", cwd=project).returncode == 1
+    dot = marinbuild("plan", "--dag", "dot", cwd=project).stdout
+    assert dot.startswith("digraph") and '"data" -> "train"' in dot
+    mermaid = marinbuild("plan", "--dag", "mermaid", cwd=project).stdout
+    assert mermaid.startswith("flowchart") and "-->" in mermaid
+    assert marinbuild("run", cwd=project).returncode == 0
+    assert marinbuild("plan", "--check", cwd=project).returncode == 0
+
+
+def test_status_reports_each_step(project):
+    pipeline(project)
+    marinbuild("run", "data", cwd=project)
+    result = marinbuild("status", "--json", cwd=project)
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    assert rows["data"]["status"] == "SUCCESS" and rows["data"]["duration"] is not None
+    assert rows["train"]["status"] == "NONE"
+
+
+def test_info_json_records_provenance(project):
+    pipeline(project)
+    assert marinbuild("run", "side", cwd=project).returncode == 0
+    row = plan_json(project)["side"]
+    info = json.loads((Path(row["output_path"]) / ".marinbuild/info.json").read_text())
+    assert info["identity_payload"] == {"name": "side", "versioned": {"v": 1}, "dependencies": {}}
+    assert info["command"] == f"echo side > {row['output_path']}/side.txt"
+    for key in ("user", "host", "start_time", "end_time", "config", "dependencies"):
+        assert key in info
+    assert os.path.isabs(info["output_path"])

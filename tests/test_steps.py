@@ -1,0 +1,76 @@
+"""The step API: names, placeholders, command templates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from marinbuild import output_path_of, step, this_output_path, versioned
+from marinbuild.errors import StepDefinitionError
+from marinbuild.graph import build_graph
+from marinbuild.resolve import render_command, resolve_config
+from marinbuild.steps import collect_declared
+
+
+@pytest.mark.parametrize("name", ["", "/abs", "a/../b", "..", "a//b", "has space", "glob*"])
+def test_bad_names_are_refused(name):
+    with pytest.raises(StepDefinitionError):
+        step(name, cmd="true")
+
+
+def test_step_needs_exactly_one_of_fn_and_cmd():
+    with pytest.raises(StepDefinitionError):
+        step("x")
+    with pytest.raises(StepDefinitionError):
+        step("x", fn=print, cmd="true")
+
+
+def test_declared_steps_are_collected_in_order():
+    with collect_declared() as declared:
+        a = step("a", cmd="true")
+        b = step("b", cmd="true", config={"a": a})
+    assert declared == [a, b]
+
+
+@dataclass(frozen=True)
+class Inner:
+    path: object
+    n: object
+
+
+def test_placeholders_resolve_through_nesting():
+    a = step("a", cmd="true")
+    cfg = {"x": [Inner(path=output_path_of(a, "f.txt"), n=versioned(3))], "me": this_output_path("m"), "t": (a,)}
+    resolved = resolve_config(cfg, "/out/me", {"a": "/out/a"})
+    assert resolved == {"x": [Inner(path="/out/a/f.txt", n=3)], "me": "/out/me/m", "t": ("/out/a",)}
+
+
+def test_command_values_are_shell_quoted_and_lists_expanded():
+    cmd = render_command("run {args} --name {name} --out {output}", {"args": ["a b", "$(x)"], "name": "it's"}, "/o p")
+    assert cmd == "run 'a b' '$(x)' --name 'it'\"'\"'s' --out '/o p'"
+
+
+def test_command_template_missing_key_is_a_definition_error():
+    s = step("s", cmd="echo {missing}", config={"present": 1})
+    with pytest.raises(StepDefinitionError, match="missing"):
+        build_graph([s], "/p")
+
+
+def test_references_make_dependencies_and_unreferenced_steps_are_reached():
+    hidden = step("hidden", cmd="true")
+    top = step("top", fn=print, config={"in": [hidden]})
+    g = build_graph([top], "/p")
+    assert set(g.nodes) == {"hidden", "top"}
+    assert g.nodes["top"].deps == ("hidden",)
+    assert g.order.index("hidden") < g.order.index("top")
+
+
+def test_identical_steps_merge_and_different_ones_with_one_name_are_refused():
+    a1 = step("a", cmd="true", config={"n": versioned(1)})
+    a2 = step("a", cmd="true", config={"n": versioned(1)})
+    g = build_graph([a1, a2, step("b", cmd="true", config={"x": a2})], "/p")
+    assert len(g.nodes) == 2
+    a3 = step("a", cmd="true", config={"n": versioned(2)})
+    with pytest.raises(StepDefinitionError, match="two different steps"):
+        build_graph([a1, a3], "/p")
