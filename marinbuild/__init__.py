@@ -11,11 +11,39 @@ dependencies' identities to decide what is stale, and runs what is, in parallel:
 """
 
 from .errors import MarinbuildError, UserError
+from .resources import (
+    ZERO,
+    Cores,
+    CpuConfig,
+    Custom,
+    GpuConfig,
+    Gpus,
+    Memory,
+    Node,
+    ResourceConfig,
+    Slices,
+    Token,
+    TpuConfig,
+    WTime,
+)
 from .steps import Step, output_path_of, step, this_output_path, versioned
 from .tpu_types import tpu_topology
 
 __all__ = [
+    "ZERO",
+    "Cores",
+    "CpuConfig",
+    "Custom",
+    "GpuConfig",
+    "Gpus",
     "MarinbuildError",
+    "Memory",
+    "Node",
+    "ResourceConfig",
+    "Slices",
+    "Token",
+    "TpuConfig",
+    "WTime",
     "Step",
     "UserError",
     "output_path_of",

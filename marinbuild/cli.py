@@ -19,6 +19,10 @@ import typer
 from rich.console import Console
 
 from . import dag as dag_render
+from .admission import ResourceAdmission, check_plan_fits, describe_request, requests_of
+from .capacity import Capacity, detect_capacity, parse_named_counts, with_overrides
+from .resources import Request
+from .units import parse_duration
 from .clean import find_orphans, inside_prefix, outputs_of
 from .errors import MarinbuildError, UserError
 from .execution import RunContext
@@ -54,6 +58,10 @@ VerboseOpt = Annotated[bool, typer.Option("-v", "--verbose", help="Tracebacks an
 QuietOpt = Annotated[bool, typer.Option("-q", "--quiet", help="Only failures and the summary.")]
 ForceOpt = Annotated[list[str] | None, typer.Option("--force", "-R", help="Rerun this step (and what depends on it); repeatable.")]
 ForceAllOpt = Annotated[bool, typer.Option("--force-all", "-F", help="Rerun every step the targets need.")]
+CoresOpt = Annotated[int | None, typer.Option("--cores", help="Cores this run may use (default: detected).")]
+MemOpt = Annotated[str | None, typer.Option("--mem", help="Memory this run may use, e.g. 16g (g = GiB; default: detected minus headroom).")]
+ResourcesOpt = Annotated[list[str] | None, typer.Option("--resources", help="A custom counted resource NAME=N steps may ask for; repeatable.")]
+TokenOpt = Annotated[list[str] | None, typer.Option("--token", help="A token this run offers; repeatable.")]
 
 
 def handles_errors(fn: F) -> F:
@@ -99,14 +107,22 @@ def run(
     force_all: ForceAllOpt = False,
     dry: Annotated[bool, typer.Option("--dry", "-n", help="Only show the plan (same as `marinbuild plan`).")] = False,
     json_events: Annotated[bool, typer.Option("--json", help="Report events as JSON lines.")] = False,
+    cores: CoresOpt = None,
+    mem: MemOpt = None,
+    resources: ResourcesOpt = None,
+    token: TokenOpt = None,
+    walltime: Annotated[str | None, typer.Option("--walltime", help="Time budget of the whole run, e.g. 2:00:00; steps whose soft limit exceeds what is left are not started.")] = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Run the targets and whatever they need that is not up to date."""
     project = open_project(file, prefix)
     plan = plan_targets(project, targets or [], force or [], force_all, explain=dry)
+    capacity = _capacity(cores, mem, resources, token)
+    requests = requests_of(project.graph, plan.to_run())
+    check_plan_fits(requests, capacity)
     if dry:
-        out.print(_plan_view(plan))
+        out.print(_plan_view(plan, requests))
         return
     to_run = plan.to_run()
     if not to_run:
@@ -121,12 +137,25 @@ def run(
         outputs={n: node.output_path for n, node in project.graph.nodes.items()},
     )
     reporter = _reporter(quiet, json_events)
-    scheduler = Scheduler(plan, ctx, LocalBackend(), reporter, RunOptions(jobs=jobs, keep_going=keep_going))
+    budget = parse_duration(walltime) if walltime is not None else None
+    admission = ResourceAdmission(capacity, requests, project.graph.prefix, walltime=budget)
+    options = RunOptions(jobs=jobs, keep_going=keep_going)
+    scheduler = Scheduler(plan, ctx, LocalBackend(), reporter, options, admission=admission)
     summary = scheduler.run()
     if summary.interrupted:
         raise typer.Exit(130)
-    if summary.failed:
+    if not summary.ok:
         raise typer.Exit(1)
+
+
+def _capacity(cores: int | None, mem: str | None, resources: list[str] | None, tokens: list[str] | None) -> Capacity:
+    return with_overrides(
+        detect_capacity(),
+        cores=cores,
+        mem=mem,
+        resources=parse_named_counts(resources or []),
+        tokens=tokens or [],
+    )
 
 
 def _reporter(quiet: bool, json_events: bool) -> Reporter:
@@ -139,10 +168,10 @@ def _reporter(quiet: bool, json_events: bool) -> Reporter:
     return LiveReporter(out)
 
 
-def _plan_view(plan: Plan) -> Any:
+def _plan_view(plan: Plan, requests: dict[str, Request]) -> Any:
     from .console import plan_table
 
-    return plan_table(plan)
+    return plan_table(plan, {n: describe_request(r) for n, r in requests.items()})
 
 
 @app.command()
@@ -157,6 +186,10 @@ def plan(
     dag: Annotated[str | None, typer.Option("--dag", help="Print the graph as 'dot' or 'mermaid'.")] = None,
     force: ForceOpt = None,
     force_all: ForceAllOpt = False,
+    cores: CoresOpt = None,
+    mem: MemOpt = None,
+    resources: ResourcesOpt = None,
+    token: TokenOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Show what `run` would do, and why, without running or writing anything."""
@@ -164,6 +197,8 @@ def plan(
         raise UserError(f"--dag must be 'dot' or 'mermaid', not {dag!r}")
     project = open_project(file, prefix)
     the_plan = plan_targets(project, targets or [], force or [], force_all, explain=not check)
+    requests = requests_of(project.graph, the_plan.order)
+    check_plan_fits({n: requests[n] for n in the_plan.to_run()}, _capacity(cores, mem, resources, token))
     if check:
         raise typer.Exit(1 if the_plan.to_run() else 0)
     if dag == "dot":
@@ -179,12 +214,13 @@ def plan(
                 "action": the_plan.decisions[n].action.value,
                 "reason": the_plan.decisions[n].reason,
                 "dependencies": list(the_plan.node(n).deps),
+                "resources": describe_request(requests[n]),
             }
             for n in the_plan.order
         ]
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
     else:
-        out.print(_plan_view(the_plan))
+        out.print(_plan_view(the_plan, requests))
 
 
 @app.command()

@@ -653,7 +653,7 @@ class ResourceConfig:
             cpu=cpu,
             ram=_bytes(ram),
             device=TpuConfig(types[0], slice_count),
-            replicas=_count(slice_count, "slice_count", minimum=1),
+            replicas=slice_count,
             device_alternatives=tuple(types[1:]),
             **kw,
         )

@@ -40,14 +40,18 @@ class Grant:
     cores: tuple[int, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     timeout: float | None = None
+    group: str | None = None
 
 
 class Admission(Protocol):
     def try_acquire(self, node: Node) -> Grant | None:
         """Reserve the step's resources all at once, or nothing (None)."""
 
-    def release(self, grant: Grant) -> None:
-        """Give back what :meth:`try_acquire` reserved."""
+    def release(self, grant: Grant, duration: float | None = None) -> None:
+        """Give back what :meth:`try_acquire` reserved; ``duration`` of a successful run."""
+
+    def refusal(self, node: Node) -> str | None:
+        """Why the step must not start at all in this run, or None."""
 
 
 class Claims(Protocol):
@@ -65,8 +69,11 @@ class _Unlimited:
     def try_acquire(self, node: Node) -> Grant | None:
         return Grant()
 
-    def release(self, grant: Grant) -> None:
+    def release(self, grant: Grant, duration: float | None = None) -> None:
         pass
+
+    def refusal(self, node: Node) -> str | None:
+        return None
 
 
 class _NoClaims:
@@ -136,6 +143,7 @@ class Scheduler:
         self._waiting: dict[str, float] = {}  # leased elsewhere: name -> next check time
         self._blocked_since: dict[str, float] = {}
         self._stopping = False
+        self._not_started_reasons: dict[str, str] = {}
         self.summary.total = len(to_run)
         self.summary.skipped = len(plan.order) - len(to_run)
 
@@ -157,12 +165,21 @@ class Scheduler:
             if not self._stopping:
                 self._start_ready()
             if not self.running and not (self._waiting and not self._stopping):
+                self._give_up_on_blocked()
                 return
             try:
                 name, outcome = self.events.get(timeout=self._next_wakeup())
             except queue.Empty:
                 continue
             self._finish(name, outcome)
+
+    def _give_up_on_blocked(self) -> None:
+        # Nothing runs and nothing waits: whatever is still ready can never be admitted.
+        while self._ready and not self._stopping:
+            _, name = heapq.heappop(self._ready)
+            reason = "not started: its resources never became free"
+            self._not_started_reasons[name] = reason
+            self.reporter.step_skipped(name, reason)
 
     def _next_wakeup(self) -> float | None:
         if not self._waiting and not self._blocked_since:
@@ -194,6 +211,12 @@ class Scheduler:
                 self.reporter.step_waiting(name, why)
                 self._waiting[name] = now + self.options.poll_interval
                 continue
+            refusal = self.admission.refusal(node)
+            if refusal is not None:
+                self.claims.release(node)
+                self.reporter.step_skipped(name, refusal)
+                self._not_started_reasons[name] = refusal
+                continue
             grant = self.admission.try_acquire(node)
             if grant is None:
                 self.claims.release(node)
@@ -223,7 +246,7 @@ class Scheduler:
 
     def _finish(self, name: str, outcome: Outcome) -> None:
         active = self.running.pop(name)
-        self.admission.release(active.grant)
+        self.admission.release(active.grant, outcome.duration if outcome.ok else None)
         try:
             if outcome.ok and self.claims.lost(active.node):
                 outcome = Outcome(False, outcome.started, outcome.ended, error="lease lost while running")

@@ -28,10 +28,12 @@ import posixpath
 import statistics
 import tempfile
 from collections.abc import Mapping, Sequence
-
-import fsspec
+from typing import TYPE_CHECKING
 
 from .resources import WTime
+
+if TYPE_CHECKING:
+    import fsspec
 
 __all__ = [
     "HARD_SIGMAS",
@@ -84,6 +86,8 @@ class WallTimeEstimator:
     """
 
     def __init__(self, url: str, max_samples: int = MAX_SAMPLES) -> None:
+        import fsspec  # only runs that use wall-time groups pay for it
+
         self._fs, self._path = fsspec.core.url_to_fs(url)
         self._max_samples = max_samples
         self._groups: dict[str, list[float]] | None = None

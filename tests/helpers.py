@@ -74,3 +74,13 @@ def plan_json(cwd: Path, *args: str, env: dict[str, str] | None = None) -> dict[
 def status_of(output_path: str) -> dict | None:
     p = Path(output_path) / ".marinbuild" / "status"
     return json.loads(p.read_text()) if p.exists() else None
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs; a zombie (dead, not yet reaped) counts as gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state != "Z"

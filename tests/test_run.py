@@ -8,7 +8,7 @@ import signal
 import time
 from pathlib import Path
 
-from .helpers import marinbuild, plan_json, snapshot, start_marinbuild, status_of, write_marinfile
+from .helpers import alive, marinbuild, plan_json, snapshot, start_marinbuild, status_of, write_marinfile
 
 PIPELINE = """
 import json, os, time
@@ -195,10 +195,10 @@ def test_sigkill_of_the_tool_mid_step_leaves_no_success_and_next_run_reruns(proj
     assert row["action"] == "run"
     # The step's process died with the runner instead of going on unsupervised.
     for _ in range(100):
-        if not Path(f"/proc/{child}").exists():
+        if not alive(child):
             break
         time.sleep(0.05)
-    assert not Path(f"/proc/{child}").exists()
+    assert not alive(child)
 
 
 def test_interrupt_marks_running_step_failed_and_exits_130(project):

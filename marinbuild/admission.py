@@ -1,0 +1,103 @@
+"""Admission: whether a ready step's resources are free now, and what it is given.
+
+This joins the plan to the allocator. Every step's request is computed once, checked at
+plan time against the total capacity (a request nothing could ever satisfy is an error
+naming the step and the field, never a hang), and allocated all-or-nothing when the step
+is about to start. Wall-time limits come from the request or, for a ``WTime(group=...)``,
+from the group's recorded history; with ``--walltime`` a step whose soft limit exceeds the
+time left in the run is not started.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+
+from .allocator import Allocation, Allocator, check_fits
+from .capacity import Capacity
+from .graph import Node, StepGraph
+from .resources import Request, WTime, as_request
+from .scheduler import Grant
+from .storage import Storage
+
+__all__ = ["ResourceAdmission", "check_plan_fits", "describe_request", "requests_of"]
+
+
+def requests_of(graph: StepGraph, names: Iterable[str]) -> dict[str, Request]:
+    """Each named step's resources as a request (no resources: one core, no memory)."""
+    return {n: as_request(graph.nodes[n].step.resources) for n in names}
+
+
+def check_plan_fits(requests: Mapping[str, Request], capacity: Capacity) -> None:
+    """Refuse, before anything runs, a step that could never fit (ResourceError, exit 2)."""
+    for name, request in requests.items():
+        check_fits(name, request, capacity)
+
+
+def describe_request(request: Request) -> str:
+    """Short text for the plan's resources column."""
+    return repr(request)
+
+
+class ResourceAdmission:
+    """The scheduler's admission gate over an :class:`~marinbuild.allocator.Allocator`."""
+
+    def __init__(
+        self,
+        capacity: Capacity,
+        requests: Mapping[str, Request],
+        prefix: str,
+        walltime: float | None = None,
+    ) -> None:
+        self.allocator = Allocator(capacity)
+        self.requests = requests
+        self._deadline = time.monotonic() + walltime if walltime is not None else None
+        self._machine_has_gpus = bool(capacity.gpus)
+        groups = any(r.group for r in requests.values())
+        self._estimator = _estimator(prefix) if groups else None
+
+    def _wtime(self, node: Node) -> WTime | None:
+        wtime = self.requests[node.name].wtime
+        if wtime is not None and self._estimator is not None:
+            wtime = self._estimator.resolve(wtime)
+        return wtime
+
+    def refusal(self, node: Node) -> str | None:
+        """Why the step must not start at all in this run (its soft limit exceeds the time left)."""
+        if self._deadline is None:
+            return None
+        wtime = self._wtime(node)
+        soft = wtime.softT if wtime is not None else None
+        left = self._deadline - time.monotonic()
+        if soft is not None and soft > left:
+            return f"not started: soft wall time {soft:g} s exceeds the {max(left, 0):.0f} s left (--walltime)"
+        if left <= 0:
+            return "not started: --walltime is used up"
+        return None
+
+    def try_acquire(self, node: Node) -> Grant | None:
+        allocation = self.allocator.try_allocate(self.requests[node.name])
+        if allocation is None:
+            return None
+        allocation = Allocation(allocation.request, machine_has_gpus=self._machine_has_gpus)
+        wtime = self._wtime(node)
+        return Grant(
+            allocation=allocation,
+            cores=allocation.request.core_ids,
+            env=tuple(allocation.env().items()),
+            timeout=wtime.T if wtime is not None else None,
+            group=wtime.group if wtime is not None else None,
+        )
+
+    def release(self, grant: Grant, duration: float | None = None) -> None:
+        """Return the allocation; a successful run's duration feeds its wall-time group."""
+        if grant.allocation is not None:
+            self.allocator.release(grant.allocation)
+        if duration is not None and grant.group and self._estimator is not None:
+            self._estimator.record(grant.group, duration)
+
+
+def _estimator(prefix: str):  # type: ignore[no-untyped-def]
+    from .walltime import WallTimeEstimator
+
+    return WallTimeEstimator(Storage.join(prefix, ".marinbuild", "walltime.json"))
