@@ -27,7 +27,8 @@ def inside_prefix(path: str, prefix: str) -> bool:
 
 def outputs_of(graph: StepGraph, names: Iterable[str]) -> tuple[list[str], list[str]]:
     """Existing-or-not output paths of ``names``: (inside the prefix, outside it)."""
-    inside, outside = [], []
+    inside: list[str] = []
+    outside: list[str] = []
     for name in names:
         out = graph.nodes[name].output_path
         (inside if inside_prefix(out, graph.prefix) else outside).append(out)

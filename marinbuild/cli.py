@@ -21,8 +21,6 @@ from rich.console import Console
 from . import dag as dag_render
 from .admission import ResourceAdmission, check_plan_fits, describe_request, requests_of
 from .capacity import Capacity, detect_capacity, parse_named_counts, with_overrides
-from .resources import Request
-from .units import parse_duration
 from .clean import find_orphans, inside_prefix, outputs_of
 from .errors import MarinbuildError, UserError
 from .execution import RunContext
@@ -32,8 +30,10 @@ from .markers import read_info
 from .plan import Plan, closure, select
 from .project import open_project, plan_targets, probe
 from .reporting import JsonReporter, Reporter
+from .resources import Request
 from .scheduler import RunOptions, Scheduler
 from .staleness import Action, diff_payloads
+from .units import parse_duration
 
 app = typer.Typer(
     name="marinbuild",
@@ -237,7 +237,7 @@ def status(
     graph = project.graph
     names = [n for n in graph.order if n in closure(graph, select(graph, targets or []))]
     records = probe(project, names)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for n in names:
         node = graph.nodes[n]
         rec = records.get(node.output_path)

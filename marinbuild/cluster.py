@@ -177,6 +177,11 @@ _SLICE_KEYS = {"name", "tpu_type", "hosts", "ssh", "internal_addresses"}
 _TOP_KEYS = {"ssh", "slices", "max_parallel"}
 
 
+def _has_type(value: object, want: type | tuple[type, ...]) -> bool:
+    # bool is an int to Python but never a port or a timeout here.
+    return isinstance(value, bool) == (want is bool) and isinstance(value, want)
+
+
 def _ssh_settings(base: SshSettings, table: Any, where: str) -> SshSettings:
     if not isinstance(table, Mapping):
         raise ClusterConfigError(f"{where}: 'ssh' must be a table")
@@ -187,9 +192,7 @@ def _ssh_settings(base: SshSettings, table: Any, where: str) -> SshSettings:
             raise ClusterConfigError(
                 f"{where}: unknown ssh setting {key!r} (known: {', '.join(_SSH_FIELDS)})"
             )
-        want = _SSH_TYPES[key]
-        # bool is an int to Python but never a port or a timeout here.
-        if isinstance(value, bool) != (want is bool) or not isinstance(value, want):
+        if not _has_type(value, _SSH_TYPES[key]):
             raise ClusterConfigError(f"{where}: ssh setting {key!r} has the wrong type")
         if key.endswith("port") and not 0 < value < 65536:
             raise ClusterConfigError(f"{where}: ssh setting {key!r} = {value} is not a port")

@@ -17,7 +17,7 @@ from rich.text import Text
 from .plan import Plan
 from .reporting import NullReporter, Summary
 
-__all__ = ["LiveReporter", "LineReporter", "plan_table", "print_summary"]
+__all__ = ["LineReporter", "LiveReporter", "plan_table", "print_summary"]
 
 MAX_ROWS = 200
 """Above this many steps the plan shows a summary and the first rows: rich needs seconds
@@ -49,8 +49,8 @@ def plan_table(plan: Plan, resources: dict[str, str] | None = None, max_rows: in
         res = (resources or {}).get(n, "")
         table.add_row(n, Text(d.action.value, style=style), d.reason, res, plan.node(n).output_path)
     parts.append(table)
-    counts = Counter(d.action.value for d in plan.decisions.values())
-    parts.append(Text(", ".join(f"{v} to {k}" for k, v in sorted(counts.items())) or "nothing to do"))
+    totals = Counter(d.action.value for d in plan.decisions.values())
+    parts.append(Text(", ".join(f"{v} to {k}" for k, v in sorted(totals.items())) or "nothing to do"))
     return Group(*parts)
 
 

@@ -36,6 +36,7 @@ from .preemption import (
     parse_metadata_answer,
 )
 from .ssh import (
+    CommandResult,
     ConnectionLost,
     HostKeyError,
     HostTarget,
@@ -56,6 +57,8 @@ TOKEN_VAR = "MARINBUILD_GANG_TOKEN"
 _MAX_LINE = 65536
 _HYGIENE_TIMEOUT_S = 60
 _READER_JOIN_S = 5.0
+# Beyond the kill grace: the final wait for SIGKILLed processes and the metadata query.
+_TEARDOWN_SLACK_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,7 @@ class _HostState:
     conn: SshConnection | None = None
     chan: paramiko.Channel | None = None
     remote_root: str | None = None
+    launch_sent: bool = False
     exit_code: int | None = None
     connection_lost: bool = False
     reachable: bool | None = None
@@ -194,8 +198,9 @@ class _HostState:
 
     @property
     def attempt_dir(self) -> str:
-        assert self.remote_root is not None
-        return f"{self.remote_root}/attempts/{self.plan.env[TOKEN_VAR]}"
+        """A shell word for this host's attempt directory (it may start with ``"$HOME"``)."""
+        root = remote_path(self.plan.settings.remote_workdir)
+        return f"{root}/attempts/{shlex.quote(self.plan.env[TOKEN_VAR])}"
 
     def outcome(self) -> HostOutcome:
         p = self.plan
@@ -312,16 +317,16 @@ class Gang:
         h.conn = SshConnection.connect(h.plan.target)
 
     def _prepare(self, h: _HostState) -> None:
+        """Make sure the host holds this workdir, uploading it if not."""
+        if self.workdir is None:
+            return
         assert h.conn is not None
         s = h.plan.settings
         script = (
             f"root={remote_path(s.remote_workdir)}; "
             'mkdir -p "$root" && cd "$root" && echo "ROOT $(pwd -P)" || exit 1; '
-            f"timeout {_HYGIENE_TIMEOUT_S} /bin/sh -c {shlex.quote(s.hygiene_command)} "
-            '</dev/null >/dev/null 2>&1; echo "HYGIENE $?"; '
+            + presence_check(".", self.workdir.digest)
         )
-        if self.workdir is not None:
-            script += presence_check(".", self.workdir.digest)
         result = h.conn.run(script)
         lines = dict(line.partition(" ")[::2] for line in result.stdout.splitlines())
         if result.exit_code != 0 or "ROOT" not in lines:
@@ -329,13 +334,19 @@ class Gang:
                 f"cannot create remote_workdir {s.remote_workdir!r}: {result.stderr.strip()[-300:]}"
             )
         h.remote_root = lines["ROOT"]
-        if self.workdir is not None and "HAVE" not in lines:
+        if "HAVE" not in lines:
             upload_and_unpack(h.conn, self.workdir, h.remote_root)
             h.synced = True
 
     def _launch_script(self, h: _HostState) -> str:
         q = shlex.quote
+        s = h.plan.settings
         cwd = f"cd {q(f'{h.remote_root}/{self.workdir.digest}')} || exit 126; " if self.workdir else ""
+        # Hygiene runs here rather than in a separate session: one session per host
+        # fewer is what launch latency on many hosts is made of.
+        hygiene = (
+            f"timeout {_HYGIENE_TIMEOUT_S} /bin/sh -c {q(s.hygiene_command)} </dev/null >/dev/null 2>&1; "
+        )
         # The wrapper becomes a new session (so its pgid is its pid), records that pgid
         # for the teardown, runs the command and keeps its exit code even if our
         # connection drops; `setsid -w` passes the code back to this channel.
@@ -344,7 +355,7 @@ class Gang:
             'echo $rc > "$1/rc"; exit $rc'
         )
         return (
-            f"att={q(h.attempt_dir)}; mkdir -p \"$att\" || exit 125; {cwd}"
+            f"att={h.attempt_dir}; mkdir -p \"$att\" || exit 125; {hygiene}{cwd}"
             f"{export_env(h.plan.env)}; "
             "if [ -x /bin/bash ]; then sh=/bin/bash; else sh=/bin/sh; fi; "
             f'exec setsid -w /bin/sh -c {q(wrapper)} marinbuild "$att" "$sh" {q(self.command)} '
@@ -358,6 +369,7 @@ class Gang:
             log.write(self.log_header.encode())
             log.flush()
         try:
+            h.launch_sent = True
             h.chan = h.conn.open_command(self._launch_script(h))
         except BaseException:
             log.close()
@@ -401,7 +413,8 @@ class Gang:
             log.close()
             chan.status_event.wait(2.0)
             code = chan.exit_status if chan.exit_status_ready() else -1
-            transport_ok = h.conn is not None and h.conn.alive
+            transport = chan.get_transport()
+            transport_ok = transport is not None and transport.is_active()
             with h.lock:
                 if code == -1 and not transport_ok:
                     h.connection_lost = True
@@ -441,7 +454,7 @@ class Gang:
         ticks = max(1, int(h.plan.settings.kill_grace * 10))
         token = h.plan.env[TOKEN_VAR]
         script = f"""
-att={q(h.attempt_dir)}; tok={q(token)}
+att={h.attempt_dir}; tok={q(token)}
 members() {{
   pg=; [ -f "$att/pgid" ] && read -r pg < "$att/pgid"
   if [ -n "$pg" ]; then
@@ -478,12 +491,12 @@ echo "SURVIVORS $ps"
         return script
 
     def _teardown(self, h: _HostState, *, ask_metadata: bool) -> None:
-        if h.remote_root is None:
+        if not h.launch_sent:
             return
-        conn = self._control_connection(h)
-        if conn is None:
+        budget = h.plan.settings.kill_grace + _TEARDOWN_SLACK_S
+        result = self._on_host(h, self._teardown_script(h, ask_metadata), budget)
+        if result is None:
             return
-        result = conn.run(self._teardown_script(h, ask_metadata), timeout=60)
         for line in result.stdout.splitlines():
             key, _, value = line.partition(" ")
             if key == "SURVIVORS":
@@ -497,34 +510,34 @@ echo "SURVIVORS $ps"
                 h.metadata_preempted = parse_metadata_answer(value)
 
     def _inspect_lost(self, h: _HostState) -> None:
-        if not h.connection_lost or h.reachable is not None:
-            return
-        conn = self._control_connection(h)
-        if conn is not None:
-            h.metadata_preempted = parse_metadata_answer(
-                conn.run(metadata_query_command(), timeout=30).stdout
-            )
+        if h.connection_lost and h.reachable is None:
+            result = self._on_host(h, metadata_query_command(), _TEARDOWN_SLACK_S)
+            if result is not None:
+                h.metadata_preempted = parse_metadata_answer(result.stdout)
 
-    def _control_connection(self, h: _HostState) -> SshConnection | None:
-        """A working connection to ``h``: the current one if alive, else a fresh one.
+    def _on_host(self, h: _HostState, script: str, timeout: float) -> CommandResult | None:
+        """Run a control script on ``h`` over its connection, or a fresh one if that fails.
 
-        Failing to reconnect to a host whose connection dropped is what marks it as no
-        longer answering SSH, i.e. preempted.
+        A connection can look alive long after its VM vanished, so a control command
+        that gets no answer is retried over a new connection; when that cannot be
+        opened the host no longer answers SSH, which counts as preemption.  None then.
         """
         if h.conn is not None and h.conn.alive:
-            h.reachable = True if h.connection_lost else h.reachable
-            return h.conn
+            try:
+                return h.conn.run(script, timeout=timeout)
+            except ConnectionLost:
+                h.connection_lost = True
         try:
             fresh = SshConnection.connect(h.plan.target)
-        except (HostUnreachable, ConnectionLost):
-            h.reachable = False
+        except (HostUnreachable, ConnectionLost) as e:
+            h.reachable, h.note = False, str(e)
             return None
         if h.conn is not None:
             h.conn.close()
         h.conn = fresh
         if h.connection_lost:
             h.reachable = True
-        return fresh
+        return fresh.run(script, timeout=timeout)
 
     def _join_readers(self) -> None:
         deadline = time.time() + _READER_JOIN_S

@@ -206,7 +206,7 @@ def _child_main(job: Job, log_fd: int, err_w: int) -> None:  # pragma: no cover 
             assert job.fn is not None
             job.fn(job.config)
             code = 0
-        except BaseException as e:  # noqa: BLE001 - everything the step raises is its failure
+        except BaseException as e:  # everything the step raises is its failure
             traceback.print_exc()
             last = f"{type(e).__name__}: {e}".splitlines()[0] if str(e) else type(e).__name__
             os.write(err_w, json.dumps({"error": last}).encode())
@@ -214,7 +214,7 @@ def _child_main(job: Job, log_fd: int, err_w: int) -> None:  # pragma: no cover 
             for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()
-                except Exception:  # noqa: BLE001
+                except Exception:
                     pass
     finally:
         os._exit(code)

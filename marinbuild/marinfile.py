@@ -72,7 +72,7 @@ def _where(exc: BaseException, path: str) -> str:
     """``file:line`` of the deepest frame in the Marinfile, else of the deepest frame."""
     frames = traceback.extract_tb(exc.__traceback__)
     mine = [f for f in frames if os.path.abspath(f.filename) == path]
-    frame = (mine or frames or [None])[-1]
-    if frame is None:
+    chosen = mine or frames
+    if not chosen:
         return path
-    return f"{frame.filename}:{frame.lineno}"
+    return f"{chosen[-1].filename}:{chosen[-1].lineno}"

@@ -10,8 +10,7 @@ import getpass
 import os
 import re
 import shlex
-import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -185,7 +184,7 @@ class SshConnection:
                 target.hostname,
                 port=target.port,
                 username=target.user,
-                key_filename=list(target.identity_files) or None,
+                key_filename=list(target.identity_files) or None,  # type: ignore[arg-type]
                 look_for_keys=not target.identity_files,
                 allow_agent=True,
                 timeout=t,
@@ -254,7 +253,7 @@ class SshConnection:
             err = _read_all(chan.recv_stderr)
             code = chan.recv_exit_status()
             chan.close()
-        except socket.timeout:
+        except TimeoutError:
             raise ConnectionLost(self.target.alias, f"no answer within {timeout} s") from None
         except (OSError, EOFError, paramiko.SSHException) as e:
             raise ConnectionLost(self.target.alias, f"command failed: {e}") from None
@@ -281,10 +280,10 @@ class SshConnection:
         self.close()
 
 
-def _read_all(recv: object) -> bytes:
+def _read_all(recv: Callable[[int], bytes]) -> bytes:
     chunks: list[bytes] = []
     while True:
-        data = recv(65536)  # type: ignore[operator]
+        data = recv(65536)
         if not data:
             return b"".join(chunks)
         chunks.append(data)

@@ -17,10 +17,10 @@ from typing import Any
 
 from .markers import FAILED, RUNNING, SUCCESS, StatusRecord
 
-__all__ = ["Action", "Change", "Decision", "decide", "diff_payloads", "describe_changes"]
+__all__ = ["Action", "Change", "Decision", "decide", "describe_changes", "diff_payloads"]
 
 
-class Action(str, enum.Enum):
+class Action(enum.StrEnum):
     RUN = "run"
     SKIP = "skip"
     WAIT = "wait"

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Storage", "resolve_prefix", "DEFAULT_PREFIX"]
+__all__ = ["DEFAULT_PREFIX", "Storage", "resolve_prefix"]
 
 DEFAULT_PREFIX = "marinbuild-out"
 """The prefix used when neither ``--prefix`` nor ``MARIN_PREFIX`` is set, relative to the

@@ -339,10 +339,10 @@ def run_tpu_step(
                     return TpuResult("PREEMPTED", tuple(attempts), f"{error} (preemption budget spent)")
             else:
                 failures += 1
-                if any(h.fatal for h in outcome.hosts):
-                    return TpuResult(cls.value, tuple(attempts), error)
-                if failures > job.max_retries_failure:
-                    return TpuResult(cls.value, tuple(attempts), error)
+                status: TpuStatus = "INFRA" if cls is AttemptClass.INFRA else "FAILED"
+                # A refused host key or login cannot get better by retrying.
+                if any(h.fatal for h in outcome.hosts) or failures > job.max_retries_failure:
+                    return TpuResult(status, tuple(attempts), error)
             delay = backoff_delay(len(attempts))
             console(f"{prefix}retrying in {delay:.1f} s")
             if cancel.wait(delay):

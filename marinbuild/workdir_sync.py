@@ -119,15 +119,17 @@ def pack_workdir(root: str | Path, dest_dir: str | Path) -> PackedWorkdir:
     with tmp.open("wb") as f:
         hashing = _HashingWriter(f)
         # mtime=0 and no file name keep the gzip header, hence the digest, reproducible.
-        with gzip.GzipFile(filename="", mode="wb", fileobj=hashing, mtime=0) as gz:  # type: ignore[arg-type]
-            with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
-                for name in names:
-                    info, data = _tar_member(root, name)
-                    try:
-                        tar.addfile(info, data)
-                    finally:
-                        if data is not None:
-                            data.close()
+        with (
+            gzip.GzipFile(filename="", mode="wb", fileobj=hashing, mtime=0) as gz,  # type: ignore[arg-type]
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar,
+        ):
+            for name in names:
+                info, data = _tar_member(root, name)
+                try:
+                    tar.addfile(info, data)
+                finally:
+                    if data is not None:
+                        data.close()
     digest = hashing.sha.hexdigest()[:_DIGEST_LEN]
     final = dest / f"{digest}.tar.gz"
     tmp.replace(final)
