@@ -25,13 +25,25 @@ __all__ = ["ResourceAdmission", "check_plan_fits", "describe_request", "requests
 
 def requests_of(graph: StepGraph, names: Iterable[str]) -> dict[str, Request]:
     """Each named step's resources as a request (no resources: one core, no memory)."""
-    return {n: as_request(graph.nodes[n].step.resources) for n in names}
+    # Most steps share one resources object (often None): convert each object once.
+    by_object: dict[int, Request] = {}
+    out: dict[str, Request] = {}
+    for n in names:
+        resources = graph.nodes[n].step.resources
+        key = id(resources)
+        if key not in by_object:
+            by_object[key] = as_request(resources)
+        out[n] = by_object[key]
+    return out
 
 
 def check_plan_fits(requests: Mapping[str, Request], capacity: Capacity) -> None:
     """Refuse, before anything runs, a step that could never fit (ResourceError, exit 2)."""
+    checked: set[int] = set()
     for name, request in requests.items():
-        check_fits(name, request, capacity)
+        if id(request) not in checked:
+            check_fits(name, request, capacity)
+            checked.add(id(request))
 
 
 def describe_request(request: Request) -> str:

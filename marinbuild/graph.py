@@ -176,18 +176,26 @@ def template_keys(s: Step) -> set[str]:
     return keys | {"output"}
 
 
+@functools.lru_cache(maxsize=4096)
+def _template_fields(template: str) -> tuple[str, ...] | str:
+    """The top-level names a template uses, or the parse error's text."""
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as e:
+        return str(e)
+    return tuple(f.split(".", 1)[0].split("[", 1)[0] for f in fields)
+
+
 def _check_template(s: Step) -> None:
     if s.cmd is None:
         return
     keys = template_keys(s)
-    try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(s.cmd) if f is not None]
-    except ValueError as e:
-        raise StepDefinitionError(f"step {s.name!r}: bad command template: {e}") from None
-    for f in fields:
-        head = f.split(".", 1)[0].split("[", 1)[0]
+    fields = _template_fields(s.cmd)
+    if isinstance(fields, str):
+        raise StepDefinitionError(f"step {s.name!r}: bad command template: {fields}")
+    for head in fields:
         if head == "" or head.isdigit():
-            raise StepDefinitionError(f"step {s.name!r}: command template fields must be named, not {{{f}}}")
+            raise StepDefinitionError(f"step {s.name!r}: command template fields must be named, not {{{head}}}")
         if head not in keys:
             known = ", ".join(sorted(keys))
             raise StepDefinitionError(

@@ -15,6 +15,7 @@ Every ``step(...)`` executed while a Marinfile loads is *declared*: it is a defa
 from __future__ import annotations
 
 import contextvars
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,6 +120,9 @@ class collect_declared:
         _declared.reset(self._token)
 
 
+_BAD_NAME_CHARS = re.compile(r"[\s*?\[\]{}'\"]")
+
+
 def _check_name(name: object) -> str:
     if not isinstance(name, str) or not name.strip():
         raise StepDefinitionError(f"step name must be a non-empty string, got {name!r}")
@@ -127,7 +131,7 @@ def _check_name(name: object) -> str:
     parts = name.split("/")
     if any(p in ("", ".", "..") for p in parts):
         raise StepDefinitionError(f"step name {name!r} must not contain '..', '.' or empty parts")
-    if any(c.isspace() or c in "*?[]{}'\"" for c in name):
+    if _BAD_NAME_CHARS.search(name):
         raise StepDefinitionError(f"step name {name!r} must not contain spaces, quotes or glob characters")
     return name
 
