@@ -77,7 +77,8 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
         "start_time": time.time(),
         **ctx.provenance,
     }
-    write_info(storage, out, info)
+    # The info JSON is written once, at the end, with both times; while the step runs its
+    # RUNNING status says who runs it and since when.
     write_status(storage, out, RUNNING, owner=_owner())
     job = Job(
         name=s.name,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,6 +35,17 @@ _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") el
 def _die_with_parent() -> None:
     if _libc is not None:
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+# A Python preexec_fn forces a full fork() of the driver, whose page tables grow with the
+# plan (14 ms per spawn measured with a large plan); util-linux's setpriv sets the same
+# death signal and lets subprocess use vfork (about 3.5 ms).
+_SETPRIV = shutil.which("setpriv")
+
+
+def _shell_argv(command: str) -> list[str]:
+    argv = ["/bin/sh", "-c", command]
+    return [_SETPRIV, "--pdeathsig", "KILL", *argv] if _SETPRIV else argv
 
 
 class LocalBackend:
@@ -86,14 +98,14 @@ class _LocalRun:
         assert self.job.command is not None
         with open(self.job.log_file, "ab") as log:
             proc = subprocess.Popen(
-                ["/bin/sh", "-c", self.job.command],
+                _shell_argv(self.job.command),
                 cwd=self.job.workdir,
                 env=self._environment(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=None if _SETPRIV else _die_with_parent,
             )
         self._proc: subprocess.Popen[bytes] | None = proc
         self.pid = proc.pid
