@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console, Group
@@ -24,7 +25,7 @@ MAX_ROWS = 200
 to lay out a table of ten thousand rows."""
 
 
-def plan_table(plan: Plan, resources: dict[str, str] | None = None, max_rows: int = MAX_ROWS) -> Group:
+def plan_table(plan: Plan, resources: Mapping[str, object] | None = None, max_rows: int = MAX_ROWS) -> Group:
     """The plan as a table (or a summary plus the first rows for big plans)."""
     parts: list[Any] = []
     names = list(plan.order)
@@ -46,7 +47,7 @@ def plan_table(plan: Plan, resources: dict[str, str] | None = None, max_rows: in
     for n in names:
         d = plan.decisions[n]
         style = {"run": "yellow", "skip": "green", "wait": "cyan"}[d.action.value]
-        res = (resources or {}).get(n, "")
+        res = str((resources or {}).get(n, ""))  # rendered only for the rows shown
         table.add_row(n, Text(d.action.value, style=style), d.reason, res, plan.node(n).output_path)
     parts.append(table)
     totals = Counter(d.action.value for d in plan.decisions.values())

@@ -101,11 +101,11 @@ def make_plan(
 def _forced_reasons(
     graph: StepGraph, targets: Sequence[str], force: Sequence[str], force_all: bool
 ) -> dict[str, str]:
+    if not force_all and not force:
+        return {}
     scope = closure(graph, targets)
     if force_all:
         return dict.fromkeys(scope, "forced")
-    if not force:
-        return {}
     chosen = select(graph, force)
     reasons: dict[str, str] = {}
     for name in chosen:

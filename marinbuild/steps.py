@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,10 +120,12 @@ class collect_declared:
         _declared.reset(self._token)
 
 
-_BAD_NAME_CHARS = re.compile(r"[\s*?\[\]{}'\"]")
+_GOOD_NAME = re.compile(r"(?!\.\.?(?:/|$))[^/\s*?\[\]{}'\"\\]+(?:/(?!\.\.?(?:/|$))[^/\s*?\[\]{}'\"\\]+)*")
 
 
 def _check_name(name: object) -> str:
+    if isinstance(name, str) and _GOOD_NAME.fullmatch(name):
+        return name  # the common case, in one regex; the checks below say what is wrong
     if not isinstance(name, str) or not name.strip():
         raise StepDefinitionError(f"step name must be a non-empty string, got {name!r}")
     if name.startswith("/") or "\\" in name:
@@ -131,9 +133,7 @@ def _check_name(name: object) -> str:
     parts = name.split("/")
     if any(p in ("", ".", "..") for p in parts):
         raise StepDefinitionError(f"step name {name!r} must not contain '..', '.' or empty parts")
-    if _BAD_NAME_CHARS.search(name):
-        raise StepDefinitionError(f"step name {name!r} must not contain spaces, quotes or glob characters")
-    return name
+    raise StepDefinitionError(f"step name {name!r} must not contain spaces, quotes, braces or glob characters")
 
 
 def step(
@@ -186,23 +186,35 @@ def step(
     return s
 
 
-def iter_references(value: Any, path: str = "") -> Iterator[tuple[str, Step, str | None]]:
-    """Yield ``(dotted_path, step, sub)`` for every step reference inside a config value."""
-    if isinstance(value, Step):
-        yield path, value, None
-    elif isinstance(value, OutputPathOf):
-        yield path, value.step, value.sub
-    elif isinstance(value, VersionedValue):
-        yield from iter_references(value.value, path)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from iter_references(v, join_path(path, str(k)))
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            yield from iter_references(v, join_path(path, str(i)))
-    elif is_dataclass_instance(value):
-        for name in value.__dataclass_fields__:
-            yield from iter_references(getattr(value, name), join_path(path, name))
+_LEAVES = (str, int, float, bool, type(None))
+
+
+def iter_references(value: Any) -> list[tuple[str, Step, str | None]]:
+    """``(dotted_path, step, sub)`` for every step reference inside a config value.
+
+    An explicit stack rather than recursion: this runs once per step on every command, and
+    nested generators cost several times more per visited value.
+    """
+    found: list[tuple[str, Step, str | None]] = []
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        v, path = stack.pop()
+        if isinstance(v, _LEAVES):
+            continue
+        if isinstance(v, Step):
+            found.append((path, v, None))
+        elif isinstance(v, OutputPathOf):
+            found.append((path, v.step, v.sub))
+        elif isinstance(v, VersionedValue):
+            stack.append((v.value, path))
+        elif isinstance(v, dict):
+            stack.extend((item, f"{path}.{k}" if path else str(k)) for k, item in v.items())
+        elif isinstance(v, (list, tuple)):
+            stack.extend((item, f"{path}.{i}" if path else str(i)) for i, item in enumerate(v))
+        elif is_dataclass_instance(v):
+            stack.extend((getattr(v, f), f"{path}.{f}" if path else f) for f in v.__dataclass_fields__)
+    found.reverse()
+    return found
 
 
 def join_path(path: str, key: str) -> str:
