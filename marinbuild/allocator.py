@@ -235,7 +235,8 @@ def _fit_slices(slices: Slices, pool: Capacity) -> Slices | str:
         return f"asks for tpu slices {list(slices.names)} of {wanted}, which are not offered (known slices: {known})"
     most = max(len(pool.slices.get(t, ())) for t in slices.tpu_types)
     shortfall = f"only {most} of one type are offered" if most else f"no slice of type {wanted} is known"
-    return f"asks for tpu={wanted} x {_plural(slices.n, 'slice')} but {shortfall} (known slices: {known})"
+    hint = "; name a cluster file with --cluster" if not pool.slices else ""
+    return f"asks for tpu={wanted} x {_plural(slices.n, 'slice')} but {shortfall} (known slices: {known}{hint})"
 
 
 def _plural(n: int, noun: str) -> str:

@@ -85,6 +85,8 @@ class SshSettings:
     hygiene_command: str = DEFAULT_HYGIENE_COMMAND
     remote_workdir: str = "~/.marinbuild/work"
     kill_grace: float = 2.0
+    python: str = "python3"
+    """The interpreter that runs function steps on the hosts (it must import marinbuild)."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,7 @@ def parse_host_entry(text: str) -> HostEntry:
 _SSH_FIELDS = {f.name: f for f in fields(SshSettings)}
 _SSH_TYPES: dict[str, type | tuple[type, ...]] = {
     "user": str, "identity_file": str, "ssh_config": str, "known_hosts": str,
-    "hygiene_command": str, "remote_workdir": str, "accept_unknown_host_keys": bool,
+    "hygiene_command": str, "remote_workdir": str, "accept_unknown_host_keys": bool, "python": str,
     "port": int, "coordinator_port": int, "megascale_port": int,
     "connect_timeout": (int, float), "kill_grace": (int, float),
 }
@@ -274,10 +276,10 @@ def load_cluster(path: str | Path) -> Cluster:
     """Read and validate the cluster file at ``path``.
 
     Every problem is a :class:`ClusterConfigError` whose one-line message names the file
-    and, where it concerns one, the slice.
+    and, where it concerns one, the slice::
 
-    >>> load_cluster("examples/tpu/cluster.toml").slices[0].tpu_type  # doctest: +SKIP
-    'v4-32'
+        load_cluster("examples/tpu/cluster.toml").slices_by_type()
+        # {'v4-32': ('v4-32-a', 'v4-32-b')}
     """
     p = Path(path).expanduser()
     try:

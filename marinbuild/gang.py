@@ -4,11 +4,10 @@ A gang lives or dies as one: the first host whose command exits non-zero or whos
 connection drops makes every other host's process group be killed at once, from a
 second channel or a fresh connection, without waiting for JAX's own timeouts.  Afterwards
 each host is asked, over SSH, whether anything of the attempt survived and whether GCE
-says it was preempted.
+says it was preempted::
 
->>> outcome = Gang(plans, command="python train.py", token="ab12", logs=logs).run()  # doctest: +SKIP
->>> outcome.classification  # doctest: +SKIP
-<AttemptClass.SUCCESS: 'SUCCESS'>
+    outcome = Gang(plans, command="python train.py", logs=AttemptLogs(out, tmp)).run()
+    outcome.classification   # AttemptClass.SUCCESS, .PREEMPTED, ...
 """
 
 from __future__ import annotations
@@ -73,14 +72,14 @@ class HostPlan:
     settings: SshSettings
     env: Mapping[str, str]
 
-    @property
-    def label(self) -> str:
-        return f"slice {self.slice_name} worker {self.worker_index} ({self.entry})"
-
 
 @dataclass(frozen=True)
 class HostOutcome:
-    """What happened on one host; see :class:`marinbuild.preemption.HostObservation`."""
+    """What happened on one host; see :class:`marinbuild.preemption.HostObservation`.
+
+    ``exit_code`` -1 means the command ended without an exit status (a signal);
+    ``torn_down`` that it was still running when the gang was torn down.
+    """
 
     host: str
     slice_index: int
@@ -93,6 +92,7 @@ class HostOutcome:
     survivors: tuple[int, ...] = ()
     note: str | None = None
     fatal: bool = False
+    torn_down: bool = False
 
     def observation(self) -> HostObservation:
         return HostObservation(
@@ -193,6 +193,7 @@ class _HostState:
     synced: bool = False
     note: str | None = None
     fatal: bool = False
+    torn_down: bool = False
     reader: threading.Thread | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -207,7 +208,7 @@ class _HostState:
         return HostOutcome(
             p.entry, p.slice_index, p.worker_index, self.exit_code, self.connection_lost,
             self.reachable, self.metadata_preempted, self.infra_error, self.survivors,
-            self.note, self.fatal,
+            self.note, self.fatal, self.torn_down,
         )
 
 
@@ -244,34 +245,35 @@ class Gang:
         self.log_header = log_header
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(plans))))
         self._events: queue.Queue[int] = queue.Queue()
+        self._abort = threading.Event()
 
     # -- the lifecycle ------------------------------------------------------------------
 
     def run(self) -> GangOutcome:
-        """Connect, prepare, launch, watch, tear down, inspect; never raises for host trouble."""
+        """Bring every host up, watch, tear down, inspect; never raises for host trouble."""
         started = time.time()
         launched_at = first_at = teardown_s = None
         first_failed: str | None = None
         try:
-            ok = self._each(self._connect) and not self.cancel.is_set()
-            ok = ok and self._each(self._prepare) and not self.cancel.is_set()
+            ok = self._each(self._bring_up) and not self.cancel.is_set()
+            launched_at = time.time()
             if ok:
-                ok = self._each(self._launch)
-                launched_at = time.time()
-                if ok:
-                    first = self._watch()
-                    if first is not None:
-                        first_failed, first_at = first.plan.entry, time.time()
-                # Everything launched is killed and checked, on success too: a step must
-                # leave nothing behind on the hosts.
-                failed = first_failed is not None or self.cancel.is_set() or not ok
-                t0 = time.time()
-                self._each(lambda h: self._teardown(h, ask_metadata=failed))
-                teardown_s = time.time() - t0
-                self._join_readers()
-            else:
-                # Hosts that dropped during setup: tell a preempted VM from a glitch.
-                self._each(lambda h: self._inspect_lost(h))
+                first = self._watch()
+                if first is not None:
+                    first_failed, first_at = first.plan.entry, time.time()
+            failed = first_failed is not None or self.cancel.is_set() or not ok
+            for h in self.hosts:
+                with h.lock:
+                    h.torn_down = h.launch_sent and h.exit_code is None and not h.connection_lost
+            t0 = time.time()
+            # Everything launched is killed and checked, on success too: a step must leave
+            # nothing behind.  Hosts that dropped before launching are only asked whether
+            # they were preempted.
+            self._each(
+                lambda h: self._teardown(h, ask_metadata=failed) if h.launch_sent else self._inspect_lost(h)
+            )
+            teardown_s = time.time() - t0
+            self._join_readers()
         finally:
             self._close_all()
             self._pool.shutdown(wait=True)
@@ -313,8 +315,25 @@ class Gang:
 
     # -- phases -------------------------------------------------------------------------
 
-    def _connect(self, h: _HostState) -> None:
-        h.conn = SshConnection.connect(h.plan.target)
+    def _bring_up(self, h: _HostState) -> bool:
+        """Connect, sync and launch one host, without waiting for the others.
+
+        Hosts start as soon as each is ready (a barrier after each phase would make the
+        whole gang wait for its slowest handshake twice).  Once any host fails, hosts
+        not yet started are left alone and those started are torn down by :meth:`run`.
+        """
+        try:
+            if self._abort.is_set() or self.cancel.is_set():
+                return False
+            h.conn = SshConnection.connect(h.plan.target)
+            self._prepare(h)
+            if self._abort.is_set() or self.cancel.is_set():
+                return False
+            self._launch(h)
+            return True
+        except BaseException:
+            self._abort.set()
+            raise
 
     def _prepare(self, h: _HostState) -> None:
         """Make sure the host holds this workdir, uploading it if not."""
@@ -342,24 +361,28 @@ class Gang:
         q = shlex.quote
         s = h.plan.settings
         cwd = f"cd {q(f'{h.remote_root}/{self.workdir.digest}')} || exit 126; " if self.workdir else ""
-        # Hygiene runs here rather than in a separate session: one session per host
-        # fewer is what launch latency on many hosts is made of.
+        # Hygiene runs in the launch session itself: every extra session per host adds
+        # to the launch latency of a large gang.
         hygiene = (
             f"timeout {_HYGIENE_TIMEOUT_S} /bin/sh -c {q(s.hygiene_command)} </dev/null >/dev/null 2>&1; "
         )
-        # The wrapper becomes a new session (so its pgid is its pid), records that pgid
-        # for the teardown, runs the command and keeps its exit code even if our
-        # connection drops; `setsid -w` passes the code back to this channel.
+        # The wrapper becomes a new session (so its pgid is its pid) and records that
+        # pgid for the teardown.  A watcher reads the channel's stdin, which marinbuild
+        # never closes: end of input means marinbuild died or its connection broke, and
+        # the whole group is stopped rather than left holding the TPU.  The command's
+        # exit code is written down too, for a driver that reconnects after a drop;
+        # `setsid -w` passes it back to this channel.
         wrapper = (
-            'echo $$ > "$1/pgid"; "$2" -c "$3" </dev/null; rc=$?; '
+            'echo $$ > "$1/pgid"; exec 3<&0; '
+            "( while read -r _; do :; done; kill -s TERM -- -$$ ) <&3 >/dev/null 2>&1 & w=$!; "
+            '"$2" -c "$3" </dev/null 3<&-; rc=$?; kill $w 2>/dev/null; '
             'echo $rc > "$1/rc"; exit $rc'
         )
         return (
             f"att={h.attempt_dir}; mkdir -p \"$att\" || exit 125; {hygiene}{cwd}"
             f"{export_env(h.plan.env)}; "
             "if [ -x /bin/bash ]; then sh=/bin/bash; else sh=/bin/sh; fi; "
-            f'exec setsid -w /bin/sh -c {q(wrapper)} marinbuild "$att" "$sh" {q(self.command)} '
-            "</dev/null 2>&1"
+            f'exec setsid -w /bin/sh -c {q(wrapper)} marinbuild "$att" "$sh" {q(self.command)} 2>&1'
         )
 
     def _launch(self, h: _HostState) -> None:
@@ -370,7 +393,7 @@ class Gang:
             log.flush()
         try:
             h.launch_sent = True
-            h.chan = h.conn.open_command(self._launch_script(h))
+            h.chan = h.conn.open_command(self._launch_script(h), hold_stdin=True)
         except BaseException:
             log.close()
             raise
@@ -385,7 +408,8 @@ class Gang:
         chan = h.chan
         assert chan is not None
         pending = b""
-        chan.settimeout(0.2)
+        # Wake up now and then even without output, to notice an exit status (below).
+        chan.settimeout(1.0)
         try:
             while True:
                 try:
@@ -473,11 +497,11 @@ members() {{
 left() {{ members | sort -u | tr '\\n' ' '; }}
 ps=$(left)
 if [ -n "$ps" ]; then
-  [ -n "$pg" ] && kill -TERM -- "-$pg" 2>/dev/null
+  [ -n "$pg" ] && kill -s TERM -- "-$pg" 2>/dev/null
   kill -TERM $ps 2>/dev/null
   i=0; while [ $i -lt {ticks} ]; do ps=$(left); [ -z "$ps" ] && break; sleep 0.1; i=$((i+1)); done
   if [ -n "$ps" ]; then
-    [ -n "$pg" ] && kill -KILL -- "-$pg" 2>/dev/null
+    [ -n "$pg" ] && kill -s KILL -- "-$pg" 2>/dev/null
     kill -KILL $ps 2>/dev/null
     i=0; while [ $i -lt 20 ]; do ps=$(left); [ -z "$ps" ] && break; sleep 0.1; i=$((i+1)); done
   fi

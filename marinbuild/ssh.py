@@ -10,6 +10,7 @@ import getpass
 import os
 import re
 import shlex
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -162,8 +163,10 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
 class SshConnection:
     """One authenticated SSH connection to a host; close it (or use ``with``) when done.
 
-    >>> with SshConnection.connect(target) as conn:  # doctest: +SKIP
-    ...     conn.run("hostname").stdout
+    Commands are run by ``/bin/sh`` whatever the user's login shell is::
+
+        with SshConnection.connect(resolve_target("10.0.0.2", settings)) as conn:
+            conn.run("hostname").stdout
     """
 
     def __init__(self, target: HostTarget, client: paramiko.SSHClient) -> None:
@@ -203,6 +206,11 @@ class SshConnection:
                 f"host key ({e.key.get_name()}) differs from the one in {target.known_hosts}; "
                 "refusing to connect",
             ) from None
+        except socket.gaierror as e:
+            client.close()
+            # A name that does not resolve is a configuration problem, not a VM that
+            # went away: it must not be retried as a preemption.
+            raise SshError(target.alias, f"cannot resolve {target.hostname!r}: {e}") from None
         except paramiko.AuthenticationException as e:
             client.close()
             raise SshAuthError(
@@ -229,13 +237,18 @@ class SshConnection:
             raise ConnectionLost(self.target.alias, "connection closed")
         return transport
 
-    def open_command(self, command: str) -> paramiko.Channel:
-        """Start ``command`` with stderr merged into stdout; the caller reads the channel."""
+    def open_command(self, command: str, *, hold_stdin: bool = False) -> paramiko.Channel:
+        """Start ``command`` with stderr merged into stdout; the caller reads the channel.
+
+        With ``hold_stdin`` the command's stdin stays open for as long as this side
+        holds the channel, so the remote side can notice when this side goes away.
+        """
         try:
             chan = self._transport().open_session(timeout=self.target.connect_timeout)
             chan.set_combine_stderr(True)
-            chan.exec_command(command)
-            chan.shutdown_write()
+            chan.exec_command(_posix(command))
+            if not hold_stdin:
+                chan.shutdown_write()
         except (OSError, EOFError, paramiko.SSHException) as e:
             raise ConnectionLost(self.target.alias, f"cannot start a command: {e}") from None
         return chan
@@ -245,7 +258,7 @@ class SshConnection:
         try:
             chan = self._transport().open_session(timeout=self.target.connect_timeout)
             chan.settimeout(timeout)
-            chan.exec_command(command)
+            chan.exec_command(_posix(command))
             chan.shutdown_write()
             # Control commands print little, so reading stdout to its end before stderr
             # cannot fill the window and stall the remote side.
@@ -278,6 +291,11 @@ class SshConnection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _posix(command: str) -> str:
+    # The login shell could be anything (zsh, fish); marinbuild's scripts are POSIX sh.
+    return "exec /bin/sh -c " + shlex.quote(command)
 
 
 def _read_all(recv: Callable[[int], bytes]) -> bytes:

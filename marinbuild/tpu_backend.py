@@ -117,6 +117,7 @@ class Attempt:
                     "reachable": h.reachable,
                     "metadata_preempted": h.metadata_preempted,
                     "infra_error": h.infra_error,
+                    "torn_down": h.torn_down,
                     "survivors": list(h.survivors),
                 }
                 for h in self.hosts

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+pytest_plugins = ["tests.fixtures_ssh"]
+
 
 @pytest.fixture
 def project(tmp_path, monkeypatch):

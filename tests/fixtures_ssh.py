@@ -3,14 +3,15 @@
 Each host's sshd sets ``FAKE_HOST_ID``, its own ``HOME`` and ``GCE_METADATA_IP`` (pointing
 at that host's metadata server) in every session, so hosts sharing this machine still
 have separate work directories and separate preemption answers.  The plain functions
-(:func:`start_fleet`, :func:`stop_fleet`) serve the benchmark too.
+(:func:`start_fleet`, :func:`stop_fleet`) serve the benchmark too::
 
->>> fleet = start_fleet(2, Path("/tmp/fleet"))  # doctest: +SKIP
->>> fleet.hosts[1].set_preempted(True)  # doctest: +SKIP
+    fleet = start_fleet(2, Path("/tmp/fleet"))
+    fleet.hosts[1].set_preempted(True)
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,12 +20,15 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from marinbuild.cluster import load_cluster
+from marinbuild.tpu_backend import TpuJob, TpuResult, run_tpu_step
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 METADATA_PATH = "/computeMetadata/v1/instance/preempted"
@@ -113,10 +117,8 @@ class FakeHost:
         if self.proc is None:
             return
         for pid in [*descendants(self.proc.pid), self.proc.pid]:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.proc.wait()
         self.proc = None
 
@@ -272,6 +274,49 @@ def stop_fleet(fleet: FakeFleet) -> None:
         h.metadata.stop()
 
 
+
+# -- helpers for tests that run jobs on the fleet ------------------------------------------
+
+
+def run_job(
+    fleet: FakeFleet,
+    tmp_path: Path,
+    slices: list[tuple[str, str, list[int]]],
+    command: str,
+    *,
+    env: dict[str, str] | None = None,
+    workdir: str | None = None,
+    cancel: threading.Event | None = None,
+    lines: list[str] | None = None,
+    ssh: dict[str, object] | None = None,
+    **job: object,
+) -> TpuResult:
+    """Run ``command`` as step "step" on ``slices`` of the fleet, output in ``tmp_path/out``."""
+    cluster = load_cluster(fleet.write_cluster(tmp_path / "cluster.toml", slices, **(ssh or {})))
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    spec = TpuJob(name="step", output_path=str(out), command=command, env=env or {},
+                  slices=tuple(s[0] for s in slices), **job)  # type: ignore[arg-type]
+    sink = lines if lines is not None else []
+    return run_tpu_step(spec, cluster, workdir=workdir, cancel=cancel or threading.Event(),
+                        console=sink.append)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Poll ``predicate`` until it holds; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.05)
+
+
+def live_processes_matching(text: str) -> list[str]:
+    """``ps`` lines (zombies excluded) whose command line contains ``text``."""
+    ps = subprocess.run(["ps", "-eo", "pid=,stat=,args="], capture_output=True, text=True, check=True)
+    return [ln for ln in ps.stdout.splitlines() if text in ln and ln.split()[1][0] != "Z"]
+
+
 @pytest.fixture(scope="session")
 def ssh_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeFleet]:
     """Four fake TPU hosts for the whole test session."""
@@ -283,8 +328,9 @@ def ssh_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeFleet]:
 
 
 @pytest.fixture
-def fleet(ssh_fleet: FakeFleet) -> Iterator[FakeFleet]:
-    """The session's fake hosts, every one up and answering "not preempted"."""
+def fleet(ssh_fleet: FakeFleet, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeFleet]:
+    """The session's fake hosts, every one up and answering "not preempted"; quick retries."""
+    monkeypatch.setenv("MARINBUILD_RETRY_BASE_DELAY", "0.05")
     for h in ssh_fleet.hosts:
         h.set_preempted(False)
         if not h.running:

@@ -3,60 +3,24 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import sys
+import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from marinbuild.cluster import load_cluster
-from marinbuild.tpu_backend import TpuJob, TpuResult, run_tpu_step
+from marinbuild.tpu_backend import TpuJob, run_tpu_step
 from marinbuild.workdir_sync import list_project_files, pack_workdir
-from tests.fixtures_ssh import FakeFleet, pids_with_env
+from tests.fixtures_ssh import FakeFleet, live_processes_matching, pids_with_env, run_job, wait_for
 
 V4_32 = [("pod", "v4-32", [0, 1, 2, 3])]
-
-
-def run_job(
-    fleet: FakeFleet,
-    tmp_path: Path,
-    slices: list[tuple[str, str, list[int]]],
-    command: str,
-    *,
-    env: dict[str, str] | None = None,
-    workdir: str | None = None,
-    cancel: threading.Event | None = None,
-    lines: list[str] | None = None,
-    output: str | None = None,
-    ssh: dict[str, object] | None = None,
-    **job: object,
-) -> TpuResult:
-    cluster = load_cluster(fleet.write_cluster(tmp_path / "cluster.toml", slices, **(ssh or {})))
-    out = output or str(tmp_path / "out")
-    if output is None:
-        Path(out).mkdir(exist_ok=True)
-    spec = TpuJob(name="step", output_path=out, command=command, env=env or {},
-                  slices=tuple(s[0] for s in slices), **job)  # type: ignore[arg-type]
-    sink = lines if lines is not None else []
-    return run_tpu_step(spec, cluster, workdir=workdir, cancel=cancel or threading.Event(),
-                        console=sink.append)
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
-
-
-def live_processes_matching(text: str) -> list[str]:
-    """``ps`` lines (zombies excluded) whose command line contains ``text``."""
-    ps = subprocess.run(["ps", "-eo", "pid=,stat=,args="], capture_output=True, text=True, check=True)
-    return [ln for ln in ps.stdout.splitlines() if text in ln and ln.split()[1][0] != "Z"]
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_two_slices_get_megascale_and_process_ids(fleet: FakeFleet, tmp_path: Path) -> None:
@@ -278,3 +242,49 @@ def test_nothing_of_a_successful_step_is_left_running(fleet: FakeFleet, tmp_path
     assert result.status == "SUCCESS", result.error
     assert live_processes_matching("sleep 3021") == []
     assert pids_with_env(f"FAKE_HOST_ID={host}", "MARINBUILD_ATTEMPT=1") == []
+
+
+def test_unresolvable_host_fails_fast_but_refused_host_counts_as_preempted(fleet: FakeFleet, tmp_path: Path) -> None:
+    base = fleet.cluster_toml([("one", "v4-8", [0])])
+    path = tmp_path / "cluster.toml"
+    path.write_text(base.replace(fleet.hosts[0].entry, "no-such-host.invalid"))
+    job = TpuJob(name="step", output_path=str(tmp_path / "a"), command="true", slices=("one",),
+                 max_retries_preemption=5)
+    result = run_tpu_step(job, load_cluster(path), workdir=None, cancel=threading.Event(), console=lambda s: None)
+    assert result.status == "INFRA" and len(result.attempts) == 1
+    assert "cannot resolve 'no-such-host.invalid'" in (result.error or "")
+
+    # Nothing listens on port 1: like a VM being recreated after a preemption.
+    path.write_text(base.replace(fleet.hosts[0].entry, "127.0.0.1:1"))
+    job = TpuJob(name="step", output_path=str(tmp_path / "b"), command="true", slices=("one",),
+                 max_retries_preemption=1)
+    result = run_tpu_step(job, load_cluster(path), workdir=None, cancel=threading.Event(), console=lambda s: None)
+    assert result.status == "PREEMPTED"
+    assert [a.classification for a in result.attempts] == ["PREEMPTED", "PREEMPTED"]
+    assert result.attempts[0].first_failed_host == "127.0.0.1:1"
+
+
+def test_killing_marinbuild_stops_the_remote_processes(fleet: FakeFleet, tmp_path: Path) -> None:
+    cluster = fleet.write_cluster(tmp_path / "cluster.toml", [("pair", "v4-16", [0, 1])])
+    out = tmp_path / "out"
+    out.mkdir()
+    driver = textwrap.dedent(f"""
+        import threading
+        from marinbuild.cluster import load_cluster
+        from marinbuild.tpu_backend import TpuJob, run_tpu_step
+        job = TpuJob(name="step", output_path={str(out)!r}, slices=("pair",),
+                     command='touch "$MARINBUILD_OUTPUT/started_$FAKE_HOST_ID"; exec sleep 3041')
+        run_tpu_step(job, load_cluster({str(cluster)!r}), workdir=None, cancel=threading.Event(), console=print)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", driver], cwd=REPO)
+    try:
+        wait_for(lambda: len(list(out.glob("started_*"))) == 2)
+        assert len(live_processes_matching("sleep 3041")) == 2
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        # No teardown ran: the hosts notice on their own that marinbuild is gone.
+        wait_for(lambda: live_processes_matching("sleep 3041") == [], timeout=5.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

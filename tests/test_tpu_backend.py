@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,15 +20,9 @@ from marinbuild.preemption import (
     parse_metadata_answer,
 )
 from marinbuild.tpu_backend import backoff_delay, host_env
-from tests.fixtures_ssh import FakeFleet, pids_with_env
-from tests.test_ssh_gang import run_job, wait_for
+from tests.fixtures_ssh import FakeFleet, live_processes_matching, pids_with_env, run_job, wait_for
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tpu"
-
-
-@pytest.fixture(autouse=True)
-def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MARINBUILD_RETRY_BASE_DELAY", "0.05")
 
 
 # -- pure rules -----------------------------------------------------------------------------
@@ -106,10 +101,8 @@ def test_preemption_is_retried_and_both_attempts_recorded(fleet: FakeFleet, tmp_
         wait_for(lambda: len(list(out.glob("started_*"))) == 2)
         victim.set_preempted(True)
         for pid in pids_with_env(f"FAKE_HOST_ID={victim.index}", "MARINBUILD_ATTEMPT=1"):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
     t = threading.Thread(target=preempt)
     t.start()
@@ -123,6 +116,8 @@ def test_preemption_is_retried_and_both_attempts_recorded(fleet: FakeFleet, tmp_
     assert result.status == "SUCCESS", result.error
     assert [a.classification for a in result.attempts] == ["PREEMPTED", "SUCCESS"]
     assert result.attempts[0].preempted_hosts == (victim.entry,)
+    assert live_processes_matching("sleep 3031") == []
+    assert all(not h.survivors for a in result.attempts for h in a.hosts)
     record = json.loads((out / "attempts.json").read_text())
     assert [(a["attempt"], a["class"]) for a in record["attempts"]] == [(1, "PREEMPTED"), (2, "SUCCESS")]
     first = record["attempts"][0]
