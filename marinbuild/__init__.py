@@ -11,6 +11,7 @@ dependencies' identities to decide what is stale, and runs what is, in parallel:
 """
 
 from .errors import MarinbuildError, UserError
+from .mirror import mirrored
 from .resources import (
     ZERO,
     Cores,
@@ -46,6 +47,7 @@ __all__ = [
     "TpuConfig",
     "UserError",
     "WTime",
+    "mirrored",
     "output_path_of",
     "step",
     "this_output_path",

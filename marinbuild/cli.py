@@ -8,32 +8,42 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import signal
 import sys
 import time
 import traceback
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 
 from . import dag as dag_render
 from .admission import ResourceAdmission, check_plan_fits, describe_request, requests_of
+from .backend import Backend
 from .capacity import Capacity, detect_capacity, parse_named_counts, with_overrides
+from .claims import LeaseClaims
 from .clean import find_orphans, inside_prefix, outputs_of
 from .errors import MarinbuildError, UserError
 from .execution import RunContext
 from .history import RunIndex, earlier_info
+from .lease import LeaseSettings, read_leases
 from .local_backend import LocalBackend
-from .markers import read_info
+from .markers import SUCCESS, StatusRecord, read_info
 from .plan import Plan, closure, select
-from .project import open_project, plan_targets, probe
+from .project import Project, open_project, plan_targets, probe
 from .reporting import JsonReporter, Reporter
 from .resources import Request
-from .scheduler import RunOptions, Scheduler
+from .scheduler import Admission, RunOptions, Scheduler
 from .staleness import Action, diff_payloads
 from .units import parse_duration
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
+    from .graph import Node
+    from .ray_cluster import Placement
+    from .tpu_dispatch import RetryBudgets
 
 app = typer.Typer(
     name="marinbuild",
@@ -62,6 +72,7 @@ CoresOpt = Annotated[int | None, typer.Option("--cores", help="Cores this run ma
 MemOpt = Annotated[str | None, typer.Option("--mem", help="Memory this run may use, e.g. 16g (g = GiB; default: detected minus headroom).")]
 ResourcesOpt = Annotated[list[str] | None, typer.Option("--resources", help="A custom counted resource NAME=N steps may ask for; repeatable.")]
 TokenOpt = Annotated[list[str] | None, typer.Option("--token", help="A token this run offers; repeatable.")]
+ClusterOpt = Annotated[str | None, typer.Option("--cluster", help="TPU cluster file (TOML); default: the Marinfile's DEFAULT_CLUSTER.")]
 
 
 def handles_errors(fn: F) -> F:
@@ -112,15 +123,29 @@ def run(
     resources: ResourcesOpt = None,
     token: TokenOpt = None,
     walltime: Annotated[str | None, typer.Option("--walltime", help="Time budget of the whole run, e.g. 2:00:00; steps whose soft limit exceeds what is left are not started.")] = None,
+    backend: Annotated[str | None, typer.Option("--backend", help="Where steps run: local or ray (default: the Marinfile's DEFAULT_BACKEND, else local).")] = None,
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="The Ray cluster for --backend ray (default: $RAY_ADDRESS, else a Ray started for this run).")] = None,
+    lease_heartbeat: Annotated[float | None, typer.Option("--lease-heartbeat", help="Seconds between lease renewals (default: $MARINBUILD_LEASE_HEARTBEAT, else 10).")] = None,
+    lease_expiry: Annotated[float | None, typer.Option("--lease-expiry", help="Seconds a lease must stay unrenewed before another runner takes it over (default: $MARINBUILD_LEASE_EXPIRY, else 60).")] = None,
+    fresh_output: Annotated[bool, typer.Option("--fresh-output", help="Clear each step's output directory before it runs instead of keeping partial output.")] = False,
+    cluster: ClusterOpt = None,
+    max_retries_preemption: Annotated[int, typer.Option("--max-retries-preemption", min=0, help="Retries of a preempted TPU step (a step's own setting wins).")] = 100,
+    max_retries_failure: Annotated[int, typer.Option("--max-retries-failure", min=0, help="Retries of a failed TPU step (a step's own setting wins).")] = 0,
+    no_sync: Annotated[bool, typer.Option("--no-sync", help="Do not copy the project directory to TPU hosts.")] = False,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Run the targets and whatever they need that is not up to date."""
+    lease_settings = LeaseSettings.resolve(lease_heartbeat, lease_expiry)
     project = open_project(file, prefix)
     plan = plan_targets(project, targets or [], force or [], force_all, explain=dry)
-    capacity = _capacity(cores, mem, resources, token)
+    tpu_cluster = _cluster(cluster, project)
+    capacity = _capacity(cores, mem, resources, token, tpu_cluster)
     requests = requests_of(project.graph, plan.to_run())
-    check_plan_fits(requests, capacity)
+    on_ray = _backend_choice(backend, project) == "ray"
+    # Nothing to run joins no cluster: starting a Ray for a no-op run costs seconds.
+    placements = _ray_placements(requests, capacity, ray_address, dry) if on_ray and requests else None
+    check_plan_fits({n: r for n, r in requests.items() if not (placements and placements.get(n))}, capacity)
     if dry:
         out.print(_plan_view(plan, requests))
         return
@@ -135,27 +160,136 @@ def run(
         workdir=project.workdir,
         marinfile=project.marinfile.path,
         outputs={n: node.output_path for n, node in project.graph.nodes.items()},
+        fresh_output=fresh_output,
     )
     reporter = _reporter(quiet, json_events)
     budget = parse_duration(walltime) if walltime is not None else None
-    admission = ResourceAdmission(capacity, requests, project.graph.prefix, walltime=budget)
-    options = RunOptions(jobs=jobs, keep_going=keep_going)
-    scheduler = Scheduler(plan, ctx, LocalBackend(), reporter, options, admission=admission)
-    summary = scheduler.run()
+    admission: Admission = ResourceAdmission(capacity, requests, project.graph.prefix, walltime=budget)
+    options = RunOptions(jobs=jobs, keep_going=keep_going, poll_interval=lease_settings.poll)
+    runner: Backend = LocalBackend()
+    backend_for: Callable[[Node], Backend] | None = None
+    if tpu_cluster is not None:
+        from .tpu_dispatch import RetryBudgets
+
+        budgets = RetryBudgets(max_retries_preemption, max_retries_failure)
+        backend_for = _tpu_backend_for(project, tpu_cluster, requests, runner, budgets, sync=not no_sync)
+    if placements is not None:
+        runner, backend_for, admission = _ray_backend(project, placements, runner, backend_for, admission, fresh_output)
+    claims = LeaseClaims(project.storage, lease_settings, stale_success=_redone(project, plan) if force or force_all else None)
+    scheduler = Scheduler(plan, ctx, runner, reporter, options, admission=admission, claims=claims, backend_for=backend_for)
+    try:
+        summary = scheduler.run()
+    finally:
+        claims.close()
     if summary.interrupted:
         raise typer.Exit(130)
     if not summary.ok:
         raise typer.Exit(1)
 
 
-def _capacity(cores: int | None, mem: str | None, resources: list[str] | None, tokens: list[str] | None) -> Capacity:
+def _redone(project: Project, plan: Plan) -> dict[str, StatusRecord]:
+    """SUCCESS markers a forced run redoes: finding them again must not count as done."""
+    records = probe(project, plan.to_run())
+    return {path: rec for path, rec in records.items() if rec.status == SUCCESS}
+
+
+def _backend_choice(backend: str | None, project: Project) -> str:
+    """``--backend``, else the Marinfile's ``DEFAULT_BACKEND``, else ``local``."""
+    choice = backend or project.marinfile.default("DEFAULT_BACKEND") or "local"
+    if choice not in ("local", "ray"):
+        raise UserError(f"--backend must be 'local' or 'ray', not {choice!r}")
+    return str(choice)
+
+
+def _ray_placements(
+    requests: dict[str, Request], capacity: Capacity, address: str | None, dry: bool
+) -> dict[str, Placement | None] | None:
+    """Join the Ray cluster and check every request against its nodes (the plan-time check).
+
+    A dry run with no cluster named starts no Ray: one started for the run would offer
+    this machine, which the local check already covers.
+    """
+    from .ray_cluster import connect, place, require_ray
+
+    require_ray()
+    if dry and not (address or os.environ.get("RAY_ADDRESS")):
+        return None
+    return place(requests, connect(address, capacity))
+
+
+def _ray_backend(
+    project: Project,
+    placements: dict[str, Placement | None],
+    runner: Backend,
+    backend_for: Callable[[Node], Backend] | None,
+    admission: Admission,
+    fresh_output: bool,
+) -> tuple[Backend, Callable[[Node], Backend], Admission]:
+    """Ray for the steps it takes; the rest go where they would without Ray (TPU steps: SSH)."""
+    from .ray_backend import RayBackend, ship_project_code
+    from .ray_cluster import RayAdmission
+
+    assert isinstance(admission, ResourceAdmission)
+    ship_project_code(project.marinfile.path)
+    fallback = backend_for if backend_for is not None else (lambda node: runner)
+    ray = RayBackend(project.graph, placements, fallback, fresh_output=fresh_output)
+    return ray, ray.backend_for, RayAdmission(admission, ray.placements)
+
+
+def _capacity(
+    cores: int | None,
+    mem: str | None,
+    resources: list[str] | None,
+    tokens: list[str] | None,
+    tpu_cluster: Cluster | None = None,
+) -> Capacity:
     return with_overrides(
         detect_capacity(),
         cores=cores,
         mem=mem,
         resources=parse_named_counts(resources or []),
         tokens=tokens or [],
+        slices=tpu_cluster.slices_by_type() if tpu_cluster is not None else None,
     )
+
+
+def _cluster(path: str | None, project: Project) -> Cluster | None:
+    """The TPU cluster: ``--cluster``, else the Marinfile's ``DEFAULT_CLUSTER`` (relative to it)."""
+    chosen = path or project.marinfile.default("DEFAULT_CLUSTER")
+    if not chosen:
+        return None
+    from .cluster import load_cluster
+
+    if path is None:
+        chosen = os.path.join(project.workdir, str(chosen))
+    return load_cluster(str(chosen))
+
+
+def _tpu_backend_for(
+    project: Project,
+    tpu_cluster: Cluster,
+    requests: dict[str, Request],
+    local: Backend,
+    budgets: RetryBudgets,
+    sync: bool,
+) -> Callable[[Node], Backend]:
+    """Steps holding TPU slices go to the SSH gang backend; the rest run locally."""
+    from .tpu_dispatch import TpuDispatch
+
+    def retries_of(name: str) -> tuple[int | None, int | None]:
+        s = project.graph.nodes[name].step
+        return s.max_retries_preemption, s.max_retries_failure
+
+    tpu = TpuDispatch(
+        tpu_cluster,
+        marinfile=project.marinfile.path,
+        prefix=project.graph.prefix,
+        sync=sync,
+        budgets=budgets,
+        retries_of=retries_of,
+        console=lambda line: out.print(line, markup=False, highlight=False),
+    )
+    return lambda node: tpu if requests[node.name].slices is not None else local
 
 
 def _reporter(quiet: bool, json_events: bool) -> Reporter:
@@ -171,7 +305,7 @@ def _reporter(quiet: bool, json_events: bool) -> Reporter:
 def _plan_view(plan: Plan, requests: dict[str, Request]) -> Any:
     from .console import plan_table
 
-    return plan_table(plan, {n: describe_request(r) for n, r in requests.items()})
+    return plan_table(plan, requests)
 
 
 @app.command()
@@ -190,6 +324,7 @@ def plan(
     mem: MemOpt = None,
     resources: ResourcesOpt = None,
     token: TokenOpt = None,
+    cluster: ClusterOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Show what `run` would do, and why, without running or writing anything."""
@@ -198,7 +333,8 @@ def plan(
     project = open_project(file, prefix)
     the_plan = plan_targets(project, targets or [], force or [], force_all, explain=not check)
     requests = requests_of(project.graph, the_plan.order)
-    check_plan_fits({n: requests[n] for n in the_plan.to_run()}, _capacity(cores, mem, resources, token))
+    capacity = _capacity(cores, mem, resources, token, _cluster(cluster, project))
+    check_plan_fits({n: requests[n] for n in the_plan.to_run()}, capacity)
     if check:
         raise typer.Exit(1 if the_plan.to_run() else 0)
     if dag == "dot":
@@ -237,10 +373,13 @@ def status(
     graph = project.graph
     names = [n for n in graph.order if n in closure(graph, select(graph, targets or []))]
     records = probe(project, names)
+    running = [path for path, rec in records.items() if rec.status == "RUNNING"]
+    leases = read_leases(project.storage, running) if running else {}
     rows: list[dict[str, Any]] = []
     for n in names:
         node = graph.nodes[n]
         rec = records.get(node.output_path)
+        lease = leases.get(node.output_path)
         rows.append(
             {
                 "name": n,
@@ -249,6 +388,7 @@ def status(
                 "duration": rec.duration if rec else None,
                 "time": rec.time if rec else None,
                 "error": rec.error if rec else None,
+                "lease": {"owner": str(lease.owner), "since": lease.acquired, "renewed": lease.renewed} if lease else None,
             }
         )
     if as_json:
@@ -257,14 +397,26 @@ def status(
     from rich.table import Table
 
     table = Table(show_edge=False)
-    for col in ("step", "status", "duration", "finished", "output"):
+    columns = ("step", "status", "duration", "finished", "output") + (("lease",) if leases else ())
+    for col in columns:
         table.add_column(col, overflow="fold")
     colors = {"SUCCESS": "green", "FAILED": "red", "RUNNING": "cyan", "NONE": "dim"}
     for r in rows:
         dur = f"{r['duration']:.1f} s" if r["duration"] is not None else ""
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["time"])) if r["time"] else ""
-        table.add_row(r["name"], f"[{colors.get(r['status'], 'white')}]{r['status']}[/]", dur, when, r["output_path"])
+        cells = [r["name"], f"[{colors.get(r['status'], 'white')}]{r['status']}[/]", dur, when, r["output_path"]]
+        if leases:
+            cells.append(_lease_text(r["lease"]))
+        table.add_row(*cells)
     out.print(table)
+
+
+def _lease_text(lease: dict[str, Any] | None) -> str:
+    if lease is None:
+        return ""
+    since = time.strftime("%H:%M:%S", time.localtime(lease["since"]))
+    renewed = time.strftime("%H:%M:%S", time.localtime(lease["renewed"]))
+    return f"{lease['owner']} since {since}, renewed {renewed}"
 
 
 @app.command()

@@ -17,17 +17,19 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .backend import Job, Outcome
+from .errors import LeaseLost
 from .graph import Node
-from .markers import FAILED, RUNNING, SUCCESS, log_path, write_info, write_status
+from .markers import FAILED, MARKER_DIR, RUNNING, SUCCESS, log_path, write_info, write_status
+from .mirror import ensure_mirrored, find_mirrored
 from .resolve import render_command, resolve_config
 from .storage import Storage
 
-__all__ = ["RunContext", "commit", "prepare"]
+__all__ = ["RecordedOutcome", "RunContext", "clear_output", "commit", "prepare", "record", "record_failure"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,8 @@ class RunContext:
     marinfile: str
     outputs: Mapping[str, str]
     """Output path of every step in the graph, by name."""
+    fresh_output: bool = False
+    """Clear every step's output before it runs (``run --fresh-output``), as ``fresh_output=True`` does."""
 
     @functools.cached_property
     def provenance(self) -> dict[str, Any]:
@@ -56,10 +60,11 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
     s = node.step
     out = node.output_path
     storage = ctx.storage
-    if s.fresh_output:
-        storage.remove(out)
+    if s.fresh_output or ctx.fresh_output:
+        clear_output(storage, out)
     storage.makedirs(out)
-    config = resolve_config(s.config, out, ctx.outputs)
+    mirrors = {m.source: ensure_mirrored(m, storage) for m in find_mirrored(s.config)}
+    config = resolve_config(s.config, out, ctx.outputs, mirrors)
     command = render_command(s.cmd, config, out) if s.cmd is not None else None
     log_file = log_path(out) if storage.is_local else _local_log_file(node)
     env = {"MARINBUILD_OUTPUT": out, "MARINBUILD_STEP": s.name, **dict(s.env), **extra_env}
@@ -95,19 +100,56 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
     return job, info
 
 
-def commit(ctx: RunContext, job: Job, info: dict[str, Any], outcome: Outcome) -> None:
-    """Record how the step ended: SUCCESS only for a successful outcome."""
+@dataclass(frozen=True)
+class RecordedOutcome(Outcome):
+    """An outcome whose markers were already written where the step ran (a Ray task)."""
+
+
+def commit(
+    ctx: RunContext, job: Job, info: dict[str, Any], outcome: Outcome, still_owner: Callable[[], bool] | None = None
+) -> None:
+    """Record how the step ended: SUCCESS only for a successful outcome, only by its holder.
+
+    ``still_owner`` is asked right before anything is written (the step's output is complete
+    by then); when it answers no, nothing is written, since the step belongs to another
+    runner now, and :class:`~marinbuild.errors.LeaseLost` is raised.
+    """
+    if isinstance(outcome, RecordedOutcome):
+        return  # written beside the work by the step's holder; writing again could clobber a newer run
+    if still_owner is not None and not still_owner():
+        raise LeaseLost(f"step {job.name} lost its lease; nothing recorded")
     storage = ctx.storage
     if not storage.is_local and os.path.exists(job.log_file):
         storage.put_file(job.log_file, log_path(job.output_path))
+    record(storage, job.output_path, info, outcome, owner=_owner())
+
+
+def record_failure(ctx: RunContext, node: Node, error: str) -> None:
+    """Mark a step FAILED that could not even start (its claim is still held)."""
+    write_status(ctx.storage, node.output_path, FAILED, error=error, owner=_owner())
+
+
+def clear_output(storage: Storage, out: str) -> None:
+    """Empty an output directory for a fresh start, keeping its lease (the caller holds it)."""
+    for entry in storage.list_names(out):
+        if entry != MARKER_DIR:
+            storage.remove(Storage.join(out, entry))
+    markers = Storage.join(out, MARKER_DIR)
+    for entry in storage.list_names(markers):
+        if not entry.startswith("lease"):
+            storage.remove(Storage.join(markers, entry))
+
+
+def record(storage: Storage, output: str, info: dict[str, Any], outcome: Outcome, owner: str | None = None) -> None:
+    """Write the final info, then the status: the part of :func:`commit` a remote executor repeats."""
     info = {**info, "end_time": outcome.ended, "duration": outcome.duration}
     if outcome.ok:
-        write_info(storage, job.output_path, info)
-        write_status(storage, job.output_path, SUCCESS, duration=outcome.duration)
+        write_info(storage, output, info)
+        write_status(storage, output, SUCCESS, duration=outcome.duration, owner=owner)
     else:
         info["error"] = outcome.error
-        write_info(storage, job.output_path, info)
-        write_status(storage, job.output_path, FAILED, error=outcome.error, duration=outcome.duration)
+        write_info(storage, output, info)
+        write_status(storage, output, FAILED, error=outcome.error, duration=outcome.duration, owner=owner)
 
 
 def to_jsonable(value: Any) -> Any:

@@ -30,6 +30,7 @@ from typing import Any
 import xxhash
 
 from .errors import IdentityError
+from .mirror import Mirrored
 from .steps import OutputPathOf, Step, ThisOutputPath, VersionedValue, versioned
 from .steps import is_dataclass_instance as _is_dataclass_instance
 from .steps import join_path as _join
@@ -73,6 +74,9 @@ class _Walker:
             self.versioned[path or "."] = self.encode(value.value, path)
         elif isinstance(value, (Step, OutputPathOf)):
             self.dependencies[path or "."] = self._ref(value)
+        elif isinstance(value, Mirrored):
+            if value.versioned:  # mirrored(versioned(path)): the source path, never the copy's
+                self.versioned[path or "."] = self.encode(value, path)
         elif isinstance(value, dict):
             for k, v in value.items():
                 self.walk(v, _join(path, str(k)), inside_versioned)
@@ -108,6 +112,8 @@ class _Walker:
             return {"__output_path_of__": ref}
         if isinstance(value, ThisOutputPath):
             return {"__this_output_path__": value.sub}
+        if isinstance(value, Mirrored):
+            return {"__mirrored__": value.source}
         if isinstance(value, VersionedValue):
             return self.encode(value.value, path)
         if isinstance(value, (list, tuple)):

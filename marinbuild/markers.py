@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .storage import Storage
@@ -52,9 +52,12 @@ class StatusRecord:
     error: str | None = None
     duration: float | None = None
     owner: str | None = None
+    leased_by: str | None = field(default=None, compare=False)
+    """Not stored: the live lease of a RUNNING step, as ``project.probe`` found it."""
 
     def to_json(self) -> str:
-        return json.dumps({k: v for k, v in asdict(self).items() if v is not None}, sort_keys=True)
+        stored = {k: v for k, v in asdict(self).items() if v is not None and k != "leased_by"}
+        return json.dumps(stored, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> StatusRecord | None:

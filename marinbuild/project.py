@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .graph import StepGraph, build_graph
 from .history import explain_new_steps
+from .lease import owner_alive, read_leases
 from .marinfile import Marinfile, load_marinfile
-from .markers import StatusRecord, read_statuses
+from .markers import RUNNING, StatusRecord, read_statuses
 from .plan import Plan, closure, make_plan, select
 from .staleness import Decision
 from .storage import Storage, resolve_prefix
@@ -45,22 +46,27 @@ def open_project(file: str, prefix: str | None) -> Project:
 def probe(project: Project, names: Sequence[str] | set[str]) -> dict[str, StatusRecord]:
     """Stored status of the named steps, keyed by output path, in one batched read.
 
-    On local disk, a listing of each parent directory first rules out steps that never
-    ran, so a fresh plan reads no marker at all.
+    A listing of each parent directory first rules out steps that never ran, so a fresh
+    plan reads no marker at all (on GCS a listing answers for up to 1,000 entries). The
+    leases of RUNNING steps are then read in one more batch: a step with a live lease is
+    marked ``leased_by`` its holder.
     """
     graph, storage = project.graph, project.storage
     outputs = [graph.nodes[n].output_path for n in names]
-    if storage.is_local:
-        present: dict[str, set[str]] = {}
-        kept = []
-        for out in outputs:
-            folder, base = os.path.split(out)
-            if folder not in present:
-                present[folder] = set(storage.list_names(folder))
-            if base in present[folder]:
-                kept.append(out)
-        outputs = kept
-    return read_statuses(storage, outputs)
+    present: dict[str, set[str]] = {}
+    kept = []
+    for out in outputs:
+        folder, base = os.path.split(out)
+        if folder not in present:
+            present[folder] = set(storage.list_names(folder))
+        if base in present[folder]:
+            kept.append(out)
+    statuses = read_statuses(storage, kept)
+    running = [out for out, record in statuses.items() if record.status == RUNNING]
+    for out, lease in read_leases(storage, running).items() if running else ():
+        if lease is not None and owner_alive(lease.owner) is not False:
+            statuses[out] = replace(statuses[out], leased_by=lease.describe())
+    return statuses
 
 
 def plan_targets(

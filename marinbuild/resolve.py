@@ -16,18 +16,26 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from .mirror import Mirrored
 from .steps import OutputPathOf, Step, ThisOutputPath, VersionedValue, is_dataclass_instance
 from .storage import Storage
 
 __all__ = ["render_command", "resolve_config"]
 
 
-def resolve_config(config: Any, own_output: str, outputs: Mapping[str, str]) -> Any:
-    """A copy of ``config`` with placeholders replaced; ``outputs`` maps step names to paths."""
+def resolve_config(
+    config: Any, own_output: str, outputs: Mapping[str, str], mirrors: Mapping[str, str] | None = None
+) -> Any:
+    """A copy of ``config`` with placeholders replaced; ``outputs`` maps step names to paths.
+
+    ``mirrors`` maps the source of every ``mirrored(...)`` input to the path of its copy.
+    """
 
     def walk(value: Any) -> Any:
         if isinstance(value, VersionedValue):
             return walk(value.value)
+        if isinstance(value, Mirrored):
+            return (mirrors or {})[value.source]
         if isinstance(value, Step):
             return outputs[value.name]
         if isinstance(value, OutputPathOf):

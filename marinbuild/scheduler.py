@@ -9,7 +9,8 @@ whether a ready step starts now:
   while smaller ready steps go ahead; once it has waited ``starvation_limit`` seconds,
   nothing further is started ahead of it until it fits, so it is not starved);
 * :class:`Claims`, the leases (a step leased by another runner waits without holding up
-  the rest, and is re-checked every ``poll_interval`` seconds).
+  the rest, and is re-checked every ``poll_interval`` seconds). A step whose lease is lost
+  while it runs is cancelled, nothing of it is recorded, and it waits again.
 
 A failed step stops new starts unless ``keep_going``; its dependants never start.
 """
@@ -24,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .backend import Backend, Job, Outcome, Running
-from .execution import RunContext, commit, prepare
+from .errors import LeaseLost, MarinbuildError
+from .execution import RunContext, commit, prepare, record_failure
 from .graph import Node
 from .plan import Plan
 from .reporting import Failure, Reporter, Summary
@@ -64,6 +66,16 @@ class Claims(Protocol):
     def release(self, node: Node) -> None:
         """Give up the claim after the step's outcome is recorded."""
 
+    def watch(self, on_lost: Callable[[str, str], None]) -> None:
+        """Call ``on_lost(step_name, reason)`` from any thread when a held claim is lost."""
+
+
+@dataclass(frozen=True)
+class _ClaimLost:
+    """Event: the claim of a running step was lost; the step must be cancelled."""
+
+    reason: str
+
 
 class _Unlimited:
     def try_acquire(self, node: Node) -> Grant | None:
@@ -84,6 +96,9 @@ class _NoClaims:
         return False
 
     def release(self, node: Node) -> None:
+        pass
+
+    def watch(self, on_lost: Callable[[str, str], None]) -> None:
         pass
 
 
@@ -125,7 +140,8 @@ class Scheduler:
         self.options = options
         self.admission = admission or _Unlimited()
         self.claims = claims or _NoClaims()
-        self.events: queue.Queue[tuple[str, Outcome]] = queue.Queue()
+        self.events: queue.Queue[tuple[str, Outcome | _ClaimLost]] = queue.Queue()
+        self.claims.watch(lambda name, why: self.events.put((name, _ClaimLost(why))))
         self.running: dict[str, _Active] = {}
         self.summary = Summary()
 
@@ -141,6 +157,7 @@ class Scheduler:
         self._ready: list[tuple[int, str]] = [(self._index[n], n) for n in to_run if self._pending[n] == 0]
         heapq.heapify(self._ready)
         self._waiting: dict[str, float] = {}  # leased elsewhere: name -> next check time
+        self._told_waiting: dict[str, str] = {}  # the last reason reported, so a poll says nothing new
         self._blocked_since: dict[str, float] = {}
         self._stopping = False
         self._not_started_reasons: dict[str, str] = {}
@@ -168,10 +185,16 @@ class Scheduler:
                 self._give_up_on_blocked()
                 return
             try:
-                name, outcome = self.events.get(timeout=self._next_wakeup())
+                name, event = self.events.get(timeout=self._next_wakeup())
             except queue.Empty:
                 continue
-            self._finish(name, outcome)
+            self._handle(name, event)
+
+    def _handle(self, name: str, event: Outcome | _ClaimLost) -> None:
+        if isinstance(event, Outcome):
+            self._finish(name, event)
+        elif name in self.running:
+            self.running[name].handle.cancel(f"lease lost: {event.reason}")
 
     def _give_up_on_blocked(self) -> None:
         # Nothing runs and nothing waits: whatever is still ready can never be admitted.
@@ -202,24 +225,15 @@ class Scheduler:
             item = heapq.heappop(self._ready)
             name = item[1]
             node = self.plan.node(name)
-            verdict, why = self.claims.try_claim(node)
-            if verdict == "done":
-                self.reporter.step_skipped(name, why)
-                self._succeeded(name)
-                continue
-            if verdict == "wait":
-                self.reporter.step_waiting(name, why)
-                self._waiting[name] = now + self.options.poll_interval
-                continue
             refusal = self.admission.refusal(node)
             if refusal is not None:
-                self.claims.release(node)
                 self.reporter.step_skipped(name, refusal)
                 self._not_started_reasons[name] = refusal
                 continue
+            # Resources first: they are counted in memory, while a claim reads and writes
+            # the store, and a claim taken for a step that cannot start would be let go at once.
             grant = self.admission.try_acquire(node)
             if grant is None:
-                self.claims.release(node)
                 deferred.append(item)
                 misses += 1
                 since = self._blocked_since.setdefault(name, now)
@@ -227,6 +241,19 @@ class Scheduler:
                     break  # reserve: nothing later starts ahead of a step that waited this long
                 continue
             self._blocked_since.pop(name, None)
+            verdict, why = self.claims.try_claim(node)
+            if verdict == "done":
+                self.admission.release(grant)
+                self.reporter.step_skipped(name, why)
+                self._succeeded(name)
+                continue
+            if verdict == "wait":
+                self.admission.release(grant)
+                if self._told_waiting.get(name) != why:
+                    self._told_waiting[name] = why
+                    self.reporter.step_waiting(name, why)
+                self._waiting[name] = now + self.options.poll_interval
+                continue
             self._launch(node, grant)
         for item in deferred:
             heapq.heappush(self._ready, item)
@@ -234,6 +261,15 @@ class Scheduler:
     def _launch(self, node: Node, grant: Grant) -> None:
         try:
             job, info = prepare(self.ctx, node, dict(grant.env), grant.cores, grant.timeout)
+        except MarinbuildError as e:
+            # A step that cannot be prepared (an input too big to mirror, say) fails alone.
+            self.admission.release(grant)
+            try:
+                record_failure(self.ctx, node, str(e))
+            finally:
+                self.claims.release(node)
+            self._failed(node.name, str(e), "")
+            return
         except Exception:
             self.admission.release(grant)
             self.claims.release(node)
@@ -248,18 +284,23 @@ class Scheduler:
         active = self.running.pop(name)
         self.admission.release(active.grant, outcome.duration if outcome.ok else None)
         try:
-            if outcome.ok and self.claims.lost(active.node):
-                outcome = Outcome(False, outcome.started, outcome.ended, error="lease lost while running")
-            commit(self.ctx, active.job, active.info, outcome)
+            commit(self.ctx, active.job, active.info, outcome, still_owner=lambda: not self.claims.lost(active.node))
+        except LeaseLost as e:
+            # Another runner holds the step now: its outcome, not ours, will be recorded.
+            self.reporter.step_waiting(name, f"{e}; waiting for its new holder")
+            self._waiting[name] = time.monotonic() + self.options.poll_interval
+            return
         finally:
             self.claims.release(active.node)
         if outcome.ok:
             self.reporter.step_finished(name, outcome.duration)
             self._succeeded(name)
             return
-        error = outcome.error or "failed"
-        self.summary.failed.append(Failure(name, error, active.job.log_file))
-        self.reporter.step_failed(name, error, active.job.log_file)
+        self._failed(name, outcome.error or "failed", active.job.log_file)
+
+    def _failed(self, name: str, error: str, log: str) -> None:
+        self.summary.failed.append(Failure(name, error, log))
+        self.reporter.step_failed(name, error, log)
         if not self.options.keep_going:
             self._stopping = True
 
@@ -277,12 +318,12 @@ class Scheduler:
         deadline = time.monotonic() + 10
         while self.running and time.monotonic() < deadline:
             try:
-                name, outcome = self.events.get(timeout=max(0.1, deadline - time.monotonic()))
+                name, event = self.events.get(timeout=max(0.1, deadline - time.monotonic()))
             except queue.Empty:
                 break
             except KeyboardInterrupt:
                 continue
-            self._finish(name, outcome)
+            self._handle(name, event)
 
     def cancel_all(self, reason: str) -> None:
         for active in self.running.values():

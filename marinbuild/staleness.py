@@ -37,8 +37,11 @@ class Decision:
 def decide(record: StatusRecord | None, forced: str | None) -> Decision:
     """Decide from a step's stored status and whether (and by what) it is forced.
 
-    ``forced`` is None, ``"forced"``, or a reason such as ``"upstream X forced"``.
+    ``forced`` is None, ``"forced"``, or a reason such as ``"upstream X forced"``. A step
+    another runner holds a live lease on waits for it, forced or not.
     """
+    if record is not None and record.status == RUNNING and record.leased_by:
+        return Decision(Action.WAIT, f"waiting: leased by {record.leased_by}")
     if record is not None and record.status == SUCCESS:
         if forced:
             return Decision(Action.RUN, forced)

@@ -3,7 +3,9 @@
 Local paths are kept as plain absolute paths (no ``file://``) so that users see paths they
 can ``cd`` into; any other URL (``gs://``, ``memory://``) goes through its fsspec
 filesystem. Reads of many small files go through :meth:`Storage.read_many`, which asks a
-remote store with bounded parallel requests instead of one round trip after another.
+remote store with bounded parallel requests instead of one round trip after another. Every
+operation is retried after transient errors (:mod:`marinbuild.retry`); each one is safe to
+repeat because a write always puts a whole file.
 
 >>> s = Storage.for_prefix("memory://demo")
 >>> s.write_atomic(s.join(s.prefix, "a.txt"), "hi")
@@ -20,6 +22,8 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from .retry import call_with_retries, is_transient, retrying
 
 __all__ = ["DEFAULT_PREFIX", "Storage", "resolve_prefix"]
 
@@ -68,6 +72,7 @@ class Storage:
     def _p(self, path: str) -> str:
         return path if self.is_local else self.fs._strip_protocol(path)
 
+    @retrying("read")
     def read_text(self, path: str) -> str | None:
         """The file's text, or None when it does not exist."""
         if self.is_local:
@@ -94,9 +99,29 @@ class Storage:
         if not paths:
             return {}
         stripped = {self._p(p): p for p in paths}
-        got = self.fs.cat(list(stripped), on_error="omit")
-        return {stripped[k]: v.decode("utf-8") for k, v in got.items() if not isinstance(v, Exception)}
+        texts: dict[str, str] = {}
+        todo = list(stripped)
 
+        def attempt() -> None:
+            # Only the files whose read failed for a transient reason are asked again.
+            nonlocal todo
+            got = self.fs.cat(todo, on_error="return")
+            again = []
+            for key, value in got.items():
+                if isinstance(value, bytes):
+                    texts[stripped[key]] = value.decode("utf-8")
+                elif is_transient(value):
+                    again.append(key)
+                elif not isinstance(value, (FileNotFoundError, KeyError)):
+                    raise value
+            todo = again
+            if again:
+                raise ConnectionError(f"{len(again)} of the reads failed for a transient reason")
+
+        call_with_retries(attempt, f"read {len(paths)} files under {self.prefix}")
+        return texts
+
+    @retrying("write")
     def write_atomic(self, path: str, text: str) -> None:
         """Write a whole file so that readers never see a part of it.
 
@@ -123,15 +148,18 @@ class Storage:
         # One PUT of the whole object: object stores never expose a partial object.
         self.fs.pipe_file(self._p(path), data)
 
+    @retrying("create folder")
     def makedirs(self, path: str) -> None:
         if self.is_local:
             os.makedirs(path, exist_ok=True)
 
+    @retrying("check")
     def exists(self, path: str) -> bool:
         if self.is_local:
             return os.path.lexists(path)
         return bool(self.fs.exists(self._p(path)))
 
+    @retrying("list")
     def list_names(self, folder: str) -> list[str]:
         """Names of the entries directly inside ``folder`` (empty when it does not exist)."""
         if self.is_local:
@@ -140,11 +168,14 @@ class Storage:
             except (FileNotFoundError, NotADirectoryError):
                 return []
         try:
+            # A listing cached by the filesystem would hide what other runners wrote since.
+            self.fs.invalidate_cache(self._p(folder))
             entries = self.fs.ls(self._p(folder), detail=False)
         except FileNotFoundError:
             return []
         return [posixpath.basename(str(e).rstrip("/")) for e in entries]
 
+    @retrying("remove")
     def remove(self, path: str) -> None:
         """Delete a file or a whole directory tree; missing is fine."""
         if self.is_local:
@@ -158,6 +189,7 @@ class Storage:
         except FileNotFoundError:
             pass
 
+    @retrying("upload")
     def put_file(self, local_path: str, path: str) -> None:
         """Copy a local file into the store (a no-op when it is already that file)."""
         if self.is_local:
