@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import CycleError, StepDefinitionError
 from .identity import hash_payload, identity_payload
-from .steps import Step, is_dataclass_instance, iter_references
+from .steps import ConfigScan, Step, is_dataclass_instance, scan_config
 from .storage import Storage
 
 if TYPE_CHECKING:
@@ -73,14 +73,15 @@ class StepGraph:
 def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
     """Discover, order, hash and merge the steps reachable from ``declared``."""
     declared = list(declared)
-    objects = _discover(declared)
+    scans = _discover(declared)
+    objects = {s: list(dict.fromkeys(ref for _, ref, _ in scan.refs)) for s, scan in scans.items()}
     order = _topological(objects)
     node_of: dict[Step, Node] = {}
     nodes: dict[str, Node] = {}
     for s in order:
         dep_steps = objects[s]
         dep_ids = {d: node_of[d].ref for d in dep_steps}
-        payload = identity_payload(s.name, s.config, dep_ids)
+        payload = identity_payload(s.name, s.config, dep_ids, scans[s])
         identity = hash_payload(payload)
         existing = nodes.get(s.name)
         if existing is not None:
@@ -100,21 +101,20 @@ def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
     return StepGraph(nodes=nodes, declared=names, order=topo, prefix=prefix)
 
 
-def _discover(declared: list[Step]) -> dict[Step, list[Step]]:
-    """Every step reachable from ``declared``, with the steps its config refers to."""
-    deps: dict[Step, list[Step]] = {}
+def _discover(declared: list[Step]) -> dict[Step, ConfigScan]:
+    """Every step reachable from ``declared``, with one scan of its config."""
+    scans: dict[Step, ConfigScan] = {}
     queue = list(dict.fromkeys(declared))
     seen = set(queue)
     # Breadth-first and in declaration order, so that the order of this dict (which breaks
     # ties in the topological sort) follows the Marinfile.
     for s in queue:
-        refs = list(dict.fromkeys(ref for _, ref, _ in iter_references(s.config)))
-        deps[s] = refs
-        for r in refs:
+        scan = scans[s] = scan_config(s.config)
+        for _, r, _ in scan.refs:
             if r not in seen:
                 seen.add(r)
                 queue.append(r)
-    return deps
+    return scans
 
 
 def _topological(objects: dict[Step, list[Step]]) -> list[Step]:

@@ -31,7 +31,7 @@ import xxhash
 
 from .errors import IdentityError
 from .mirror import Mirrored
-from .steps import OutputPathOf, Step, ThisOutputPath, VersionedValue, versioned
+from .steps import ConfigScan, OutputPathOf, Step, ThisOutputPath, VersionedValue, scan_config, versioned
 from .steps import is_dataclass_instance as _is_dataclass_instance
 from .steps import join_path as _join
 
@@ -50,18 +50,29 @@ def hash_payload(payload: JSON) -> str:
     return xxhash.xxh3_64_hexdigest(canonical_json(payload).encode("utf-8"))
 
 
-def identity_payload(name: str, config: Any, dep_ids: Mapping[Step, str]) -> dict[str, JSON]:
+def identity_payload(
+    name: str, config: Any, dep_ids: Mapping[Step, str], scan: ConfigScan | None = None
+) -> dict[str, JSON]:
     """The identity payload of a step named ``name`` with ``config``.
 
-    ``dep_ids`` maps every step referenced in ``config`` to its ``NAME-IDENTITY`` string.
+    ``dep_ids`` maps every step referenced in ``config`` to its ``NAME-IDENTITY`` string;
+    ``scan`` is the config's :func:`~marinbuild.steps.scan_config`, when already made.
     """
-    walker = _Walker(name, dep_ids)
-    walker.walk(config, "", inside_versioned=False)
-    return {"name": name, "versioned": walker.versioned, "dependencies": walker.dependencies}
+    scan = scan if scan is not None else scan_config(config)
+    encoder = _Encoder(name, dep_ids)
+    for path, step, sub in scan.refs:
+        encoder.dependencies[path or "."] = encoder.ref(step, sub)
+    for path, value in scan.marked:
+        if isinstance(value, VersionedValue):
+            encoder.versioned[path or "."] = encoder.encode(value.value, path)
+        elif isinstance(value, Mirrored) and value.versioned:
+            # mirrored(versioned(path)) is identified by its source, never by the copy's path.
+            encoder.versioned[path or "."] = encoder.encode(value, path)
+    return {"name": name, "versioned": encoder.versioned, "dependencies": encoder.dependencies}
 
 
-class _Walker:
-    """One pass over a config, collecting versioned values and dependency references."""
+class _Encoder:
+    """Exact encoding of versioned values, refusing what has none."""
 
     def __init__(self, step_name: str, dep_ids: Mapping[Step, str]) -> None:
         self.step_name = step_name
@@ -69,26 +80,7 @@ class _Walker:
         self.versioned: dict[str, JSON] = {}
         self.dependencies: dict[str, str] = {}
 
-    def walk(self, value: Any, path: str, inside_versioned: bool) -> None:
-        if isinstance(value, VersionedValue):
-            self.versioned[path or "."] = self.encode(value.value, path)
-        elif isinstance(value, (Step, OutputPathOf)):
-            self.dependencies[path or "."] = self._ref(value)
-        elif isinstance(value, Mirrored):
-            if value.versioned:  # mirrored(versioned(path)): the source path, never the copy's
-                self.versioned[path or "."] = self.encode(value, path)
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                self.walk(v, _join(path, str(k)), inside_versioned)
-        elif isinstance(value, (list, tuple)):
-            for i, v in enumerate(value):
-                self.walk(v, _join(path, str(i)), inside_versioned)
-        elif _is_dataclass_instance(value):
-            for fname in value.__dataclass_fields__:
-                self.walk(getattr(value, fname), _join(path, fname), inside_versioned)
-
-    def _ref(self, value: Step | OutputPathOf) -> str:
-        step, sub = (value, None) if isinstance(value, Step) else (value.step, value.sub)
+    def ref(self, step: Step, sub: str | None) -> str:
         ref = self.dep_ids[step]
         return f"{ref}/{sub}" if sub else ref
 
@@ -107,7 +99,7 @@ class _Walker:
         if isinstance(value, pathlib.PurePath):
             return str(value)
         if isinstance(value, (Step, OutputPathOf)):
-            ref = self._ref(value)
+            ref = self.ref(value, None) if isinstance(value, Step) else self.ref(value.step, value.sub)
             self.dependencies[path or "."] = ref
             return {"__output_path_of__": ref}
         if isinstance(value, ThisOutputPath):

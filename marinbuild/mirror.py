@@ -31,7 +31,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import xxhash
 
@@ -58,6 +58,8 @@ class Mirrored:
     source: str
     versioned: bool = False
     budget_gb: float | None = None
+    # Config walks treat it as one value, not as a dataclass to descend into.
+    __marinbuild_placeholder__: ClassVar[bool] = True
 
 
 def mirrored(path: str | os.PathLike[str] | VersionedValue, budget_gb: float | None = None) -> Mirrored:

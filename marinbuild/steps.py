@@ -23,12 +23,14 @@ from typing import Any
 from .errors import StepDefinitionError
 
 __all__ = [
+    "ConfigScan",
     "OutputPathOf",
     "Step",
     "ThisOutputPath",
     "VersionedValue",
     "collect_declared",
     "output_path_of",
+    "scan_config",
     "step",
     "this_output_path",
     "versioned",
@@ -189,32 +191,57 @@ def step(
 _LEAVES = (str, int, float, bool, type(None))
 
 
-def iter_references(value: Any) -> list[tuple[str, Step, str | None]]:
-    """``(dotted_path, step, sub)`` for every step reference inside a config value.
+@dataclass(frozen=True)
+class ConfigScan:
+    """What one walk over a config finds, each with its dotted path.
+
+    ``refs``: step references ``(path, step, sub)``; ``marked``: ``versioned(...)`` values
+    and other placeholders (classes with ``__marinbuild_placeholder__``), which are not
+    walked into except for the references a versioned value holds.
+    """
+
+    refs: tuple[tuple[str, Step, str | None], ...]
+    marked: tuple[tuple[str, Any], ...]
+
+
+def scan_config(value: Any) -> ConfigScan:
+    """Walk a config once, finding step references and versioned values.
 
     An explicit stack rather than recursion: this runs once per step on every command, and
     nested generators cost several times more per visited value.
     """
-    found: list[tuple[str, Step, str | None]] = []
-    stack: list[tuple[Any, str]] = [(value, "")]
+    refs: list[tuple[str, Step, str | None]] = []
+    marked: list[tuple[str, Any]] = []
+    stack: list[tuple[Any, str, bool]] = [(value, "", False)]
     while stack:
-        v, path = stack.pop()
+        v, path, inside = stack.pop()
         if isinstance(v, _LEAVES):
             continue
         if isinstance(v, Step):
-            found.append((path, v, None))
+            refs.append((path, v, None))
         elif isinstance(v, OutputPathOf):
-            found.append((path, v.step, v.sub))
+            refs.append((path, v.step, v.sub))
         elif isinstance(v, VersionedValue):
-            stack.append((v.value, path))
+            if not inside:
+                marked.append((path, v))
+            stack.append((v.value, path, True))
+        elif getattr(v, "__marinbuild_placeholder__", False):
+            if not inside:
+                marked.append((path, v))
         elif isinstance(v, dict):
-            stack.extend((item, f"{path}.{k}" if path else str(k)) for k, item in v.items())
+            stack.extend((item, f"{path}.{k}" if path else str(k), inside) for k, item in v.items())
         elif isinstance(v, (list, tuple)):
-            stack.extend((item, f"{path}.{i}" if path else str(i)) for i, item in enumerate(v))
+            stack.extend((item, f"{path}.{i}" if path else str(i), inside) for i, item in enumerate(v))
         elif is_dataclass_instance(v):
-            stack.extend((getattr(v, f), f"{path}.{f}" if path else f) for f in v.__dataclass_fields__)
-    found.reverse()
-    return found
+            stack.extend((getattr(v, f), f"{path}.{f}" if path else f, inside) for f in v.__dataclass_fields__)
+    refs.reverse()
+    marked.reverse()
+    return ConfigScan(tuple(refs), tuple(marked))
+
+
+def iter_references(value: Any) -> tuple[tuple[str, Step, str | None], ...]:
+    """``(dotted_path, step, sub)`` for every step reference inside a config value."""
+    return scan_config(value).refs
 
 
 def join_path(path: str, key: str) -> str:

@@ -146,9 +146,9 @@ def test_hashing_is_linear_in_chain_length(monkeypatch):
     calls = []
     real = identity_mod.identity_payload
 
-    def counting(name, config, dep_ids):
+    def counting(name, config, dep_ids, scan=None):
         calls.append(name)
-        return real(name, config, dep_ids)
+        return real(name, config, dep_ids, scan)
 
     monkeypatch.setattr("marinbuild.graph.identity_payload", counting)
     prev = step("s0", cmd="true")
