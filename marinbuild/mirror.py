@@ -37,7 +37,7 @@ import xxhash
 
 from .errors import UserError
 from .retry import call_with_retries
-from .steps import VersionedValue, is_dataclass_instance
+from .steps import OutputPathOf, Step, VersionedValue, is_dataclass_instance
 from .storage import Storage
 
 __all__ = ["DEFAULT_BUDGET_GB", "MirrorError", "Mirrored", "ensure_mirrored", "find_mirrored", "mirror_target",
@@ -95,6 +95,8 @@ def find_mirrored(config: Any) -> list[Mirrored]:
         value = stack.pop()
         if isinstance(value, Mirrored):
             found[value] = None
+        elif isinstance(value, (Step, OutputPathOf)):
+            continue  # another step's config is that step's business: walking it would revisit every ancestor
         elif isinstance(value, VersionedValue):
             stack.append(value.value)
         elif isinstance(value, dict):

@@ -112,3 +112,12 @@ def test_placeholders_are_found_and_resolved() -> None:
     }
     with pytest.raises(UserError):
         mirrored(3)  # type: ignore[arg-type]
+
+
+def test_finding_mirrored_inputs_does_not_walk_other_steps_configs():
+    # Layered diamonds 40 deep: walking into referenced steps would visit 2**40 paths.
+    layer = [step(f"d0_{i}", cmd="true") for i in range(2)]
+    for depth in range(1, 40):
+        layer = [step(f"d{depth}_{i}", cmd="true", config={"a": layer[0], "b": layer[1]}) for i in range(2)]
+    top = {"deps": layer, "data": mirrored("memory://src/x")}
+    assert [m.source for m in find_mirrored(top)] == ["memory://src/x"]
