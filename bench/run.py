@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.metadata
 import json
 import os
 import platform
@@ -190,13 +191,21 @@ def bench_one(tool: str, shape: str, n: int, workdir: Path, opts: argparse.Names
         )
         if phase == "dry-run" and rec.status == "ok" and count_outputs(out_dir):
             rec.status, rec.note = "failed", "dry run wrote outputs"
-        if phase == "execute" and rec.status == "ok" and (made := count_outputs(out_dir)) != n:
-            rec.status, rec.note = "failed", f"produced {made} of {n} outputs"
+        if phase == "execute":
+            check_outputs(rec, count_outputs(out_dir))
         records.append(rec)
         log_progress(rec)
     if not opts.keep:
         shutil.rmtree(wf_dir, ignore_errors=True)
     return records
+
+
+def check_outputs(rec: Record, made: int) -> None:
+    """Fail an execution that did not make every output; say how far a timeout got."""
+    if rec.status == "timeout":
+        rec.note += f"; {made:,} of {rec.n:,} done"
+    elif rec.status == "ok" and made != rec.n:
+        rec.status, rec.note = "failed", f"produced {made} of {rec.n} outputs"
 
 
 def log_progress(rec: Record) -> None:
@@ -240,7 +249,10 @@ def marinbuild_version() -> str:
     """marinbuild's own version line plus the commit of this checkout, when known."""
     ver = first_line([sys.executable, "-m", "marinbuild", "--version"], tool_env("marinbuild"))
     if ver == "unavailable":
-        ver = "marinbuild (version unknown)"
+        try:
+            ver = "marinbuild " + importlib.metadata.version("marinbuild")
+        except importlib.metadata.PackageNotFoundError:
+            ver = "marinbuild (version unknown)"
     commit = first_line(["git", "rev-parse", "--short", "HEAD"])
     return ver if commit == "unavailable" else f"{ver}, commit {commit}"
 
@@ -355,6 +367,18 @@ def render_tables(records: list[Record]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def failure_detail(rec: Record) -> str:
+    """The telling part of a failure note: the log line naming the error, else its end."""
+    label = cell(rec)
+    _, _, log = rec.note.partition(": ")
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    named = [line for line in lines if label in line]
+    tail = (named or lines)[-1:] if rec.status == "failed" else []
+    if rec.status == "timeout":
+        return rec.note
+    return f"{label} (rc {rec.rc})" + "".join(f": {line[:240]}" for line in tail)
+
+
 def render_failures(records: list[Record]) -> str:
     """Details for every cell that holds no number, so a failure is never just a word."""
     bad = [r for r in records if r.status in ("failed", "timeout")]
@@ -362,9 +386,17 @@ def render_failures(records: list[Record]) -> str:
         return ""
     lines = ["### Failures and timeouts", ""]
     for r in sorted(bad, key=lambda r: (r.tool, *sort_key(r.shape, r.n), r.phase)):
-        detail = " ".join(r.note.split())[:300]
-        lines.append(f"- {r.tool}, {r.shape}, N={r.n:,}, {r.phase}: {detail}")
+        lines.append(f"- {r.tool}, {r.shape}, N={r.n:,}, {r.phase}: {failure_detail(r)}")
     return "\n".join(lines) + "\n"
+
+
+def machine_lines(machines: list[dict[str, str]]) -> list[str]:
+    """One line per distinct machine, listing every date it was measured on."""
+    dates: dict[str, list[str]] = {}
+    for m in machines:
+        desc = f"{m['cpu']}, {m['cores']} cores, {m['memory']} RAM; {m['os']}; Python {m['python']}"
+        dates.setdefault(desc, []).append(m["date"])
+    return [f"- {desc}; measured {', '.join(when)}" for desc, when in dates.items()]
 
 
 def render_doc(results: dict) -> str:
@@ -379,11 +411,7 @@ def render_doc(results: dict) -> str:
         "## Machine",
         "",
     ]
-    for m in machines:
-        lines.append(
-            f"- {m['cpu']}, {m['cores']} cores, {m['memory']} RAM; {m['os']}; "
-            f"Python {m['python']}; measured {m['date']}"
-        )
+    lines += machine_lines(machines)
     lines += ["", "## Tools", ""]
     lines += [f"- {tool}: {versions[tool]}" for tool in TOOLS if tool in versions]
     legend = (
@@ -515,8 +543,19 @@ def main(argv: list[str] | None = None) -> str:
     print(render_tables(results["records"]))
     if not opts.no_doc:
         opts.doc.parent.mkdir(parents=True, exist_ok=True)
-        opts.doc.write_text(page)
+        opts.doc.write_text(page + kept_sections(opts.doc))
     return page
+
+
+KEPT = "<!-- Sections below are written by other benchmarks and kept when this page is rewritten. -->"
+
+
+def kept_sections(doc: Path) -> str:
+    """The part of the page after :data:`KEPT` (Ray, GCS, TPU figures), to carry over."""
+    if not doc.exists():
+        return ""
+    text = doc.read_text()
+    return "\n" + text[text.index(KEPT):] if KEPT in text else ""
 
 
 if __name__ == "__main__":

@@ -36,3 +36,8 @@ def test_python_dash_m_and_help():
     assert out.returncode == 0
     for command in ("run", "plan", "status", "why", "clean"):
         assert command in out.stdout
+
+
+def test_version_flag():
+    out = subprocess.run([sys.executable, "-m", "marinbuild", "--version"], env=cli_env(), capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == f"marinbuild {marinbuild.__version__}"
