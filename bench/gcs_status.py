@@ -59,8 +59,13 @@ def bench(n: int, workdir: Path) -> list[dict[str, Any]]:
         done = StatusRecord(SUCCESS, time.time()).to_json().encode()
         storage.fs.pipe({storage._p(status_path(o)): done for o in outputs})
         rows.append(measure(emulator, f"probe {n} steps, all SUCCESS", lambda: probe(project, names)))
-        rows.append(measure(emulator, f"one read after another, {n} steps (contrast)",
-                            lambda: {o: storage.read_text(status_path(o)) for o in outputs}))
+        rows.append(
+            measure(
+                emulator,
+                f"one read after another, {n} steps (contrast)",
+                lambda: {o: storage.read_text(status_path(o)) for o in outputs},
+            )
+        )
 
         running = StatusRecord(RUNNING, time.time()).to_json().encode()
         lease = LeaseRecord(Owner("elsewhere", 1, "", "bench"), time.time(), time.time()).to_json().encode()
