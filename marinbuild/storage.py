@@ -90,12 +90,7 @@ class Storage:
         """Texts of the files that exist among ``paths``; remote stores are asked in parallel."""
         paths = list(paths)
         if self.is_local:
-            out: dict[str, str] = {}
-            for p in paths:
-                text = self.read_text(p)
-                if text is not None:
-                    out[p] = text
-            return out
+            return call_with_retries(lambda: _read_local_files(paths), f"read {len(paths)} files under {self.prefix}")
         if not paths:
             return {}
         stripped = {self._p(p): p for p in paths}
@@ -199,6 +194,19 @@ class Storage:
                     dst.write(src.read())
             return
         self.fs.put_file(local_path, self._p(path))
+
+
+def _read_local_files(paths: list[str]) -> dict[str, str]:
+    # One retry scope for the whole batch: a no-op run reads every status file, and a
+    # retry wrapper per file costs as much as the read itself.
+    out: dict[str, str] = {}
+    for p in paths:
+        try:
+            with open(p, encoding="utf-8") as f:
+                out[p] = f.read()
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+    return out
 
 
 def _unlink_quietly(path: str) -> None:
