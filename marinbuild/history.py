@@ -29,16 +29,13 @@ class RunIndex:
         self.storage = storage
         self.graph = graph
         self._by_name: dict[str, list[str]] = {}
-        listed: set[str] = set()
-        for name in names:
-            folder = posixpath.dirname(posixpath.join(graph.prefix, name))
-            if folder in listed:
-                continue
-            listed.add(folder)
+        # One listing per folder that holds step outputs ("" is the prefix itself).
+        for sub in {name.rpartition("/")[0] for name in names}:
+            folder = posixpath.join(graph.prefix, sub) if sub else graph.prefix
             for entry in storage.list_names(folder):
                 head, _, tail = entry.rpartition("-")
                 if _HASH.match(tail):
-                    step_name = posixpath.relpath(posixpath.join(folder, head), graph.prefix)
+                    step_name = f"{sub}/{head}" if sub else head
                     self._by_name.setdefault(step_name, []).append(posixpath.join(folder, entry))
 
     def others(self, node: Node) -> list[str]:
