@@ -450,7 +450,7 @@ def why(
     project = open_project(file, prefix)
     graph = project.graph
     (name,) = select(graph, [target])[:1]
-    the_plan = plan_targets(project, [name], explain=False)
+    the_plan = plan_targets(project, [name])
     node = graph.nodes[name]
     decision = the_plan.decisions[name]
     verb = "would run" if decision.action is Action.RUN else "is up to date" if decision.action is Action.SKIP else "waits"
