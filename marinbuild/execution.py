@@ -1,9 +1,10 @@
 """What happens around one execution of a step: before it and after it.
 
-Before: the output directory is prepared, the info JSON and a ``RUNNING`` status are
-written, and the config is resolved into a :class:`~marinbuild.backend.Job`. After: a
-``SUCCESS`` status is written only when the step returned successfully, otherwise
-``FAILED`` with the error; a remote store receives the log at the end.
+Before: the output directory is prepared (cleared first for a fresh output), mirrored
+inputs are copied, a ``RUNNING`` status is written and the config is resolved into a
+:class:`~marinbuild.backend.Job`. After: the info JSON is written with both times, then a
+``SUCCESS`` status only when the step returned successfully and this runner still holds
+its lease, otherwise ``FAILED`` with the error; a remote store receives the log at the end.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from .backend import Job, Outcome
 from .errors import LeaseLost
 from .graph import Node
+from .lease import Owner
 from .markers import FAILED, MARKER_DIR, RUNNING, SUCCESS, log_path, write_info, write_status
 from .mirror import ensure_mirrored, find_mirrored
 from .resolve import render_command, resolve_config
@@ -56,7 +58,7 @@ class RunContext:
 
 def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tuple[int, ...] = (),
             timeout: float | None = None) -> tuple[Job, dict[str, Any]]:
-    """Write the info and RUNNING markers and build the job; returns the job and its info."""
+    """Write the RUNNING marker and build the job; returns the job and the info to record."""
     s = node.step
     out = node.output_path
     storage = ctx.storage
@@ -142,14 +144,13 @@ def clear_output(storage: Storage, out: str) -> None:
 
 def record(storage: Storage, output: str, info: dict[str, Any], outcome: Outcome, owner: str | None = None) -> None:
     """Write the final info, then the status: the part of :func:`commit` a remote executor repeats."""
+    error = None if outcome.ok else outcome.error
     info = {**info, "end_time": outcome.ended, "duration": outcome.duration}
-    if outcome.ok:
-        write_info(storage, output, info)
-        write_status(storage, output, SUCCESS, duration=outcome.duration, owner=owner)
-    else:
-        info["error"] = outcome.error
-        write_info(storage, output, info)
-        write_status(storage, output, FAILED, error=outcome.error, duration=outcome.duration, owner=owner)
+    if error is not None:
+        info["error"] = error
+    write_info(storage, output, info)
+    status = SUCCESS if outcome.ok else FAILED
+    write_status(storage, output, status, error=error, duration=outcome.duration, owner=owner)
 
 
 def to_jsonable(value: Any) -> Any:
@@ -180,7 +181,8 @@ def _local_log_file(node: Node) -> str:
 
 @functools.cache
 def _owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """How markers name this runner: the same ``HOST:PID`` its leases show."""
+    return str(Owner.current())
 
 
 def _user() -> str:
@@ -197,4 +199,6 @@ def _git_commit(folder: str) -> str | None:
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None

@@ -160,7 +160,6 @@ class Scheduler:
         self._told_waiting: dict[str, str] = {}  # the last reason reported, so a poll says nothing new
         self._blocked_since: dict[str, float] = {}
         self._stopping = False
-        self._not_started_reasons: dict[str, str] = {}
         self.summary.total = len(to_run)
         self.summary.skipped = len(plan.order) - len(to_run)
 
@@ -201,7 +200,6 @@ class Scheduler:
         while self._ready and not self._stopping:
             _, name = heapq.heappop(self._ready)
             reason = "not started: its resources never became free"
-            self._not_started_reasons[name] = reason
             self.reporter.step_skipped(name, reason)
 
     def _next_wakeup(self) -> float | None:
@@ -228,7 +226,6 @@ class Scheduler:
             refusal = self.admission.refusal(node)
             if refusal is not None:
                 self.reporter.step_skipped(name, refusal)
-                self._not_started_reasons[name] = refusal
                 continue
             # Resources first: they are counted in memory, while a claim reads and writes
             # the store, and a claim taken for a step that cannot start would be let go at once.
@@ -324,7 +321,3 @@ class Scheduler:
             except KeyboardInterrupt:
                 continue
             self._handle(name, event)
-
-    def cancel_all(self, reason: str) -> None:
-        for active in self.running.values():
-            active.handle.cancel(reason)

@@ -239,10 +239,6 @@ def scan_config(value: Any) -> ConfigScan:
     return ConfigScan(tuple(refs), tuple(marked))
 
 
-def iter_references(value: Any) -> tuple[tuple[str, Step, str | None], ...]:
-    """``(dotted_path, step, sub)`` for every step reference inside a config value."""
-    return scan_config(value).refs
-
 
 def join_path(path: str, key: str) -> str:
     """``a.b`` + ``c`` → ``a.b.c``: the dotted paths that name config fields."""

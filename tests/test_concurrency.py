@@ -114,37 +114,35 @@ def _race_swap(path: str, expected: str, start: float, tag: str, results: multip
     results.put([tag] if store.swap(path, expected, tag) is not None else [])
 
 
-def test_create_if_absent_has_exactly_one_winner_among_processes_and_threads(tmp_path: Path) -> None:
+def _contest(target: object, *args: object) -> list[str]:
+    """Start 8 processes running ``target(*args, start, tag, results)`` together; the winners."""
     ctx = multiprocessing.get_context("fork")
+    results: multiprocessing.Queue = ctx.Queue()  # type: ignore[type-arg]
+    start = time.time() + 0.3
+    procs = [ctx.Process(target=target, args=(*args, start, f"p{i}", results)) for i in range(8)]  # type: ignore[arg-type]
+    for p in procs:
+        p.start()
+    wins = [w for _ in procs for w in results.get(timeout=30)]
+    for p in procs:
+        p.join()
+    return wins
+
+
+def test_create_if_absent_has_exactly_one_winner_among_processes_and_threads(tmp_path: Path) -> None:
     for round_ in range(10):
         path = str(tmp_path / f"r{round_}" / ".marinbuild" / "lease")
-        results: multiprocessing.Queue = ctx.Queue()  # type: ignore[type-arg]
-        start = time.time() + 0.3
-        procs = [ctx.Process(target=_race, args=(path, start, f"p{i}", results)) for i in range(8)]
-        for p in procs:
-            p.start()
-        wins = [w for _ in procs for w in results.get(timeout=30)]
-        for p in procs:
-            p.join()
+        wins = _contest(_race, path)
         assert len(wins) == 1, wins
         assert Path(path).read_text() == wins[0]
 
 
 def test_compare_and_swap_has_exactly_one_winner_among_processes(tmp_path: Path) -> None:
-    ctx = multiprocessing.get_context("fork")
     for round_ in range(10):
         path = str(tmp_path / f"s{round_}" / "lease")
         store = conditional_store(Storage.for_prefix(str(tmp_path)))
         expected = store.create(path, "initial")
         assert expected is not None
-        results: multiprocessing.Queue = ctx.Queue()  # type: ignore[type-arg]
-        start = time.time() + 0.3
-        procs = [ctx.Process(target=_race_swap, args=(path, expected, start, f"p{i}", results)) for i in range(8)]
-        for p in procs:
-            p.start()
-        wins = [w for _ in procs for w in results.get(timeout=30)]
-        for p in procs:
-            p.join()
+        wins = _contest(_race_swap, path, expected)
         assert len(wins) == 1, wins
         assert Path(path).read_text() == wins[0]
 
@@ -152,13 +150,20 @@ def test_compare_and_swap_has_exactly_one_winner_among_processes(tmp_path: Path)
 # -- whole runs ------------------------------------------------------------------------------
 
 
+SIX_RUNNERS: list[list[str]] = [[], [], [], ["l4_*"], ["l3_*", "sink"], ["l2_*"]]
+
+
+def run_six_runners(project: Path, env: dict[str, str], timeout: float) -> None:
+    """Six concurrent `marinbuild run`s with overlapping targets; each must exit 0."""
+    runners = [start_marinbuild("run", "-q", *t, cwd=project, env=env) for t in SIX_RUNNERS]
+    for r in runners:
+        out, err = r.communicate(timeout=timeout)
+        assert r.returncode == 0, out + err
+
+
 def test_six_runners_run_every_step_exactly_once(project: Path) -> None:
     log = dag(project)
-    targets: list[list[str]] = [[], [], [], ["l4_*"], ["l3_*", "sink"], ["l2_*"]]
-    runners = [start_marinbuild("run", "-q", *t, cwd=project, env=LEASE_ENV) for t in targets]
-    for r in runners:
-        out, err = r.communicate(timeout=120)
-        assert r.returncode == 0, out + err
+    run_six_runners(project, LEASE_ENV, timeout=120)
     starts = Counter(name for name, _, _, what in events(log) if what == "start")
     assert len(starts) == STEPS and set(starts.values()) == {1}, starts
     assert len({runner for *_, runner, _ in events(log)}) > 1  # the work was shared

@@ -20,8 +20,8 @@ from marinbuild.project import Project, probe
 from marinbuild.steps import step
 from marinbuild.storage import Storage
 
-from .helpers import marinbuild, start_marinbuild, write_marinfile
-from .test_concurrency import STEPS, events
+from .helpers import marinbuild, write_marinfile
+from .test_concurrency import STEPS, events, run_six_runners
 
 if TYPE_CHECKING:
     from .fixtures_gcs import Emulator
@@ -105,11 +105,7 @@ def test_six_runners_on_gcs_run_every_step_exactly_once(gcs_emulator: Emulator, 
     write_marinfile(project, DAG.replace("@LOG@", str(log)))
     env = {**gcs_emulator.env, "MARIN_PREFIX": gcs_emulator.prefix(),
            "MARINBUILD_LEASE_HEARTBEAT": "0.5", "MARINBUILD_LEASE_EXPIRY": "3"}
-    targets: list[list[str]] = [[], [], [], ["l4_*"], ["l3_*", "sink"], ["l2_*"]]
-    runners = [start_marinbuild("run", "-q", *t, cwd=project, env=env) for t in targets]
-    for r in runners:
-        out, err = r.communicate(timeout=180)
-        assert r.returncode == 0, out + err
+    run_six_runners(project, env, timeout=180)
     starts = Counter(name for name, _, _, what in events(log) if what == "start")
     assert len(starts) == STEPS and set(starts.values()) == {1}, starts
     status = marinbuild("status", "--json", cwd=project, env=env)
