@@ -512,6 +512,25 @@ def clean(
     out.print(f"removed {len(victims)} output(s)")
 
 
+# click's UsageError, whichever click typer runs on (its own copy or the package).
+_UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
 def main() -> None:
-    """Entry point of the ``marinbuild`` console script."""
-    app()
+    """Entry point of the ``marinbuild`` console script.
+
+    Usage errors (an unknown option, a missing argument) get the same one line as every
+    other bad input, instead of click's framed usage box.
+    """
+    try:
+        code = app(standalone_mode=False)
+    except _UsageError as e:
+        if not e.format_message():  # bare `marinbuild`: the help was the answer
+            sys.exit(e.exit_code)
+        command = f" {e.ctx.command_path.split(' ', 1)[1]}" if e.ctx is not None and " " in e.ctx.command_path else ""
+        err.print(f"marinbuild{command}: error: {e.format_message()} (see --help)", markup=False)
+        sys.exit(2)
+    except (KeyboardInterrupt, typer.Abort):
+        err.print("marinbuild: interrupted", markup=False)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import UserError
 from .retry import call_with_retries, is_transient, retrying
 
 __all__ = ["DEFAULT_PREFIX", "Storage", "resolve_prefix"]
@@ -38,6 +39,9 @@ def resolve_prefix(prefix: str | None) -> str:
     if raw.startswith("file://"):
         raw = raw[len("file://") :]
     if "://" in raw:
+        scheme, _, rest = raw.partition("://")
+        if not rest.strip("/"):
+            raise UserError(f"prefix {raw!r} names no bucket or folder (e.g. {scheme}://bucket/experiments)")
         return raw.rstrip("/")
     return os.path.abspath(os.path.expanduser(raw))
 
@@ -58,7 +62,12 @@ class Storage:
             return cls(prefix=prefix, fs=None)
         import fsspec
 
-        fs, _ = fsspec.core.url_to_fs(prefix)
+        try:
+            fs, _ = fsspec.core.url_to_fs(prefix)
+        except ImportError as e:
+            raise UserError(f"prefix {prefix!r} needs a package that is not installed: {e}") from None
+        except ValueError as e:  # "Protocol not known"
+            raise UserError(f"prefix {prefix!r}: {e}") from None
         return cls(prefix=prefix, fs=fs)
 
     @property

@@ -67,3 +67,26 @@ def test_verbose_shows_traceback(project):
 def test_usage_error_exits_2(project):
     result = marinbuild("plan", "--dag", "png", cwd=project)
     assert result.returncode == 2
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["plan", "--no-such-flag"], "marinbuild plan: error: No such option: --no-such-flag"),
+        (["why"], "marinbuild why: error: Missing argument 'target'"),
+        (["run", "-j", "0"], "marinbuild run: error: Invalid value for '-j'"),
+        (["frobnicate"], "marinbuild: error: No such command 'frobnicate'"),
+        (["plan", "--prefix", "gs://"], "names no bucket or folder"),
+        (["plan", "--prefix", "nosuchproto://x"], "Protocol not known: nosuchproto"),
+        (["run", "--mem", "4zz"], "cannot read memory size '4zz'"),
+        (["run", "--walltime", "soon"], "cannot read duration 'soon'"),
+    ],
+)
+def test_usage_and_option_errors_are_one_line(project, args, expected):
+    write_marinfile(project, "from marinbuild import step\nstep('a', cmd='true')\n")
+    before = snapshot(project)
+    result = marinbuild(*args, cwd=project)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+    assert snapshot(project) == before
