@@ -513,7 +513,7 @@ def clean(
 
 
 # click's UsageError, whichever click typer runs on (its own copy or the package).
-_UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+_UsageError: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
 def main() -> None:
@@ -524,7 +524,8 @@ def main() -> None:
     """
     try:
         code = app(standalone_mode=False)
-    except _UsageError as e:
+    except _UsageError as error:
+        e: Any = error  # click's UsageError: ctx, exit_code, format_message()
         if not e.format_message():  # bare `marinbuild`: the help was the answer
             sys.exit(e.exit_code)
         command = f" {e.ctx.command_path.split(' ', 1)[1]}" if e.ctx is not None and " " in e.ctx.command_path else ""
