@@ -2,9 +2,11 @@
 
 A function step runs in a forked child of the driver: no new interpreter starts, the
 loaded Marinfile is already there, and a crash in the step cannot take the driver down.
-Every step runs in its own process group, so cancelling it kills the children it started,
-and asks the kernel to kill it if the driver dies (``PR_SET_PDEATHSIG``), so no step
-outlives the runner that holds its lease.
+A shell step is started with ``posix_spawn`` (no copy of the driver's page tables).
+Every step runs in its own session and process group, so cancelling it kills the
+children it started, and is adopted by the runner's guardian (:mod:`.guardian`), so no
+step outlives the runner that holds its lease. One thread reaps every step and runs
+their timers (:mod:`.reaper`).
 """
 
 from __future__ import annotations
@@ -12,9 +14,8 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import shutil
+import shlex
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -22,6 +23,8 @@ import traceback
 from collections.abc import Callable
 
 from .backend import Job, Outcome
+from .guardian import shared_guardian
+from .reaper import Timer, shared_reaper
 
 __all__ = ["LocalBackend"]
 
@@ -31,44 +34,58 @@ KILL_GRACE = 3.0
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
+# Python ignores these; an ignored signal stays ignored through exec, so reset them.
+_DEFAULT_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ", "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+    if hasattr(signal, name)
+)
+
 
 def _die_with_parent() -> None:
     if _libc is not None:
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-# A Python preexec_fn forces a full fork() of the driver, whose page tables grow with the
-# plan (14 ms per spawn measured with a large plan); util-linux's setpriv sets the same
-# death signal and lets subprocess use vfork (about 3.5 ms).
-_SETPRIV = shutil.which("setpriv")
-
-
-def _shell_argv(command: str) -> list[str]:
-    argv = ["/bin/sh", "-c", command]
-    return [_SETPRIV, "--pdeathsig", "KILL", *argv] if _SETPRIV else argv
+def _shell_argv(command: str, workdir: str) -> list[str]:
+    # posix_spawn cannot change directory in Python 3.11; the shell does it when needed.
+    cwd = os.getcwd()
+    if workdir != cwd and os.path.realpath(workdir) != cwd:
+        command = f"cd -- {shlex.quote(workdir)} || exit 125\n{command}"
+    return ["/bin/sh", "-c", command]
 
 
 class LocalBackend:
-    """Start jobs as local processes; each job is watched by one small thread."""
+    """Start jobs as local processes, all reaped by one thread.
+
+    Example::
+
+        backend = LocalBackend()
+        backend.start(job, on_done=lambda outcome: print(outcome.ok))
+    """
+
+    def __init__(self) -> None:
+        self._environ = dict(os.environ)  # copied once: decoding it took 0.1 ms per step
 
     def start(self, job: Job, on_done: Callable[[Outcome], None]) -> _LocalRun:
-        run = _LocalRun(job, on_done)
+        run = _LocalRun(job, on_done, {**self._environ, **job.env})
         run.launch()
         return run
 
 
 class _LocalRun:
-    """One running local job: its process group, timer and waiter thread."""
+    """One running local job: its process group and its timers."""
 
-    def __init__(self, job: Job, on_done: Callable[[Outcome], None]) -> None:
+    def __init__(self, job: Job, on_done: Callable[[Outcome], None], env: dict[str, str]) -> None:
         self.job = job
         self.on_done = on_done
+        self.env = env
         self.pid = 0
         self.started = 0.0
         self._reason: str | None = None
         self._timed_out = False
+        self._finished = False
         self._lock = threading.Lock()
-        self._finished = threading.Event()
+        self._timer: Timer | None = None
         self._err_r = -1
 
     def launch(self) -> None:
@@ -76,42 +93,38 @@ class _LocalRun:
         os.makedirs(os.path.dirname(self.job.log_file), exist_ok=True)
         if self.job.command is not None:
             self._launch_command()
+            # The shell is still starting up (over a millisecond) when this returns, well
+            # before it can run the command and start anything that would inherit the mask.
+            _pin(self.pid, self.job.cores)
         else:
-            self._launch_function()
-        if self.job.cores and hasattr(os, "sched_setaffinity"):
-            try:
-                os.sched_setaffinity(self.pid, self.job.cores)
-            except (ProcessLookupError, OSError):
-                pass
-        threading.Thread(target=self._wait, name=f"wait-{self.job.name}", daemon=True).start()
+            self._launch_function()  # the forked child pins itself
+        shared_guardian().adopt(self.pid)
+        reaper = shared_reaper()
         if self.job.timeout is not None:
-            timer = threading.Timer(self.job.timeout, self._on_timeout)
-            timer.daemon = True
-            timer.start()
-
-    def _environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(self.job.env)
-        return env
+            self._timer = reaper.call_later(self.job.timeout, self._on_timeout)
+        reaper.watch(self.pid, self._exited)
 
     def _launch_command(self) -> None:
         assert self.job.command is not None
-        with open(self.job.log_file, "ab") as log:
-            proc = subprocess.Popen(
-                _shell_argv(self.job.command),
-                cwd=self.job.workdir,
-                env=self._environment(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=None if _SETPRIV else _die_with_parent,
+        log = os.open(self.job.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        try:
+            self.pid = os.posix_spawn(
+                "/bin/sh",
+                _shell_argv(self.job.command, self.job.workdir),
+                self.env,
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, log, 1),
+                    (os.POSIX_SPAWN_DUP2, log, 2),
+                ],
+                setsid=True,
+                setsigdef=_DEFAULT_SIGNALS,
+                setsigmask=(),
             )
-        self._proc: subprocess.Popen[bytes] | None = proc
-        self.pid = proc.pid
+        finally:
+            os.close(log)
 
     def _launch_function(self) -> None:
-        self._proc = None
         err_r, err_w = os.pipe()
         log_fd = os.open(self.job.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         for stream in (sys.stdout, sys.stderr):
@@ -129,22 +142,22 @@ class _LocalRun:
         self._err_r = err_r
         self.pid = pid
 
-    def _wait(self) -> None:
-        if self._proc is not None:
-            code = self._proc.wait()
-            error_line = None
-        else:
-            _, status = os.waitpid(self.pid, 0)
-            code = os.waitstatus_to_exitcode(status)
+    def _exited(self, status: int) -> None:
+        code = os.waitstatus_to_exitcode(status)
+        error_line = None
+        if self._err_r >= 0:
             with os.fdopen(self._err_r, "rb") as f:
                 raw = f.read()
             error_line = json.loads(raw)["error"] if raw else None
-        self._finished.set()
+        with self._lock:
+            self._finished = True
+            reason, timed_out = self._reason, self._timed_out
+        if self._timer is not None:
+            self._timer.cancel()
         # Whatever the step left behind in its group goes with it.
         _killpg(self.pid, signal.SIGKILL)
+        shared_guardian().release(self.pid)
         ended = time.time()
-        with self._lock:
-            reason, timed_out = self._reason, self._timed_out
         if code == 0 and reason is None:
             outcome = Outcome(ok=True, started=self.started, ended=ended, returncode=0)
         else:
@@ -162,7 +175,7 @@ class _LocalRun:
 
     def _on_timeout(self) -> None:
         with self._lock:
-            if self._finished.is_set() or self._reason is not None:
+            if self._finished or self._reason is not None:
                 return
             self._timed_out = True
         self.cancel(f"timeout: exceeded its wall time of {self.job.timeout:g} s")
@@ -170,16 +183,26 @@ class _LocalRun:
     def cancel(self, reason: str) -> None:
         """SIGTERM the step's process group, SIGKILL after a grace period."""
         with self._lock:
-            if self._finished.is_set():
+            if self._finished:
                 return
             if self._reason is None:
                 self._reason = reason
         _killpg(self.pid, signal.SIGTERM)
-        threading.Thread(target=self._kill_later, daemon=True).start()
+        shared_reaper().call_later(KILL_GRACE, self._kill_if_running)
 
-    def _kill_later(self) -> None:
-        if not self._finished.wait(KILL_GRACE):
-            _killpg(self.pid, signal.SIGKILL)
+    def _kill_if_running(self) -> None:
+        with self._lock:
+            if self._finished:
+                return
+        _killpg(self.pid, signal.SIGKILL)
+
+
+def _pin(pid: int, cores: tuple[int, ...]) -> None:
+    if cores and hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(pid, cores)
+        except OSError:  # gone already, or cores outside this machine (--cores above it)
+            pass
 
 
 def _killpg(pid: int, sig: int) -> None:
@@ -203,6 +226,8 @@ def _child_main(job: Job, log_fd: int, err_w: int) -> None:  # pragma: no cover 
     try:
         os.setpgid(0, 0)
         _die_with_parent()
+        _pin(0, job.cores)
+        shared_guardian().close_in_child()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         null = os.open(os.devnull, os.O_RDONLY)

@@ -1,0 +1,118 @@
+"""How the local backend starts, reaps and stops step processes, through the real CLI."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+from .helpers import alive, marinbuild, plan_json, start_marinbuild, status_of, write_marinfile
+
+
+def _wait_for(path: Path, seconds: float = 30) -> str:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().strip()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
+
+
+def _wait_dead(pid: int, seconds: float = 5) -> bool:
+    deadline = time.time() + seconds
+    while alive(pid) and time.time() < deadline:
+        time.sleep(0.05)
+    return not alive(pid)
+
+
+def test_sigkill_of_the_runner_kills_a_shell_step_and_its_children(project):
+    write_marinfile(
+        project,
+        """
+        from marinbuild import step
+        step("slow", cmd="sleep 60 & echo $! > grandchild.pid; echo $$ > shell.pid; wait")
+        """,
+    )
+    proc = start_marinbuild("run", cwd=project)
+    shell = int(_wait_for(project / "shell.pid"))
+    grandchild = int(_wait_for(project / "grandchild.pid"))
+    assert alive(shell) and alive(grandchild)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    # The whole process group goes, not only the shell the runner started.
+    assert _wait_dead(shell)
+    assert _wait_dead(grandchild)
+    row = plan_json(project)["slow"]
+    assert status_of(row["output_path"])["status"] == "RUNNING"
+    assert row["action"] == "run"
+
+
+def test_a_step_ignoring_sigterm_is_killed_after_the_grace_period(project):
+    write_marinfile(
+        project,
+        """
+        from marinbuild import step, WTime, Cores
+        step("stubborn", cmd="trap '' TERM; sleep 60 & echo $! > child.pid; wait; wait",
+             resources=Cores(1) & WTime(T=1))
+        """,
+    )
+    result = marinbuild("run", cwd=project, timeout=60)
+    assert result.returncode == 1
+    rec = status_of(plan_json(project)["stubborn"]["output_path"])
+    assert rec["status"] == "FAILED" and rec["error"].startswith("timeout")
+    assert not alive(int((project / "child.pid").read_text()))
+
+
+def test_shell_step_runs_in_the_marinfile_folder_when_started_elsewhere(project):
+    sub = project / "sub dir"
+    sub.mkdir()
+    write_marinfile(
+        sub,
+        """
+        from marinbuild import step
+        step("where", cmd="pwd > {output}/pwd.txt; echo line two >> {output}/pwd.txt")
+        """,
+    )
+    result = marinbuild("run", "-f", str(sub / "Marinfile.py"), cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = Path(plan_json(project, "-f", str(sub / "Marinfile.py"))["where"]["output_path"])
+    assert (out / "pwd.txt").read_text().splitlines() == [str(sub.resolve()), "line two"]
+
+
+def test_shell_step_does_not_inherit_ignored_signals(project):
+    write_marinfile(
+        project,
+        """
+        from marinbuild import step
+        step("signals", cmd="grep -E '^Sig(Ign|Blk):' /proc/self/status > {output}/signals.txt")
+        """,
+    )
+    assert marinbuild("run", cwd=project).returncode == 0
+    out = Path(plan_json(project)["signals"]["output_path"])
+    masks = dict(line.split(":") for line in (out / "signals.txt").read_text().splitlines())
+    ignored, blocked = int(masks["SigIgn"], 16), int(masks["SigBlk"], 16)
+    for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        assert not ignored & (1 << (sig - 1)), f"{sig.name} is ignored in the step"
+    assert blocked == 0
+
+
+def test_many_quick_steps_are_all_reaped_and_recorded(project):
+    write_marinfile(
+        project,
+        """
+        from marinbuild import step
+        for i in range(60):
+            step(f"s{i}", cmd="echo $$ > {output}/pid", config={"i": i})
+        """,
+    )
+    result = marinbuild("run", "-j", "4", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = plan_json(project)
+    assert len(rows) == 60
+    pids = set()
+    for row in rows.values():
+        assert row["action"] == "skip"
+        assert status_of(row["output_path"])["status"] == "SUCCESS"
+        pids.add(int((Path(row["output_path"]) / "pid").read_text()))
+    assert len(pids) == 60
+    assert not any(alive(pid) for pid in pids)
