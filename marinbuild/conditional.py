@@ -40,7 +40,6 @@ import fcntl
 import json
 import os
 import secrets
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -50,7 +49,7 @@ from typing import Any, Protocol
 import xxhash
 
 from .retry import call_with_retries
-from .storage import Storage
+from .storage import Storage, write_temporary
 
 __all__ = ["SETTLE", "ConditionalStore", "Versioned", "conditional_store"]
 
@@ -201,16 +200,7 @@ class _LocalStore:
 
     @staticmethod
     def _temporary(path: str, text: str) -> str:
-        folder = os.path.dirname(path)
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".lease-")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-        except BaseException:
-            _unlink_quietly(tmp)
-            raise
-        return tmp
+        return write_temporary(os.path.dirname(path), text.encode("utf-8"), prefix=".lease-")
 
 
 def _unlink_quietly(path: str) -> None:

@@ -38,7 +38,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 from .conditional import ConditionalStore, Versioned
 from .errors import UserError
@@ -205,7 +205,8 @@ class LeaseRecord:
     """The expiry the owner renews within, so that waiters with other settings agree."""
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        # vars(), not dataclasses.asdict: that deep-copies, a tenth of a millisecond a write.
+        return json.dumps({**vars(self), "owner": vars(self.owner)}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> LeaseRecord | None:

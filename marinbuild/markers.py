@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from .storage import Storage
@@ -56,7 +56,8 @@ class StatusRecord:
     """Not stored: the live lease of a RUNNING step, as ``project.probe`` found it."""
 
     def to_json(self) -> str:
-        stored = {k: v for k, v in asdict(self).items() if v is not None and k != "leased_by"}
+        # vars(), not dataclasses.asdict: that deep-copies, a tenth of a millisecond a write.
+        stored = {k: v for k, v in vars(self).items() if v is not None and k != "leased_by"}
         return json.dumps(stored, sort_keys=True)
 
     @classmethod
