@@ -14,10 +14,10 @@ import time
 from collections.abc import Iterable, Mapping
 
 from .allocator import Allocation, Allocator, check_fits
+from .backend import Grant
 from .capacity import Capacity
 from .graph import Node, StepGraph
 from .resources import Request, WTime, as_request
-from .scheduler import Grant
 from .storage import Storage
 
 __all__ = ["ResourceAdmission", "check_plan_fits", "describe_request", "requests_of"]

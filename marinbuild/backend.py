@@ -1,7 +1,8 @@
 """The interface between the scheduler and whatever executes a step.
 
 A backend starts a :class:`Job` and reports its :class:`Outcome` through a callback, from
-any thread; the scheduler never waits on a backend directly. ``cancel`` asks a running job
+any thread; the scheduler never waits on a backend directly. A :class:`Grant` is what
+admission reserved for the job (cores to pin, environment, wall-time limit). ``cancel`` asks a running job
 to stop (Ctrl-C, a lost lease, a wall-time limit).
 """
 
@@ -11,7 +12,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["Backend", "Job", "Outcome", "Running"]
+__all__ = ["Backend", "Grant", "Job", "Outcome", "Running"]
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What admission handed a step: the allocation to release later, and what it implies."""
+
+    allocation: Any = None
+    cores: tuple[int, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    timeout: float | None = None
+    group: str | None = None
 
 
 @dataclass(frozen=True)

@@ -21,28 +21,25 @@ from rich.console import Console
 
 from . import dag as dag_render
 from .admission import ResourceAdmission, check_plan_fits, describe_request, requests_of
-from .backend import Backend
 from .capacity import Capacity, detect_capacity, parse_named_counts, with_overrides
-from .claims import LeaseClaims
 from .clean import find_orphans, inside_prefix, outputs_of
 from .errors import MarinbuildError, UserError
-from .execution import RunContext
 from .history import RunIndex, earlier_info
 from .lease import LeaseSettings, read_leases
-from .local_backend import LocalBackend
 from .markers import SUCCESS, StatusRecord, read_info
 from .plan import Plan, closure, select
 from .project import Project, open_project, plan_targets, probe
-from .reporting import JsonReporter, Reporter
 from .resources import Request
-from .scheduler import Admission, RunOptions, Scheduler
 from .staleness import Action, diff_payloads
 from .units import parse_duration
 
 if TYPE_CHECKING:
+    from .backend import Backend
     from .cluster import Cluster
     from .graph import Node
     from .ray_cluster import Placement
+    from .reporting import Reporter
+    from .scheduler import Admission
     from .tpu_dispatch import RetryBudgets
 
 app = typer.Typer(
@@ -173,6 +170,12 @@ def run(
         if not quiet:
             out.print(f"nothing to do: {len(plan.order)} steps up to date")
         return
+    # Imported here: a dry run or plan does not pay for the machinery that runs steps.
+    from .claims import LeaseClaims
+    from .execution import RunContext
+    from .local_backend import LocalBackend
+    from .scheduler import RunOptions, Scheduler
+
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     ctx = RunContext(
         storage=project.storage,
@@ -313,6 +316,7 @@ def _tpu_backend_for(
 
 def _reporter(quiet: bool, json_events: bool) -> Reporter:
     from .console import LineReporter, LiveReporter
+    from .reporting import JsonReporter
 
     if json_events:
         return JsonReporter()

@@ -40,9 +40,13 @@ __all__ = ["canonical_json", "hash_payload", "identity_payload", "versioned"]
 JSON = Any
 
 
+# One encoder for every step: json.dumps with options builds a new one on each call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def canonical_json(payload: JSON) -> str:
     """The one encoding that is hashed: sorted keys, compact separators, UTF-8 text."""
-    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _CANONICAL.encode(payload)
 
 
 def hash_payload(payload: JSON) -> str:

@@ -33,11 +33,11 @@ from typing import Any
 
 from .admission import ResourceAdmission
 from .allocator import Allocation
+from .backend import Grant
 from .capacity import Capacity
 from .errors import ResourceError, UserError
 from .graph import Node
 from .resources import FrozenMap, Request
-from .scheduler import Grant
 from .tpu_types import tpu_topology
 from .units import format_bytes
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .backend import Backend, Job, Outcome, Running
+from .backend import Backend, Grant, Job, Outcome, Running
 from .errors import LeaseLost, MarinbuildError
 from .execution import RunContext, commit, prepare, record_failure
 from .graph import Node
@@ -32,17 +32,6 @@ from .plan import Plan
 from .reporting import Failure, Reporter, Summary
 
 __all__ = ["Admission", "Claims", "Grant", "RunOptions", "Scheduler"]
-
-
-@dataclass(frozen=True)
-class Grant:
-    """What admission handed a step: the allocation to release later, and what it implies."""
-
-    allocation: Any = None
-    cores: tuple[int, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-    timeout: float | None = None
-    group: str | None = None
 
 
 class Admission(Protocol):
