@@ -7,6 +7,7 @@ one line on stderr (a traceback only with ``-v``).
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import os
 import signal
@@ -177,6 +178,7 @@ def run(
     from .scheduler import RunOptions, Scheduler
 
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    gc.freeze()  # the graph and plan live to the end: later collections need not walk them
     ctx = RunContext(
         storage=project.storage,
         workdir=project.workdir,
@@ -526,6 +528,10 @@ def main() -> None:
     Usage errors (an unknown option, a missing argument) get the same one line as every
     other bad input, instead of click's framed usage box.
     """
+    # Loading a Marinfile allocates objects by the hundred thousand and frees almost none;
+    # at the default thresholds the cyclic collector ran 256 times over a 10,000-step plan,
+    # a sixth of its time. Collections stay, only rarer.
+    gc.set_threshold(100_000, 50, 50)
     try:
         code = app(standalone_mode=False)
     except _UsageError as error:
