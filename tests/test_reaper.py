@@ -1,0 +1,81 @@
+"""The reaper: real child processes reaped with their exit status, timers in deadline order."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from marinbuild.reaper import _EpollReaper, _has_pidfd, _ThreadReaper
+
+from .helpers import alive
+
+KINDS = [_ThreadReaper] + ([_EpollReaper] if _has_pidfd() else [])
+
+
+def _spawn(script: str) -> int:
+    return os.posix_spawn("/bin/sh", ["/bin/sh", "-c", script], os.environ)
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.__name__)
+def test_every_child_is_reaped_with_its_own_status(kind):
+    reaper = kind()
+    results: dict[int, int] = {}
+    done = threading.Event()
+    pids = {_spawn(f"sleep 0.{i}; exit {i}"): i for i in range(1, 6)}
+
+    def on_exit(pid: int, status: int) -> None:
+        results[pid] = os.waitstatus_to_exitcode(status)
+        if len(results) == len(pids):
+            done.set()
+
+    for pid in pids:
+        reaper.watch(pid, lambda status, pid=pid: on_exit(pid, status))
+    assert done.wait(30)
+    assert results == pids
+    for pid in pids:  # reaped: nothing is left to wait for
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.__name__)
+def test_a_child_that_exited_before_it_was_watched_is_still_reported(kind):
+    reaper = kind()
+    pid = _spawn("exit 7")
+    # Let it become a zombie first.
+    while alive(pid):
+        time.sleep(0.01)
+    got: list[int] = []
+    done = threading.Event()
+    reaper.watch(pid, lambda status: (got.append(os.waitstatus_to_exitcode(status)), done.set()))
+    assert done.wait(30)
+    assert got == [7]
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.__name__)
+def test_timers_fire_in_deadline_order_and_cancelled_ones_never(kind):
+    reaper = kind()
+    fired: list[str] = []
+    done = threading.Event()
+    reaper.call_later(0.3, lambda: (fired.append("late"), done.set()))
+    cancelled = reaper.call_later(0.1, lambda: fired.append("cancelled"))
+    reaper.call_later(0.05, lambda: fired.append("early"))
+    cancelled.cancel()
+    assert done.wait(30)
+    assert fired == ["early", "late"]
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.__name__)
+def test_a_failing_callback_does_not_stop_the_reaper(kind, capfd):
+    reaper = kind()
+    done = threading.Event()
+
+    def boom(status: int) -> None:
+        raise RuntimeError("callback failed")
+
+    reaper.watch(_spawn("exit 0"), boom)
+    reaper.watch(_spawn("sleep 0.2"), lambda status: done.set())
+    assert done.wait(30)
+    assert "callback failed" in capfd.readouterr().err
