@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
 
 from . import dag as dag_render
 from .admission import ResourceAdmission, check_plan_fits, describe_request, requests_of
@@ -35,6 +34,8 @@ from .staleness import Action, diff_payloads
 from .units import parse_duration
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from .backend import Backend
     from .cluster import Cluster
     from .graph import Node
@@ -70,8 +71,24 @@ def _main(
     """Build tool for ML experiments: steps with hashed configs, run in parallel, never twice."""
 
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+class _LazyConsole:
+    """A rich Console made on first use: commands that print plain text never import rich."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+
+    @functools.cached_property
+    def console(self) -> Console:
+        from rich.console import Console
+
+        return Console(**self._options)
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        self.console.print(*objects, **options)
+
+
+out = _LazyConsole(highlight=False, soft_wrap=True)
+err = _LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -164,7 +181,7 @@ def run(
     placements = _ray_placements(requests, capacity, ray_address, dry) if on_ray and requests else None
     check_plan_fits({n: r for n, r in requests.items() if not (placements and placements.get(n))}, capacity)
     if dry:
-        out.print(_plan_view(plan, requests))
+        _print_plan(plan, requests)
         return
     to_run = plan.to_run()
     if not to_run:
@@ -322,15 +339,21 @@ def _reporter(quiet: bool, json_events: bool) -> Reporter:
 
     if json_events:
         return JsonReporter()
-    if quiet or not out.is_terminal:
-        return LineReporter(out, quiet=quiet)
-    return LiveReporter(out)
+    if quiet or not out.console.is_terminal:
+        return LineReporter(out.console, quiet=quiet)
+    return LiveReporter(out.console)
 
 
-def _plan_view(plan: Plan, requests: dict[str, Request]) -> Any:
+def _print_plan(plan: Plan, requests: dict[str, Request]) -> None:
+    """A rich table on a terminal; plain columns into a pipe or a file."""
+    if not sys.stdout.isatty():
+        from .plan_view import plan_text
+
+        sys.stdout.write(plan_text(plan, requests))
+        return
     from .console import plan_table
 
-    return plan_table(plan, requests)
+    out.print(plan_table(plan, requests))
 
 
 @app.command()
@@ -381,7 +404,7 @@ def plan(
         ]
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
     else:
-        out.print(_plan_view(the_plan, requests))
+        _print_plan(the_plan, requests)
 
 
 @app.command()

@@ -6,7 +6,6 @@ Only this module and :mod:`marinbuild.cli` import rich.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,47 +15,33 @@ from rich.table import Table
 from rich.text import Text
 
 from .plan import Plan
+from .plan_view import COLUMNS, MAX_ROWS, plan_view
 from .reporting import NullReporter, Summary
 
 __all__ = ["LineReporter", "LiveReporter", "plan_table", "print_summary"]
 
-MAX_ROWS = 200
-"""Above this many steps the plan shows a summary and the first rows: rich needs seconds
-to lay out a table of ten thousand rows."""
-
-
 def plan_table(plan: Plan, resources: Mapping[str, object] | None = None, max_rows: int = MAX_ROWS) -> Group:
-    """The plan as a table (or a summary plus the first rows for big plans)."""
+    """The plan as a table (or counts plus the first rows for big plans)."""
+    view = plan_view(plan, resources, max_rows)
     parts: list[Any] = []
-    names = list(plan.order)
-    if len(names) > max_rows:
-        counts = Counter((plan.decisions[n].action.value, _reason_kind(plan.decisions[n].reason)) for n in names)
-        summary = Table(title=f"{len(names)} steps", show_edge=False)
+    if view.counts is not None:
+        summary = Table(title=f"{len(plan.order)} steps", show_edge=False)
         summary.add_column("action")
         summary.add_column("reason")
         summary.add_column("steps", justify="right")
-        for (action, reason), count in sorted(counts.items()):
+        for action, reason, count in view.counts:
             summary.add_row(action, reason, str(count))
         parts.append(summary)
-        to_run = [n for n in names if plan.decisions[n].action.value != "skip"]
-        names = (to_run or names)[:50]
-        parts.append(Text(f"first {len(names)} steps:"))
+        parts.append(Text(f"first {len(view.rows)} steps:"))
     table = Table(show_edge=False)
-    for col in ("step", "action", "reason", "resources", "output"):
+    for col in COLUMNS:
         table.add_column(col, overflow="fold")
-    for n in names:
-        d = plan.decisions[n]
-        style = {"run": "yellow", "skip": "green", "wait": "cyan"}[d.action.value]
-        res = str((resources or {}).get(n, ""))  # rendered only for the rows shown
-        table.add_row(n, Text(d.action.value, style=style), d.reason, res, plan.node(n).output_path)
+    for name, action, reason, res, output in view.rows:
+        style = {"run": "yellow", "skip": "green", "wait": "cyan"}[action]
+        table.add_row(name, Text(action, style=style), reason, res, output)
     parts.append(table)
-    totals = Counter(d.action.value for d in plan.decisions.values())
-    parts.append(Text(", ".join(f"{v} to {k}" for k, v in sorted(totals.items())) or "nothing to do"))
+    parts.append(Text(view.totals))
     return Group(*parts)
-
-
-def _reason_kind(reason: str) -> str:
-    return reason.split(":", 1)[0]
 
 
 def print_summary(console: Console, summary: Summary) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -84,6 +85,18 @@ def test_pinned_step_affinity_equals_its_cores(project):
     (ev,) = events(project)
     assert ev["affinity"] == [int(c) for c in ev["cores_env"].split(",")]
     assert len(ev["affinity"]) == 1 and ev["omp"] == "1"
+
+
+def test_step_declaring_no_resources_counts_one_core_but_is_not_pinned(project):
+    specs = [(f"d{i}", "None", 1.0) for i in range(3)]
+    write_marinfile(project, RECORDING.format(steps=steps_text(specs)))
+    result = marinbuild("run", "--cores", "2", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    evs = events(project)
+    assert max_overlap(evs) == 2  # still one core each in the budget
+    for ev in evs:
+        assert ev["affinity"] == sorted(os.sched_getaffinity(0))
+        assert ev["cores_env"] is None and ev["omp"] == "1"
 
 
 def test_hard_wall_time_kills_step_and_children(project):
