@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-from .helpers import alive, marinbuild, plan_json, snapshot, start_marinbuild, status_of, write_marinfile
+from .helpers import alive, cli_env, marinbuild, plan_json, snapshot, start_marinbuild, status_of, write_marinfile
 
 PIPELINE = """
 import json, os, time
@@ -308,3 +310,33 @@ def test_info_json_records_provenance(project):
     for key in ("user", "host", "start_time", "end_time", "config", "dependencies"):
         assert key in info
     assert os.path.isabs(info["output_path"])
+
+
+def test_plan_into_a_pipe_is_plain_columns_without_rich(project):
+    write_marinfile(
+        project,
+        """
+        from marinbuild import step, Cores
+        a = step("prep", cmd="echo a > {output}/a", config={"i": 1})
+        step("train", cmd="cat {prep}/a > {output}/b", config={"prep": a}, resources=Cores(1))
+        """,
+    )
+    result = marinbuild("plan", cwd=project)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["step", "action", "reason", "resources", "output"]
+    rows = {line.split()[0]: line.split() for line in lines[1:3]}
+    assert rows["prep"][1:3] == ["run", "new"] and rows["train"][1:3] == ["run", "new"]
+    assert rows["train"][4].startswith(str(project / "marinbuild-out" / "train-"))
+    assert lines[-1] == "2 to run"
+    # Aligned columns: every row's output path starts where the header's does.
+    column = lines[0].index("output")
+    assert all(line[column:].startswith(str(project)) for line in lines[1:3])
+    assert not any(ch in result.stdout for ch in "│┃━\x1b")
+    code = (
+        "import sys\nfrom marinbuild.cli import main\nsys.argv = ['marinbuild', 'plan']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('RICH' if 'rich' in sys.modules else 'NO-RICH', file=sys.stderr)"
+    )
+    probe = subprocess.run([sys.executable, "-c", code], cwd=project, env=cli_env(), capture_output=True, text=True)
+    assert probe.stderr.strip().splitlines()[-1] == "NO-RICH"
