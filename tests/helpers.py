@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -84,3 +85,21 @@ def alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
     return state != "Z"
+
+
+def wait_for_text(path: Path, seconds: float = 30) -> str:
+    """The stripped text of ``path`` once it exists and is not empty; fails after ``seconds``."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().strip()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
+
+
+def wait_dead(pid: int, seconds: float = 5) -> bool:
+    """Whether ``pid`` is gone within ``seconds``."""
+    deadline = time.time() + seconds
+    while alive(pid) and time.time() < deadline:
+        time.sleep(0.05)
+    return not alive(pid)

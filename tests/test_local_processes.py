@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
-from .helpers import alive, marinbuild, plan_json, start_marinbuild, status_of, write_marinfile
-
-
-def _wait_for(path: Path, seconds: float = 30) -> str:
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if path.exists() and path.read_text().strip():
-            return path.read_text().strip()
-        time.sleep(0.05)
-    raise AssertionError(f"{path} never appeared")
-
-
-def _wait_dead(pid: int, seconds: float = 5) -> bool:
-    deadline = time.time() + seconds
-    while alive(pid) and time.time() < deadline:
-        time.sleep(0.05)
-    return not alive(pid)
+from .helpers import (
+    alive,
+    marinbuild,
+    plan_json,
+    start_marinbuild,
+    status_of,
+    wait_dead,
+    wait_for_text,
+    write_marinfile,
+)
 
 
 def test_sigkill_of_the_runner_kills_a_shell_step_and_its_children(project):
@@ -34,14 +26,14 @@ def test_sigkill_of_the_runner_kills_a_shell_step_and_its_children(project):
         """,
     )
     proc = start_marinbuild("run", cwd=project)
-    shell = int(_wait_for(project / "shell.pid"))
-    grandchild = int(_wait_for(project / "grandchild.pid"))
+    shell = int(wait_for_text(project / "shell.pid"))
+    grandchild = int(wait_for_text(project / "grandchild.pid"))
     assert alive(shell) and alive(grandchild)
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     # The whole process group goes, not only the shell the runner started.
-    assert _wait_dead(shell)
-    assert _wait_dead(grandchild)
+    assert wait_dead(shell)
+    assert wait_dead(grandchild)
     row = plan_json(project)["slow"]
     assert status_of(row["output_path"])["status"] == "RUNNING"
     assert row["action"] == "run"

@@ -10,7 +10,17 @@ import sys
 import time
 from pathlib import Path
 
-from .helpers import alive, cli_env, marinbuild, plan_json, snapshot, start_marinbuild, status_of, write_marinfile
+from .helpers import (
+    cli_env,
+    marinbuild,
+    plan_json,
+    snapshot,
+    start_marinbuild,
+    status_of,
+    wait_dead,
+    wait_for_text,
+    write_marinfile,
+)
 
 PIPELINE = """
 import json, os, time
@@ -185,22 +195,14 @@ def test_sigkill_of_the_tool_mid_step_leaves_no_success_and_next_run_reruns(proj
         """,
     )
     proc = start_marinbuild("run", cwd=project)
-    deadline = time.time() + 30
-    while not (project / "started").exists() and time.time() < deadline:
-        time.sleep(0.05)
-    assert (project / "started").exists()
-    child = int((project / "started").read_text())
+    child = int(wait_for_text(project / "started"))
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     row = plan_json(project)["slow"]
     assert status_of(row["output_path"])["status"] == "RUNNING"
     assert row["action"] == "run"
     # The step's process died with the runner instead of going on unsupervised.
-    for _ in range(100):
-        if not alive(child):
-            break
-        time.sleep(0.05)
-    assert not alive(child)
+    assert wait_dead(child)
 
 
 def test_interrupt_marks_running_step_failed_and_exits_130(project):
