@@ -229,9 +229,18 @@ def scan_config(value: Any) -> ConfigScan:
             if not inside:
                 marked.append((path, v))
         elif isinstance(v, dict):
-            stack.extend((item, f"{path}.{k}" if path else str(k), inside) for k, item in v.items())
+            # Leaves are skipped before their dotted path is made: most config values are.
+            stack.extend(
+                (item, f"{path}.{k}" if path else str(k), inside)
+                for k, item in v.items()
+                if not isinstance(item, _LEAVES)
+            )
         elif isinstance(v, (list, tuple)):
-            stack.extend((item, f"{path}.{i}" if path else str(i), inside) for i, item in enumerate(v))
+            stack.extend(
+                (item, f"{path}.{i}" if path else str(i), inside)
+                for i, item in enumerate(v)
+                if not isinstance(item, _LEAVES)
+            )
         elif is_dataclass_instance(v):
             stack.extend((getattr(v, f), f"{path}.{f}" if path else f, inside) for f in v.__dataclass_fields__)
     refs.reverse()
