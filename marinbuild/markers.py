@@ -107,7 +107,9 @@ def write_status(storage: Storage, output: str, status: str, **fields: Any) -> S
 
 
 def write_info(storage: Storage, output: str, info: Mapping[str, Any]) -> None:
-    storage.write_atomic(info_path(output), json.dumps(info, indent=2, sort_keys=True, default=repr))
+    # One line, sorted keys: indenting switches json to its pure-Python encoder, which cost
+    # a twentieth of the runner's time per step on 10,000 trivial steps (`jq .` shows it).
+    storage.write_atomic(info_path(output), json.dumps(info, sort_keys=True, default=repr) + "\n")
 
 
 def read_info(storage: Storage, output: str) -> dict[str, Any] | None:
