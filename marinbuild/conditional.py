@@ -49,7 +49,7 @@ from typing import Any, Protocol
 import xxhash
 
 from .retry import call_with_retries
-from .storage import Storage, write_temporary
+from .storage import Storage, unlink_quietly, write_temporary
 
 __all__ = ["SETTLE", "ConditionalStore", "Versioned", "conditional_store"]
 
@@ -166,7 +166,7 @@ class _LocalStore:
         except FileExistsError:
             return None
         finally:
-            _unlink_quietly(tmp)
+            unlink_quietly(tmp)
         return content_version(text)
 
     def swap(self, path: str, expected: str, text: str) -> str | None:
@@ -181,7 +181,7 @@ class _LocalStore:
             try:
                 os.rename(tmp, path)
             except BaseException:
-                _unlink_quietly(tmp)
+                unlink_quietly(tmp)
                 raise
         return content_version(text)
 
@@ -201,11 +201,6 @@ class _LocalStore:
     @staticmethod
     def _temporary(path: str, text: str) -> str:
         return write_temporary(os.path.dirname(path), text.encode("utf-8"), prefix=".lease-")
-
-
-def _unlink_quietly(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
 
 
 # -- stores reached through fsspec in this process only -----------------------------------

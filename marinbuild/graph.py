@@ -157,8 +157,7 @@ def _output_path(prefix: str, s: Step, identity: str) -> str:
         if "://" in override or override.startswith("/"):
             return override.rstrip("/")
         return Storage.join(prefix, override)
-    # posixpath.join's result for a relative name, at a fifth of its cost (once per step).
-    return f"{prefix}{s.name}-{identity}" if prefix.endswith("/") or not prefix else f"{prefix}/{s.name}-{identity}"
+    return Storage.join(prefix, f"{s.name}-{identity}")
 
 
 def template_keys(s: Step) -> set[str]:

@@ -38,7 +38,7 @@ import xxhash
 from .errors import UserError
 from .retry import call_with_retries
 from .steps import OutputPathOf, Step, VersionedValue, is_dataclass_instance
-from .storage import Storage
+from .storage import Storage, unlink_quietly
 
 __all__ = ["DEFAULT_BUDGET_GB", "MirrorError", "Mirrored", "ensure_mirrored", "find_mirrored", "mirror_target",
            "mirrored"]
@@ -178,5 +178,4 @@ def _writer(storage: Storage, dest: str) -> Iterator[Any]:
             yield f
         os.replace(tmp, dest)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        unlink_quietly(tmp)
