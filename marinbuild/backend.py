@@ -1,9 +1,9 @@
 """The interface between the scheduler and whatever executes a step.
 
 A backend starts a :class:`Job` and reports its :class:`Outcome` through a callback, from
-any thread; the scheduler never waits on a backend directly. A :class:`Grant` is what
-admission reserved for the job (cores to pin, environment, wall-time limit). ``cancel`` asks a running job
-to stop (Ctrl-C, a lost lease, a wall-time limit).
+any thread; the scheduler never waits on a backend directly. ``cancel`` asks a running job
+to stop (Ctrl-C, a lost lease, a wall-time limit). A :class:`Grant` is what admission
+reserved for the job: cores to pin, environment, wall-time limit.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from .reporting import NullReporter, Summary
 
 __all__ = ["LineReporter", "LiveReporter", "plan_table", "print_summary"]
 
+
 def plan_table(plan: Plan, resources: Mapping[str, object] | None = None, max_rows: int = MAX_ROWS) -> Group:
     """The plan as a table (or counts plus the first rows for big plans)."""
     view = plan_view(plan, resources, max_rows)

@@ -2,8 +2,8 @@
 
 A function step runs in a forked child of the driver: no new interpreter starts, the
 loaded Marinfile is already there, and a crash in the step cannot take the driver down.
-A shell step is started with ``posix_spawn`` (no copy of the driver's page tables).
-Every step runs in its own session and process group, so cancelling it kills the
+A shell step is started with ``posix_spawn`` (no copy of the driver's page tables), in a
+session of its own. Every step leads its own process group, so cancelling it kills the
 children it started, and is adopted by the runner's guardian (:mod:`.guardian`), so no
 step outlives the runner that holds its lease. One thread reaps every step and runs
 their timers (:mod:`.reaper`).
@@ -67,7 +67,7 @@ class LocalBackend:
         self._environ = dict(os.environ)  # copied once: decoding it took 0.1 ms per step
 
     def start(self, job: Job, on_done: Callable[[Outcome], None]) -> _LocalRun:
-        run = _LocalRun(job, on_done, {**self._environ, **job.env})
+        run = _LocalRun(job, on_done, self._environ)
         run.launch()
         return run
 
@@ -75,10 +75,10 @@ class LocalBackend:
 class _LocalRun:
     """One running local job: its process group and its timers."""
 
-    def __init__(self, job: Job, on_done: Callable[[Outcome], None], env: dict[str, str]) -> None:
+    def __init__(self, job: Job, on_done: Callable[[Outcome], None], environ: dict[str, str]) -> None:
         self.job = job
         self.on_done = on_done
-        self.env = env
+        self.environ = environ  # the runner's; a forked function step inherits it instead
         self.pid = 0
         self.started = 0.0
         self._reason: str | None = None
@@ -111,7 +111,7 @@ class _LocalRun:
             self.pid = os.posix_spawn(
                 "/bin/sh",
                 _shell_argv(self.job.command, self.job.workdir),
-                self.env,
+                {**self.environ, **self.job.env},
                 file_actions=[
                     (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                     (os.POSIX_SPAWN_DUP2, log, 1),
