@@ -124,10 +124,10 @@ def measure_repeated(cmd: list[str], cwd: Path, env: dict[str, str], phase: str,
         os.sync()  # no writeback of an earlier measurement's files during this one
         out = measure(cmd, cwd, env, opts.timeout)
         runs.append(out)
-        if out.rc != 0 or out.timed_out or phase == "execute" or out.seconds >= REPEAT_UNDER or len(runs) == REPEATS:
+        if out.rc != 0 or out.timed_out:
+            return out
+        if phase == "execute" or out.seconds >= REPEAT_UNDER or len(runs) == REPEATS:
             break
-    if runs[-1].rc != 0 or runs[-1].timed_out:
-        return runs[-1]
     middle = sorted(runs, key=lambda o: o.seconds)[len(runs) // 2]
     peak = max((o.max_rss_kb for o in runs if o.max_rss_kb is not None), default=None)
     return Outcome(middle.rc, middle.seconds, peak, False, middle.log_tail)
@@ -203,9 +203,14 @@ def to_record(tool: str, shape: str, n: int, phase: str, out: Outcome, timeout: 
     return rec
 
 
+def cell_dir(workdir: Path, shape: str, n: int) -> Path:
+    """Where the workflows of one shape and size live, one folder per tool."""
+    return workdir / f"{shape}-{n}"
+
+
 def bench_one(tool: str, shape: str, n: int, workdir: Path, opts: argparse.Namespace) -> list[Record]:
     """Generate one workflow and measure dry run, execution and no-op for one tool."""
-    wf_dir = workdir / f"{shape}-{n}" / tool
+    wf_dir = cell_dir(workdir, shape, n) / tool
     shutil.rmtree(wf_dir, ignore_errors=True)
     generate(tool, shape, n, wf_dir)
     out_dir = wf_dir / "out"
@@ -565,7 +570,7 @@ def remove_workflows(opts: argparse.Namespace, workdir: Path) -> None:
         return
     for shape in opts.shapes.split(","):
         for n in opts.sizes.split(","):
-            shutil.rmtree(workdir / f"{shape}-{n}", ignore_errors=True)
+            shutil.rmtree(cell_dir(workdir, shape, int(n)), ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> str:
