@@ -22,6 +22,7 @@ from bench.generate import SHAPES, TOOLS, generate
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_VENV = REPO / "bench" / ".venv-snakemake"
+DEFAULT_MARINBUILD_VENV = REPO / "bench" / ".venv-marinbuild"
 DEFAULT_DOC = REPO / "docs" / "benchmarks.md"
 RESULTS_DIR = REPO / "bench" / "results"
 PHASES = ("dry-run", "no-op", "execute")
@@ -148,10 +149,15 @@ def count_outputs(out_dir: Path) -> int:
     return sum(1 for _ in out_dir.rglob("out.txt")) if out_dir.exists() else 0
 
 
-def tool_commands(tool: str, snakemake: Path, prefix: Path, snakemake_args: list[str]) -> dict[str, list[str]]:
-    """The command each phase runs for a tool, from inside its workflow directory."""
+def tool_commands(
+    tool: str, snakemake: Path, prefix: Path, snakemake_args: list[str], marinbuild: list[str] | None = None
+) -> dict[str, list[str]]:
+    """The command each phase runs for a tool, from inside its workflow directory.
+
+    ``marinbuild`` is how marinbuild is started (default: this interpreter with ``-m``).
+    """
     if tool == "marinbuild":
-        base = [sys.executable, "-m", "marinbuild"]
+        base = marinbuild or [sys.executable, "-m", "marinbuild"]
         common = ["-f", "Marinfile.py", "--prefix", str(prefix)]
         run = [*base, "run", *common, "-j", str(JOBS), "-q"]
         return {"dry-run": [*base, "plan", *common], "execute": run, "no-op": run}
@@ -182,12 +188,28 @@ def compile_checkout() -> None:
         raise SystemExit("could not byte-compile marinbuild/")
 
 
-def tool_env(tool: str) -> dict[str, str]:
-    """Environment for a tool; marinbuild must import from this checkout."""
+def tool_env(tool: str, from_checkout: bool = True) -> dict[str, str]:
+    """Environment for a tool; marinbuild run from the checkout must import from it."""
     env = dict(os.environ)
-    if tool == "marinbuild":
+    if tool == "marinbuild" and from_checkout:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     return env
+
+
+def ensure_marinbuild(venv: Path) -> list[str]:
+    """Install this checkout into its own virtual environment; return the command to start it.
+
+    Snakemake is measured as its users get it (a venv with pip's byte-compiled files, no
+    other packages' start-up hooks), so marinbuild is too: ``pip install .`` of the
+    working tree, reinstalled on every run so the numbers are the checkout's.
+    """
+    pip = venv / "bin" / "pip"
+    if not pip.exists():
+        print(f"creating {venv} ...", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(pip), "install", "-q", str(REPO)], check=True)
+    subprocess.run([str(pip), "install", "-q", "--no-deps", "--force-reinstall", str(REPO)], check=True)
+    return [str(venv / "bin" / "marinbuild")]
 
 
 def to_record(tool: str, shape: str, n: int, phase: str, out: Outcome, timeout: float) -> Record:
@@ -215,8 +237,8 @@ def bench_one(tool: str, shape: str, n: int, workdir: Path, opts: argparse.Names
     generate(tool, shape, n, wf_dir)
     out_dir = wf_dir / "out"
     smk_args = opts.snakemake_args.split()
-    cmds = tool_commands(tool, opts.snakemake_bin, out_dir, smk_args)
-    env = tool_env(tool)
+    cmds = tool_commands(tool, opts.snakemake_bin, out_dir, smk_args, opts.marinbuild_cmd)
+    env = tool_env(tool, opts.marinbuild_cmd is None)
     phases = ["dry-run"]
     if not opts.skip_exec and n <= opts.exec_max:
         phases += ["execute", "no-op"]
@@ -281,9 +303,10 @@ def first_line(cmd: list[str], env: dict[str, str] | None = None) -> str:
     return lines[0].strip() if res.returncode == 0 and lines else "unavailable"
 
 
-def marinbuild_version() -> str:
+def marinbuild_version(command: list[str] | None) -> str:
     """marinbuild's own version line plus the commit of this checkout, when known."""
-    ver = first_line([sys.executable, "-m", "marinbuild", "--version"], tool_env("marinbuild"))
+    base = command or [sys.executable, "-m", "marinbuild"]
+    ver = first_line([*base, "--version"], tool_env("marinbuild", command is None))
     if ver == "unavailable":
         try:
             ver = "marinbuild " + importlib.metadata.version("marinbuild")
@@ -293,7 +316,7 @@ def marinbuild_version() -> str:
     return ver if commit == "unavailable" else f"{ver}, commit {commit}"
 
 
-def tool_versions(tools: Iterable[str], snakemake: Path, extra: str) -> dict[str, str]:
+def tool_versions(tools: Iterable[str], snakemake: Path, extra: str, marinbuild: list[str] | None) -> dict[str, str]:
     """Version string of every tool measured."""
     versions: dict[str, str] = {}
     for tool in tools:
@@ -304,7 +327,9 @@ def tool_versions(tools: Iterable[str], snakemake: Path, extra: str) -> dict[str
             if extra:
                 versions[tool] += f" with `{extra}`"
         else:
-            versions[tool] = marinbuild_version()
+            versions[tool] = marinbuild_version(marinbuild)
+            if marinbuild is not None:
+                versions[tool] += ", installed in its own venv"
     return versions
 
 
@@ -535,6 +560,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-doc", action="store_true", help="only print the table")
     p.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="Snakemake virtual environment")
     p.add_argument(
+        "--marinbuild-venv",
+        type=Path,
+        default=DEFAULT_MARINBUILD_VENV,
+        help="virtual environment this checkout is installed into (default %(default)s)",
+    )
+    p.add_argument(
+        "--from-checkout",
+        action="store_true",
+        help="run marinbuild from this checkout with the current interpreter instead (no install)",
+    )
+    p.add_argument(
         "--snakemake-args",
         default="",
         help="extra Snakemake options, e.g. '--scheduler greedy'",
@@ -554,7 +590,7 @@ def run_matrix(opts: argparse.Namespace, tools: list[str], workdir: Path) -> Non
     execution take 29 s instead of 10.5 s, and slowed whichever tool came next.
     """
     machine = machine_info()
-    versions = tool_versions(tools, opts.snakemake_bin, opts.snakemake_args)
+    versions = tool_versions(tools, opts.snakemake_bin, opts.snakemake_args, opts.marinbuild_cmd)
     records: list[Record] = []
     for shape in opts.shapes.split(","):
         for n in (int(s) for s in opts.sizes.split(",")):
@@ -584,8 +620,11 @@ def main(argv: list[str] | None = None) -> str:
         if unknown:
             raise SystemExit(f"unknown tools: {sorted(unknown)}")
         opts.snakemake_bin = ensure_snakemake(opts.venv, opts.snakemake_spec) if "snakemake" in tools else None
-        if "marinbuild" in tools:
+        opts.marinbuild_cmd = None
+        if "marinbuild" in tools and opts.from_checkout:
             compile_checkout()
+        elif "marinbuild" in tools:
+            opts.marinbuild_cmd = ensure_marinbuild(opts.marinbuild_venv)
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         opts.json = opts.json or RESULTS_DIR / f"{stamp}.json"
         workdir = opts.workdir or Path(tempfile.mkdtemp(prefix="marinbuild-bench-"))

@@ -74,15 +74,17 @@ def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
     """Discover, order, hash and merge the steps reachable from ``declared``."""
     declared = list(declared)
     scans = _discover(declared)
-    objects = {s: list(dict.fromkeys(ref for _, ref, _ in scan.refs)) for s, scan in scans.items()}
+    objects = {s: _referenced_steps(scan) for s, scan in scans.items()}
     order = _topological(objects)
-    node_of: dict[Step, Node] = {}
+    # Merged steps share their name and identity, so a step's own name and the ref made
+    # for it serve whichever node it was merged into. Every dependency's ref is known
+    # before its dependants are hashed (topological order).
+    ref_of: dict[Step, str] = {}
     nodes: dict[str, Node] = {}
     for s in order:
-        dep_steps = objects[s]
-        dep_ids = {d: node_of[d].ref for d in dep_steps}
-        payload = identity_payload(s.name, s.config, dep_ids, scans[s])
+        payload = identity_payload(s.name, s.config, ref_of, scans[s])
         identity = hash_payload(payload)
+        ref_of[s] = f"{s.name}-{identity}"
         existing = nodes.get(s.name)
         if existing is not None:
             if existing.identity != identity:
@@ -90,14 +92,16 @@ def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
                     f"two different steps are named {s.name!r} (identities {existing.identity} and "
                     f"{identity}); give them different names"
                 )
-            node_of[s] = existing
             continue
         _check_template(s)
-        deps = tuple(dict.fromkeys(node_of[d].name for d in dep_steps))
-        node = Node(s, identity, payload, deps, _output_path(prefix, s, identity))
-        nodes[s.name] = node_of[s] = node
-    names = tuple(dict.fromkeys(node_of[s].name for s in declared))
-    topo = tuple(dict.fromkeys(node_of[s].name for s in order))
+        dep_steps = objects[s]
+        if len(dep_steps) > 1:
+            deps = tuple(dict.fromkeys(d.name for d in dep_steps))
+        else:
+            deps = tuple(d.name for d in dep_steps)
+        nodes[s.name] = Node(s, identity, payload, deps, _output_path(prefix, s, identity))
+    names = tuple(dict.fromkeys(s.name for s in declared))
+    topo = tuple(dict.fromkeys(s.name for s in order))
     return StepGraph(nodes=nodes, declared=names, order=topo, prefix=prefix)
 
 
@@ -117,15 +121,26 @@ def _discover(declared: list[Step]) -> dict[Step, ConfigScan]:
     return scans
 
 
+def _referenced_steps(scan: ConfigScan) -> list[Step]:
+    """The distinct steps a config refers to, in config order."""
+    refs = scan.refs
+    if len(refs) == 1:
+        return [refs[0][1]]
+    return list(dict.fromkeys(ref for _, ref, _ in refs))
+
+
 def _topological(objects: dict[Step, list[Step]]) -> list[Step]:
-    """Kahn's algorithm, ties broken by discovery order; linear and without recursion."""
+    """Kahn's algorithm, ties broken by discovery order; linear and without recursion.
+
+    ``objects`` maps each step to its distinct dependencies.
+    """
     rank = {s: i for i, s in enumerate(objects)}
     by_rank = list(objects)
-    indegree = [len(set(objects[s])) for s in by_rank]
+    indegree = [len(objects[s]) for s in by_rank]
     dependants: list[list[int]] = [[] for _ in by_rank]
-    for s, ds in objects.items():
-        for d in set(ds):
-            dependants[rank[d]].append(rank[s])
+    for i, ds in enumerate(objects.values()):
+        for d in ds:
+            dependants[rank[d]].append(i)
     ready = [i for i, n in enumerate(indegree) if n == 0]
     heapq.heapify(ready)
     order: list[Step] = []
@@ -189,13 +204,22 @@ def _template_fields(template: str) -> tuple[str, ...] | str:
 def _check_template(s: Step) -> None:
     if s.cmd is None:
         return
-    keys = template_keys(s)
+    config = s.config
+    if isinstance(config, dict):
+        names: Any = config
+    elif config is None:
+        names = ()
+    else:
+        names = template_keys(s)  # a dataclass's fields, or the error for any other config
     fields = _template_fields(s.cmd)
     if isinstance(fields, str):
         raise StepDefinitionError(f"step {s.name!r}: bad command template: {fields}")
     for head in fields:
         if head == "" or head.isdigit():
             raise StepDefinitionError(f"step {s.name!r}: command template fields must be named, not {{{head}}}")
+        if head in names or head == "output":
+            continue
+        keys = template_keys(s)
         if head not in keys:
             known = ", ".join(sorted(keys))
             raise StepDefinitionError(

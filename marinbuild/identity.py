@@ -40,12 +40,27 @@ __all__ = ["canonical_json", "hash_payload", "identity_payload", "versioned"]
 JSON = Any
 
 
-# One encoder for every step: json.dumps with options builds a new one on each call.
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+# JSONEncoder.encode builds a new C encoder on every call, which costs more than encoding a
+# typical payload; this one is built once. It is the encoder _CANONICAL would build, without
+# the circular-reference markers: payloads are trees made by _Encoder below.
+_make_c_encoder = getattr(json.encoder, "c_make_encoder", None)
+_C_CANONICAL = (
+    _make_c_encoder(None, _CANONICAL.default, json.encoder.encode_basestring, None, ":", ",", True, False, False)
+    if _make_c_encoder is not None
+    else None
+)
 
 
 def canonical_json(payload: JSON) -> str:
-    """The one encoding that is hashed: sorted keys, compact separators, UTF-8 text."""
+    """The one encoding that is hashed: sorted keys, compact separators, UTF-8 text.
+
+    >>> canonical_json({"b": 1, "a": [1.5, "é"]})
+    '{"a":[1.5,"é"],"b":1}'
+    """
+    if _C_CANONICAL is not None and type(payload) is dict:
+        return "".join(_C_CANONICAL(payload, 0))
     return _CANONICAL.encode(payload)
 
 
@@ -59,30 +74,36 @@ def identity_payload(
 ) -> dict[str, JSON]:
     """The identity payload of a step named ``name`` with ``config``.
 
-    ``dep_ids`` maps every step referenced in ``config`` to its ``NAME-IDENTITY`` string;
+    ``dep_ids`` maps (at least) every step referenced in ``config`` to its ``NAME-IDENTITY``;
     ``scan`` is the config's :func:`~marinbuild.steps.scan_config`, when already made.
     """
     scan = scan if scan is not None else scan_config(config)
-    encoder = _Encoder(name, dep_ids)
+    dependencies: dict[str, str] = {}
     for path, step, sub in scan.refs:
-        encoder.dependencies[path or "."] = encoder.ref(step, sub)
-    for path, value in scan.marked:
-        if isinstance(value, VersionedValue):
-            encoder.versioned[path or "."] = encoder.encode(value.value, path)
-        elif isinstance(value, Mirrored) and value.versioned:
-            # mirrored(versioned(path)) is identified by its source, never by the copy's path.
-            encoder.versioned[path or "."] = encoder.encode(value, path)
-    return {"name": name, "versioned": encoder.versioned, "dependencies": encoder.dependencies}
+        ref = dep_ids[step]
+        dependencies[path or "."] = f"{ref}/{sub}" if sub else ref
+    versioned: dict[str, JSON] = {}
+    if scan.marked:
+        encoder = _Encoder(name, dep_ids, dependencies)
+        for path, value in scan.marked:
+            if isinstance(value, VersionedValue):
+                versioned[path or "."] = encoder.encode(value.value, path)
+            elif isinstance(value, Mirrored) and value.versioned:
+                # mirrored(versioned(path)) is identified by its source, never by the copy's path.
+                versioned[path or "."] = encoder.encode(value, path)
+    return {"name": name, "versioned": versioned, "dependencies": dependencies}
 
 
 class _Encoder:
-    """Exact encoding of versioned values, refusing what has none."""
+    """Exact encoding of versioned values, refusing what has none.
 
-    def __init__(self, step_name: str, dep_ids: Mapping[Step, str]) -> None:
+    A step reference inside a versioned value is recorded in ``dependencies`` as well.
+    """
+
+    def __init__(self, step_name: str, dep_ids: Mapping[Step, str], dependencies: dict[str, str]) -> None:
         self.step_name = step_name
         self.dep_ids = dep_ids
-        self.versioned: dict[str, JSON] = {}
-        self.dependencies: dict[str, str] = {}
+        self.dependencies = dependencies
 
     def ref(self, step: Step, sub: str | None) -> str:
         ref = self.dep_ids[step]

@@ -40,7 +40,8 @@ class Plan:
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for d in self.decisions.values():
-            out[d.action.value] = out.get(d.action.value, 0) + 1
+            action = str(d.action)
+            out[action] = out.get(action, 0) + 1
         return out
 
 
@@ -83,17 +84,19 @@ def make_plan(
 ) -> Plan:
     """Decide every step the targets need; ``statuses`` maps output paths to stored status."""
     forced = _forced_reasons(graph, targets, force, force_all)
+    nodes = graph.nodes
+    skip = Action.SKIP
     decisions: dict[str, Decision] = {}
     stack = list(targets)
     while stack:
         name = stack.pop()
         if name in decisions:
             continue
-        node = graph.nodes[name]
+        node = nodes[name]
         decision = decide(statuses.get(node.output_path), forced.get(name))
         decisions[name] = decision
-        if decision.action is not Action.SKIP:
-            stack.extend(d for d in node.deps if d not in decisions)
+        if decision.action is not skip:
+            stack.extend(node.deps)
     order = tuple(n for n in graph.order if n in decisions)
     return Plan(graph=graph, targets=tuple(targets), order=order, decisions=decisions)
 

@@ -45,21 +45,23 @@ def plan_view(plan: Plan, resources: Mapping[str, object] | None = None, max_row
     names = list(plan.order)
     counts = None
     if len(names) > max_rows:
-        kinds = Counter((plan.decisions[n].action.value, _reason_kind(plan.decisions[n].reason)) for n in names)
+        # Action is a StrEnum: its members are their own text, without the enum's
+        # .value descriptor (a Python-level call per step).
+        kinds = Counter((str(plan.decisions[n].action), _reason_kind(plan.decisions[n].reason)) for n in names)
         counts = tuple((action, reason, count) for (action, reason), count in sorted(kinds.items()))
-        to_run = [n for n in names if plan.decisions[n].action.value != "skip"]
+        to_run = [n for n in names if plan.decisions[n].action != "skip"]
         names = (to_run or names)[:SHOWN_ROWS]
     rows = tuple(
         (
             n,
-            plan.decisions[n].action.value,
+            str(plan.decisions[n].action),
             plan.decisions[n].reason,
             str((resources or {}).get(n, "")),  # rendered only for the rows shown
             plan.node(n).output_path,
         )
         for n in names
     )
-    totals = Counter(d.action.value for d in plan.decisions.values())
+    totals = Counter(str(d.action) for d in plan.decisions.values())
     return PlanView(rows, counts, ", ".join(f"{v} to {k}" for k, v in sorted(totals.items())) or "nothing to do")
 
 

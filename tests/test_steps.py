@@ -74,3 +74,41 @@ def test_identical_steps_merge_and_different_ones_with_one_name_are_refused():
     a3 = step("a", cmd="true", config={"n": versioned(2)})
     with pytest.raises(StepDefinitionError, match="two different steps"):
         build_graph([a1, a3], "/p")
+
+
+def test_step_fills_every_field_like_the_dataclass_constructor():
+    from dataclasses import fields
+
+    from marinbuild.steps import Step
+
+    made = step("s", cmd="echo {n} > {output}/x", config={"n": 1}, env={"B": "2", "A": "1"}, fresh_output=True)
+    direct = Step(name="s", cmd="echo {n} > {output}/x", config={"n": 1}, env=(("A", "1"), ("B", "2")), fresh_output=True)
+    assert set(vars(made)) == {f.name for f in fields(Step)}
+    assert vars(made) == vars(direct)
+    with pytest.raises(AttributeError):
+        made.name = "other"  # type: ignore[misc]
+
+
+def test_config_scan_finds_references_and_versioned_values_in_config_order():
+    from marinbuild.steps import scan_config
+
+    a, b, c = (step(n, cmd="true") for n in "abc")
+    cfg = {
+        "first": [a, {"inner": output_path_of(b, "f")}],
+        "v": versioned({"ref": c, "n": 1}),
+        "dc": Inner(path=c, n=versioned(2)),
+        "plain": {"k": 1, "s": "x"},
+    }
+    scan = scan_config(cfg)
+    assert scan.refs == (("first.0", a, None), ("first.1.inner", b, "f"), ("v.ref", c, None), ("dc.path", c, None))
+    assert [path for path, _ in scan.marked] == ["v", "dc.n"]
+    assert scan_config({"n": 1, "s": [1, "x"]}).refs == () and scan_config(None).marked == ()
+
+
+def test_a_config_nested_beyond_walking_is_one_clear_error():
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep, step("leaf", cmd="true")]
+    s = step("s", cmd="true", config={"deep": deep})
+    with pytest.raises(StepDefinitionError, match="nested too deeply"):
+        build_graph([s], "/p")
