@@ -25,7 +25,6 @@ from .capacity import Capacity, detect_capacity, parse_named_counts, with_overri
 from .clean import find_orphans, inside_prefix, outputs_of
 from .errors import MarinbuildError, UserError
 from .history import RunIndex, earlier_info
-from .lease import LeaseSettings, read_leases
 from .markers import SUCCESS, StatusRecord, read_info
 from .plan import Plan, closure, select
 from .project import Project, open_project, plan_targets, probe
@@ -170,6 +169,8 @@ def run(
     verbose: VerboseOpt = False,
 ) -> None:
     """Run the targets and whatever they need that is not up to date."""
+    from .lease import LeaseSettings
+
     lease_settings = LeaseSettings.resolve(lease_heartbeat, lease_expiry)
     project = open_project(file, prefix)
     plan = plan_targets(project, targets or [], force or [], force_all, explain=dry)
@@ -422,7 +423,12 @@ def status(
     names = [n for n in graph.order if n in closure(graph, select(graph, targets or []))]
     records = probe(project, names)
     running = [path for path, rec in records.items() if rec.status == "RUNNING"]
-    leases = read_leases(project.storage, running) if running else {}
+    if running:
+        from .lease import read_leases
+
+        leases = read_leases(project.storage, running)
+    else:
+        leases = {}
     rows: list[dict[str, Any]] = []
     for n in names:
         node = graph.nodes[n]

@@ -39,7 +39,6 @@ import contextlib
 import fcntl
 import json
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -276,7 +275,7 @@ class _GcsStore:
     def enforced(self) -> bool:
         """Whether the server honours generation preconditions (asked once, with a probe object)."""
         if self._enforced is None:
-            probe = Storage.join(self.storage.prefix, ".marinbuild", f"precondition-probe-{secrets.token_hex(6)}")
+            probe = Storage.join(self.storage.prefix, ".marinbuild", f"precondition-probe-{os.urandom(6).hex()}")
             first = self._post(probe, "0", "probe")
             self._enforced = first is not None and self._post(probe, "0", "probe again") is None
             bucket, key = self._split(probe)

@@ -73,6 +73,7 @@ class StepGraph:
 def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
     """Discover, order, hash and merge the steps reachable from ``declared``."""
     declared = list(declared)
+    under_prefix = Storage.join(prefix, "")  # what Storage.join(prefix, name) puts before name
     scans = _discover(declared)
     objects = {s: _referenced_steps(scan) for s, scan in scans.items()}
     order = _topological(objects)
@@ -99,7 +100,11 @@ def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
             deps = tuple(dict.fromkeys(d.name for d in dep_steps))
         else:
             deps = tuple(d.name for d in dep_steps)
-        nodes[s.name] = Node(s, identity, payload, deps, _output_path(prefix, s, identity))
+        if s.override_output_path:
+            output_path = _override_path(prefix, s.override_output_path)
+        else:
+            output_path = f"{under_prefix}{s.name}-{identity}"  # a name is never absolute
+        nodes[s.name] = Node(s, identity, payload, deps, output_path)
     names = tuple(dict.fromkeys(s.name for s in declared))
     topo = tuple(dict.fromkeys(s.name for s in order))
     return StepGraph(nodes=nodes, declared=names, order=topo, prefix=prefix)
@@ -136,6 +141,11 @@ def _topological(objects: dict[Step, list[Step]]) -> list[Step]:
     """
     rank = {s: i for i, s in enumerate(objects)}
     by_rank = list(objects)
+    # A config can only refer to steps that already exist, so the discovery order of a
+    # Marinfile's steps is nearly always topological already; Kahn's algorithm, whose ties
+    # go to the lowest rank, would return it unchanged.
+    if all(rank[d] < i for i, ds in enumerate(objects.values()) for d in ds):
+        return by_rank
     indegree = [len(objects[s]) for s in by_rank]
     dependants: list[list[int]] = [[] for _ in by_rank]
     for i, ds in enumerate(objects.values()):
@@ -166,13 +176,11 @@ def _raise_cycle(objects: dict[Step, list[Step]]) -> None:
     raise CycleError(f"the steps form a cycle: {names}")
 
 
-def _output_path(prefix: str, s: Step, identity: str) -> str:
-    if s.override_output_path:
-        override = s.override_output_path
-        if "://" in override or override.startswith("/"):
-            return override.rstrip("/")
-        return Storage.join(prefix, override)
-    return Storage.join(prefix, f"{s.name}-{identity}")
+def _override_path(prefix: str, override: str) -> str:
+    """Where ``override_output_path`` puts a step: absolute or a URL as given, else under the prefix."""
+    if "://" in override or override.startswith("/"):
+        return override.rstrip("/")
+    return Storage.join(prefix, override)
 
 
 def template_keys(s: Step) -> set[str]:

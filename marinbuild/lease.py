@@ -33,7 +33,6 @@ import enum
 import functools
 import json
 import os
-import secrets
 import socket
 import threading
 import time
@@ -143,7 +142,7 @@ class Owner:
             host=socket.gethostname(),
             pid=pid,
             started=_start_time(pid) or "",
-            nonce=nonce or secrets.token_hex(8),
+            nonce=nonce or os.urandom(8).hex(),
             machine=_machine(),
         )
 

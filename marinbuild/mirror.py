@@ -26,7 +26,6 @@ import os
 import pathlib
 import posixpath
 import re
-import secrets
 import shutil
 import time
 from collections.abc import Iterator
@@ -172,7 +171,7 @@ def _writer(storage: Storage, dest: str) -> Iterator[Any]:
         return
     # Another runner may mirror the same input at once: write aside, then rename into place.
     os.makedirs(os.path.dirname(dest), exist_ok=True)
-    tmp = f"{dest}.tmp-{secrets.token_hex(4)}"
+    tmp = f"{dest}.tmp-{os.urandom(4).hex()}"
     try:
         with open(tmp, "wb") as f:
             yield f

@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 
 from .graph import StepGraph, build_graph
 from .history import explain_new_steps
-from .lease import owner_alive, read_leases
 from .marinfile import Marinfile, load_marinfile
 from .markers import RUNNING, StatusRecord, read_statuses
 from .plan import Plan, closure, make_plan, select
@@ -66,7 +65,11 @@ def probe(project: Project, names: Sequence[str] | set[str]) -> dict[str, Status
             kept.append(out)
     statuses = read_statuses(storage, kept)
     running = [out for out, record in statuses.items() if record.status == RUNNING]
-    for out, lease in read_leases(storage, running).items() if running else ():
+    if not running:
+        return statuses
+    from .lease import owner_alive, read_leases  # leases matter only when a step may be running
+
+    for out, lease in read_leases(storage, running).items():
         if lease is not None and owner_alive(lease.owner) is not False:
             statuses[out] = replace(statuses[out], leased_by=lease.describe())
     return statuses
