@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from .allocator import Allocation, Allocator, check_fits
-from .backend import Grant
 from .capacity import Capacity
 from .graph import Node, StepGraph
 from .resources import Request, WTime, as_request
 from .storage import Storage
+
+if TYPE_CHECKING:
+    from .backend import Grant
 
 __all__ = ["ResourceAdmission", "check_plan_fits", "describe_request", "requests_of"]
 
@@ -100,6 +103,8 @@ class ResourceAdmission:
         pinned = node.step.resources is not None
         if not pinned:
             env.pop("MARINBUILD_CORES", None)
+        from .backend import Grant  # the run machinery: `plan` only sizes requests
+
         return Grant(
             allocation=allocation,
             cores=allocation.request.core_ids if pinned else (),

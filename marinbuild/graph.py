@@ -74,8 +74,7 @@ def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
     """Discover, order, hash and merge the steps reachable from ``declared``."""
     declared = list(declared)
     under_prefix = Storage.join(prefix, "")  # what Storage.join(prefix, name) puts before name
-    scans = _discover(declared)
-    objects = {s: _referenced_steps(scan) for s, scan in scans.items()}
+    scans, objects = _discover(declared)
     order = _topological(objects)
     # Merged steps share their name and identity, so a step's own name and the ref made
     # for it serve whichever node it was merged into. Every dependency's ref is known
@@ -110,28 +109,23 @@ def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
     return StepGraph(nodes=nodes, declared=names, order=topo, prefix=prefix)
 
 
-def _discover(declared: list[Step]) -> dict[Step, ConfigScan]:
-    """Every step reachable from ``declared``, with one scan of its config."""
+def _discover(declared: list[Step]) -> tuple[dict[Step, ConfigScan], dict[Step, list[Step]]]:
+    """Every step reachable from ``declared``: one scan of its config, its distinct dependencies."""
     scans: dict[Step, ConfigScan] = {}
+    objects: dict[Step, list[Step]] = {}
     queue = list(dict.fromkeys(declared))
     seen = set(queue)
-    # Breadth-first and in declaration order, so that the order of this dict (which breaks
-    # ties in the topological sort) follows the Marinfile.
+    # Breadth-first and in declaration order, so that the order of these dicts (which
+    # breaks ties in the topological sort) follows the Marinfile.
     for s in queue:
         scan = scans[s] = scan_config(s.config)
-        for _, r, _ in scan.refs:
+        refs = scan.refs
+        deps = objects[s] = [refs[0][1]] if len(refs) == 1 else list(dict.fromkeys(r for _, r, _ in refs))
+        for r in deps:
             if r not in seen:
                 seen.add(r)
                 queue.append(r)
-    return scans
-
-
-def _referenced_steps(scan: ConfigScan) -> list[Step]:
-    """The distinct steps a config refers to, in config order."""
-    refs = scan.refs
-    if len(refs) == 1:
-        return [refs[0][1]]
-    return list(dict.fromkeys(ref for _, ref, _ in refs))
+    return scans, objects
 
 
 def _topological(objects: dict[Step, list[Step]]) -> list[Step]:

@@ -38,6 +38,10 @@ class RunIndex:
                     step_name = f"{sub}/{head}" if sub else head
                     self._by_name.setdefault(step_name, []).append(posixpath.join(folder, entry))
 
+    def __bool__(self) -> bool:
+        """Whether any step's output was found at all."""
+        return bool(self._by_name)
+
     def others(self, node: Node) -> list[str]:
         """Output paths of the step's other identities."""
         return [p for p in self._by_name.get(node.name, []) if p != node.output_path]
@@ -60,6 +64,8 @@ def explain_new_steps(storage: Storage, graph: StepGraph, names: Iterable[str]) 
     """For steps that never ran under their identity: what changed since the step's last run."""
     names = list(names)
     index = RunIndex(storage, graph, names)
+    if not index:
+        return {}  # nothing under the prefix ever ran
     out: dict[str, str] = {}
     for name in names:
         node = graph.nodes[name]

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import re
-from fractions import Fraction
 
 from .errors import ResourceError
 
@@ -80,6 +79,8 @@ def parse_memory(value: float | str) -> int:
         factor = _unit_factor(match["unit"]) if match else None
         if match is None or factor is None:
             raise ResourceError(f"cannot read memory size {value!r}: {_MEMORY_HINT}")
+        from fractions import Fraction  # exact "1.5g"; most sizes are integers
+
         return _non_negative(round(Fraction(match["num"]) * factor), value)
     raise ResourceError(f"memory size {value!r} is not a size; {_MEMORY_HINT}")
 
