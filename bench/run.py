@@ -113,6 +113,22 @@ REPEAT_UNDER = 15.0
 REPEATS = 5
 
 
+def done_repeating(out: Outcome, runs: list[Outcome], phase: str) -> bool:
+    """Whether a phase has been measured enough: failed, slow, executed, or REPEATS times."""
+    failed = out.rc != 0 or out.timed_out
+    return failed or phase == "execute" or out.seconds >= REPEAT_UNDER or len(runs) == REPEATS
+
+
+def summarize(runs: list[Outcome]) -> Outcome:
+    """The median run (a failed last run is the outcome), with the peak memory of all."""
+    last = runs[-1]
+    if last.rc != 0 or last.timed_out:
+        return last
+    middle = sorted(runs, key=lambda o: o.seconds)[len(runs) // 2]
+    peak = max((o.max_rss_kb for o in runs if o.max_rss_kb is not None), default=None)
+    return Outcome(middle.rc, middle.seconds, peak, False, middle.log_tail)
+
+
 def measure_repeated(cmd: list[str], cwd: Path, env: dict[str, str], phase: str, opts: argparse.Namespace) -> Outcome:
     """Measure once; repeat a quick read-only phase and keep the median run.
 
@@ -123,15 +139,9 @@ def measure_repeated(cmd: list[str], cwd: Path, env: dict[str, str], phase: str,
     runs: list[Outcome] = []
     while True:
         os.sync()  # no writeback of an earlier measurement's files during this one
-        out = measure(cmd, cwd, env, opts.timeout)
-        runs.append(out)
-        if out.rc != 0 or out.timed_out:
-            return out
-        if phase == "execute" or out.seconds >= REPEAT_UNDER or len(runs) == REPEATS:
-            break
-    middle = sorted(runs, key=lambda o: o.seconds)[len(runs) // 2]
-    peak = max((o.max_rss_kb for o in runs if o.max_rss_kb is not None), default=None)
-    return Outcome(middle.rc, middle.seconds, peak, False, middle.log_tail)
+        runs.append(measure(cmd, cwd, env, opts.timeout))
+        if done_repeating(runs[-1], runs, phase):
+            return summarize(runs)
 
 
 def failure_reason(out: Outcome) -> str:
@@ -230,28 +240,60 @@ def cell_dir(workdir: Path, shape: str, n: int) -> Path:
     return workdir / f"{shape}-{n}"
 
 
-def bench_one(tool: str, shape: str, n: int, workdir: Path, opts: argparse.Namespace) -> list[Record]:
-    """Generate one workflow and measure dry run, execution and no-op for one tool."""
+@dataclass
+class Workflow:
+    """One tool's generated workflow for one shape and size, and how to run it."""
+
+    tool: str
+    wf_dir: Path
+    out_dir: Path
+    cmds: dict[str, list[str]]
+    env: dict[str, str]
+
+
+def prepare(tool: str, shape: str, n: int, workdir: Path, opts: argparse.Namespace) -> Workflow:
+    """Generate one tool's workflow in a fresh folder."""
     wf_dir = cell_dir(workdir, shape, n) / tool
     shutil.rmtree(wf_dir, ignore_errors=True)
     generate(tool, shape, n, wf_dir)
     out_dir = wf_dir / "out"
-    smk_args = opts.snakemake_args.split()
-    cmds = tool_commands(tool, opts.snakemake_bin, out_dir, smk_args, opts.marinbuild_cmd)
-    env = tool_env(tool, opts.marinbuild_cmd is None)
+    cmds = tool_commands(tool, opts.snakemake_bin, out_dir, opts.snakemake_args.split(), opts.marinbuild_cmd)
+    return Workflow(tool, wf_dir, out_dir, cmds, tool_env(tool, opts.marinbuild_cmd is None))
+
+
+def dry_runs_in_turns(workflows: list[Workflow], opts: argparse.Namespace) -> dict[str, Outcome]:
+    """Every tool's dry run, repeated in turns (A, B, C, A, B, C, ...).
+
+    Repeating one tool's runs back to back let a slow minute of the machine land on one
+    tool only; in turns, drift reaches every tool's median alike.
+    """
+    runs: dict[str, list[Outcome]] = {w.tool: [] for w in workflows}
+    waiting = list(workflows)
+    while waiting:
+        for w in list(waiting):
+            os.sync()
+            runs[w.tool].append(measure(w.cmds["dry-run"], w.wf_dir, w.env, opts.timeout))
+            if done_repeating(runs[w.tool][-1], runs[w.tool], "dry-run"):
+                waiting.remove(w)
+    return {tool: summarize(outcomes) for tool, outcomes in runs.items()}
+
+
+def bench_one(w: Workflow, shape: str, n: int, dry_run: Outcome, opts: argparse.Namespace) -> list[Record]:
+    """Record one tool's dry run, then measure its execution and no-op."""
     phases = ["dry-run"]
     if not opts.skip_exec and n <= opts.exec_max:
         phases += ["execute", "no-op"]
     records: list[Record] = []
     for phase in phases:
         if records and records[-1].status != "ok":
-            records.append(Record(tool, shape, n, phase, "skipped", note="previous phase failed"))
+            records.append(Record(w.tool, shape, n, phase, "skipped", note="previous phase failed"))
             continue
-        rec = to_record(tool, shape, n, phase, measure_repeated(cmds[phase], wf_dir, env, phase, opts), opts.timeout)
-        if phase == "dry-run" and rec.status == "ok" and count_outputs(out_dir):
+        out = dry_run if phase == "dry-run" else measure_repeated(w.cmds[phase], w.wf_dir, w.env, phase, opts)
+        rec = to_record(w.tool, shape, n, phase, out, opts.timeout)
+        if phase == "dry-run" and rec.status == "ok" and count_outputs(w.out_dir):
             rec.status, rec.note = "failed", "dry run wrote outputs"
         if phase == "execute":
-            check_outputs(rec, count_outputs(out_dir))
+            check_outputs(rec, count_outputs(w.out_dir))
         records.append(rec)
         log_progress(rec)
     # Outputs stay until the whole matrix is done (see run_matrix).
@@ -594,8 +636,10 @@ def run_matrix(opts: argparse.Namespace, tools: list[str], workdir: Path) -> Non
     records: list[Record] = []
     for shape in opts.shapes.split(","):
         for n in (int(s) for s in opts.sizes.split(",")):
-            for tool in tools:
-                records += bench_one(tool, shape, n, workdir, opts)
+            workflows = [prepare(tool, shape, n, workdir, opts) for tool in tools]
+            dry_runs = dry_runs_in_turns(workflows, opts)
+            for w in workflows:
+                records += bench_one(w, shape, n, dry_runs[w.tool], opts)
                 save_json(opts.json, machine, versions, records)
 
 
