@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -235,29 +235,11 @@ def scan_config(value: Any) -> ConfigScan:
 def _scan(
     v: Any, path: str, inside: bool, refs: list[tuple[str, Step, str | None]], marked: list[tuple[str, Any]]
 ) -> None:
-    # Plain dicts and lists of leaves and steps are nearly every config: they are walked
-    # with exact type tests, and leaves are skipped before their dotted path is made.
     t = type(v)
-    if t is dict:
-        for k, item in v.items():
-            ti = type(item)
-            if ti in _LEAF_TYPES:
-                continue
-            sub = f"{path}.{k}" if path else str(k)
-            if ti is Step:
-                refs.append((sub, item, None))
-            else:
-                _scan(item, sub, inside, refs, marked)
+    if t is dict:  # plain dicts and lists are nearly every config: exact type tests first
+        _scan_items(v.items(), path, inside, refs, marked)
     elif t is list or t is tuple:
-        for i, item in enumerate(v):
-            ti = type(item)
-            if ti in _LEAF_TYPES:
-                continue
-            sub = f"{path}.{i}" if path else str(i)
-            if ti is Step:
-                refs.append((sub, item, None))
-            else:
-                _scan(item, sub, inside, refs, marked)
+        _scan_items(enumerate(v), path, inside, refs, marked)
     elif isinstance(v, _LEAVES):
         return
     elif isinstance(v, Step):
@@ -272,14 +254,30 @@ def _scan(
         if not inside:
             marked.append((path, v))
     elif isinstance(v, dict):
-        for k, item in v.items():
-            _scan(item, f"{path}.{k}" if path else str(k), inside, refs, marked)
+        _scan_items(v.items(), path, inside, refs, marked)
     elif isinstance(v, (list, tuple)):
-        for i, item in enumerate(v):
-            _scan(item, f"{path}.{i}" if path else str(i), inside, refs, marked)
+        _scan_items(enumerate(v), path, inside, refs, marked)
     elif is_dataclass_instance(v):
-        for f in v.__dataclass_fields__:
-            _scan(getattr(v, f), f"{path}.{f}" if path else f, inside, refs, marked)
+        _scan_items(((f, getattr(v, f)) for f in v.__dataclass_fields__), path, inside, refs, marked)
+
+
+def _scan_items(
+    items: Iterable[tuple[Any, Any]],
+    path: str,
+    inside: bool,
+    refs: list[tuple[str, Step, str | None]],
+    marked: list[tuple[str, Any]],
+) -> None:
+    """Walk the (key, value) children of a container; leaves are skipped before their path is made."""
+    for k, item in items:
+        ti = type(item)
+        if ti in _LEAF_TYPES:
+            continue
+        sub = f"{path}.{k}" if path else str(k)
+        if ti is Step:
+            refs.append((sub, item, None))
+        else:
+            _scan(item, sub, inside, refs, marked)
 
 
 def join_path(path: str, key: str) -> str:
