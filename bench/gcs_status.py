@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.graph import build_graph
-from marinbuild.lease import LeaseRecord, Owner, lease_path
-from marinbuild.markers import RUNNING, SUCCESS, StatusRecord, status_path
 from marinbuild.project import Project, probe
 from marinbuild.steps import step
-from marinbuild.storage import Storage
+from marinbuild.store.lease import LeaseRecord, Owner, lease_path
+from marinbuild.store.markers import RUNNING, SUCCESS, StatusRecord, status_path
+from marinbuild.store.storage import Storage
 from tests.fixtures_gcs import Emulator, point_gcsfs_at, start_emulator
 
 

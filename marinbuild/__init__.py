@@ -10,9 +10,8 @@ dependencies' identities to decide what is stale, and runs what is, in parallel:
                  config={"numbers": output_path_of(data, "numbers.txt")})
 """
 
-from .errors import MarinbuildError, UserError
-from .mirror import mirrored
-from .resources import (
+from marinbuild.errors import MarinbuildError, UserError
+from marinbuild.resources import (
     ZERO,
     Cores,
     CpuConfig,
@@ -27,8 +26,9 @@ from .resources import (
     TpuConfig,
     WTime,
 )
-from .steps import Step, output_path_of, step, this_output_path, versioned
-from .tpu_types import tpu_topology
+from marinbuild.steps import Step, output_path_of, step, this_output_path, versioned
+from marinbuild.store.mirror import mirrored
+from marinbuild.tpu_types import tpu_topology
 
 __all__ = [
     "ZERO",

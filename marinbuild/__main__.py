@@ -1,5 +1,5 @@
 """``python -m marinbuild`` runs the command line."""
 
-from .cli import main
+from marinbuild.cli.app import main
 
 main()

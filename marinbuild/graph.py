@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import CycleError, StepDefinitionError
-from .identity import hash_payload, identity_payload
-from .steps import ConfigScan, Step, is_dataclass_instance, scan_config
-from .storage import Storage
+from marinbuild.errors import CycleError, StepDefinitionError
+from marinbuild.identity import hash_payload, identity_payload
+from marinbuild.steps import ConfigScan, Step, is_dataclass_instance, scan_config
+from marinbuild.store.storage import Storage
 
 if TYPE_CHECKING:
     import networkx as nx

@@ -29,11 +29,11 @@ from typing import Any
 
 import xxhash
 
-from .errors import IdentityError
-from .mirror import Mirrored
-from .steps import ConfigScan, OutputPathOf, Step, ThisOutputPath, VersionedValue, scan_config, versioned
-from .steps import is_dataclass_instance as _is_dataclass_instance
-from .steps import join_path as _join
+from marinbuild.errors import IdentityError
+from marinbuild.steps import ConfigScan, OutputPathOf, Step, ThisOutputPath, VersionedValue, scan_config, versioned
+from marinbuild.steps import is_dataclass_instance as _is_dataclass_instance
+from marinbuild.steps import join_path as _join
+from marinbuild.store.mirror import Mirrored
 
 __all__ = ["canonical_json", "hash_payload", "identity_payload", "versioned"]
 

@@ -15,8 +15,8 @@ import traceback
 from dataclasses import dataclass
 from types import ModuleType
 
-from .errors import MarinbuildError, MarinfileError
-from .steps import Step, collect_declared
+from marinbuild.errors import MarinbuildError, MarinfileError
+from marinbuild.steps import Step, collect_declared
 
 __all__ = ["Marinfile", "load_marinfile"]
 

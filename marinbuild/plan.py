@@ -14,10 +14,10 @@ import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .errors import TargetError
-from .graph import Node, StepGraph
-from .markers import StatusRecord
-from .staleness import Action, Decision, decide
+from marinbuild.errors import TargetError
+from marinbuild.graph import Node, StepGraph
+from marinbuild.staleness import Action, Decision, decide
+from marinbuild.store.markers import StatusRecord
 
 __all__ = ["Plan", "closure", "make_plan", "select"]
 

@@ -10,13 +10,13 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .graph import StepGraph, build_graph
-from .history import explain_new_steps
-from .marinfile import Marinfile, load_marinfile
-from .markers import RUNNING, StatusRecord, read_statuses
-from .plan import Plan, closure, make_plan, select
-from .staleness import Decision
-from .storage import Storage, resolve_prefix
+from marinbuild.graph import StepGraph, build_graph
+from marinbuild.marinfile import Marinfile, load_marinfile
+from marinbuild.plan import Plan, closure, make_plan, select
+from marinbuild.staleness import Decision
+from marinbuild.store.history import explain_new_steps
+from marinbuild.store.markers import RUNNING, StatusRecord, read_statuses
+from marinbuild.store.storage import Storage, resolve_prefix
 
 __all__ = ["Project", "open_project", "plan_targets", "probe"]
 
@@ -67,7 +67,7 @@ def probe(project: Project, names: Sequence[str] | set[str]) -> dict[str, Status
     running = [out for out, record in statuses.items() if record.status == RUNNING]
     if not running:
         return statuses
-    from .lease import owner_alive, read_leases  # leases matter only when a step may be running
+    from marinbuild.store.lease import owner_alive, read_leases  # leases matter only when a step may be running
 
     for out, lease in read_leases(storage, running).items():
         if lease is not None and owner_alive(lease.owner) is not False:

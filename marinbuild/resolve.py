@@ -16,9 +16,9 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from .mirror import Mirrored
-from .steps import OutputPathOf, Step, ThisOutputPath, VersionedValue, is_dataclass_instance
-from .storage import Storage
+from marinbuild.steps import OutputPathOf, Step, ThisOutputPath, VersionedValue, is_dataclass_instance
+from marinbuild.store.mirror import Mirrored
+from marinbuild.store.storage import Storage
 
 __all__ = ["render_command", "resolve_config"]
 

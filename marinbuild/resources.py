@@ -26,9 +26,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from .errors import ResourceError
-from .tpu_types import TpuTopology, tpu_topology
-from .units import format_bytes, format_duration, parse_duration, parse_memory
+from marinbuild.errors import ResourceError
+from marinbuild.tpu_types import TpuTopology, tpu_topology
+from marinbuild.units import format_bytes, format_duration, parse_duration, parse_memory
 
 __all__ = [
     "ZERO",

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .markers import FAILED, RUNNING, SUCCESS, StatusRecord
+from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, StatusRecord
 
 __all__ = ["Action", "Change", "Decision", "decide", "describe_changes", "diff_payloads"]
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import StepDefinitionError
+from marinbuild.errors import StepDefinitionError
 
 __all__ = [
     "ConfigScan",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import ResourceError
+from marinbuild.errors import ResourceError
 
 __all__ = ["TpuTopology", "known_tpu_types", "tpu_topology"]
 

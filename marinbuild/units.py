@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import re
 
-from .errors import ResourceError
+from marinbuild.errors import ResourceError
 
 __all__ = ["format_bytes", "format_duration", "parse_duration", "parse_memory"]
 

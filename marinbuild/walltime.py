@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from .resources import WTime
+from marinbuild.resources import WTime
 
 if TYPE_CHECKING:
     import fsspec

@@ -7,9 +7,7 @@ import threading
 
 import pytest
 
-import marinbuild.allocator
-from marinbuild.allocator import THREAD_ENV_VARS, Allocation, Allocator, check_fits
-from marinbuild.capacity import Capacity
+import marinbuild.run.allocator
 from marinbuild.errors import ResourceError
 from marinbuild.resources import (
     ZERO,
@@ -23,6 +21,8 @@ from marinbuild.resources import (
     WTime,
     as_request,
 )
+from marinbuild.run.allocator import THREAD_ENV_VARS, Allocation, Allocator, check_fits
+from marinbuild.run.capacity import Capacity
 
 GiB = 2**30
 
@@ -38,7 +38,7 @@ MACHINE = Capacity(
 
 
 def test_docstring_examples_hold():
-    assert doctest.testmod(marinbuild.allocator).failed == 0
+    assert doctest.testmod(marinbuild.run.allocator).failed == 0
 
 
 def test_cores_go_out_lowest_ids_first():

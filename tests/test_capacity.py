@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import marinbuild.capacity
-from marinbuild.capacity import (
+import marinbuild.run.capacity
+from marinbuild.errors import ResourceError
+from marinbuild.run.capacity import (
     Capacity,
     cgroup_limits,
     detect_capacity,
@@ -25,13 +26,12 @@ from marinbuild.capacity import (
     trim_cores,
     with_overrides,
 )
-from marinbuild.errors import ResourceError
 
 GiB = 2**30
 
 
 def test_docstring_examples_hold():
-    assert doctest.testmod(marinbuild.capacity).failed == 0
+    assert doctest.testmod(marinbuild.run.capacity).failed == 0
 
 
 # --- pure parsers ---------------------------------------------------------------------------

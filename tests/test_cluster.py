@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild.cluster import DEFAULT_HYGIENE_COMMAND, load_cluster, parse_host_entry
+from marinbuild.backends.tpu.cluster import DEFAULT_HYGIENE_COMMAND, load_cluster, parse_host_entry
+from marinbuild.backends.tpu.ssh import export_env, remote_path, resolve_target
 from marinbuild.errors import ClusterConfigError
 from marinbuild.redact import redact_env, scrub, secret_values
-from marinbuild.ssh import export_env, remote_path, resolve_target
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tpu" / "cluster.toml"
 

@@ -15,10 +15,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from marinbuild.conditional import conditional_store
-from marinbuild.execution import clear_output
-from marinbuild.lease import LeaseRecord, Owner, lease_path
-from marinbuild.storage import Storage
+from marinbuild.run.step_records import clear_output
+from marinbuild.store.conditional import conditional_store
+from marinbuild.store.lease import LeaseRecord, Owner, lease_path
+from marinbuild.store.storage import Storage
 
 from .helpers import alive, marinbuild, start_marinbuild, write_marinfile
 

@@ -12,13 +12,13 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from marinbuild.conditional import _GcsStore, conditional_store
 from marinbuild.graph import build_graph
-from marinbuild.lease import Lease, LeaseRecord, LeaseSettings, Owner, lease_path, read_leases
-from marinbuild.markers import SUCCESS, read_statuses, write_status
 from marinbuild.project import Project, probe
 from marinbuild.steps import step
-from marinbuild.storage import Storage
+from marinbuild.store.conditional import _GcsStore, conditional_store
+from marinbuild.store.lease import Lease, LeaseRecord, LeaseSettings, Owner, lease_path, read_leases
+from marinbuild.store.markers import SUCCESS, read_statuses, write_status
+from marinbuild.store.storage import Storage
 
 from .helpers import marinbuild, write_marinfile
 from .test_concurrency import STEPS, events, run_six_runners

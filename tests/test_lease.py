@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild.claims import LeaseClaims
-from marinbuild.conditional import conditional_store
 from marinbuild.errors import StorageError, UserError
 from marinbuild.graph import build_graph
-from marinbuild.lease import (
+from marinbuild.run.claims import LeaseClaims
+from marinbuild.steps import step
+from marinbuild.store.conditional import conditional_store
+from marinbuild.store.lease import (
     Heartbeat,
     Lease,
     LeaseRecord,
@@ -28,9 +29,8 @@ from marinbuild.lease import (
     owner_alive,
     read_leases,
 )
-from marinbuild.markers import SUCCESS, StatusRecord, write_status
-from marinbuild.steps import step
-from marinbuild.storage import Storage
+from marinbuild.store.markers import SUCCESS, StatusRecord, write_status
+from marinbuild.store.storage import Storage
 
 SETTINGS = LeaseSettings(heartbeat=10, expiry=60, poll=5)
 

@@ -11,9 +11,9 @@ from marinbuild import mirrored, step, versioned
 from marinbuild.errors import UserError
 from marinbuild.graph import build_graph
 from marinbuild.identity import identity_payload
-from marinbuild.mirror import ensure_mirrored, find_mirrored, mirror_target
 from marinbuild.resolve import resolve_config
-from marinbuild.storage import Storage
+from marinbuild.store.mirror import ensure_mirrored, find_mirrored, mirror_target
+from marinbuild.store.storage import Storage
 
 from .helpers import marinbuild, status_of, write_marinfile
 

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from marinbuild.backends.ray.backend import LeaseFence, TaskSpec, execute
+from marinbuild.backends.ray.cluster import TOKEN_SHARE, RayNode, place, placement_of
 from marinbuild.errors import ResourceError
-from marinbuild.lease import LeaseRecord, Owner
-from marinbuild.ray_backend import LeaseFence, TaskSpec, execute
-from marinbuild.ray_cluster import TOKEN_SHARE, RayNode, place, placement_of
 from marinbuild.resources import Cores, Custom, Gpus, Memory, Request, Slices, Token, as_request
-from marinbuild.storage import Storage
+from marinbuild.store.lease import LeaseRecord, Owner
+from marinbuild.store.storage import Storage
 
 from .helpers import REPO, alive, marinbuild, plan_json, snapshot, start_marinbuild, status_of, write_marinfile
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from marinbuild.reaper import _EpollReaper, _has_pidfd, _ThreadReaper
+from marinbuild.backends.local.reaper import _EpollReaper, _has_pidfd, _ThreadReaper
 
 from .helpers import alive
 

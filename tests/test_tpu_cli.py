@@ -13,7 +13,7 @@ import json, os
 from marinbuild import step, versioned, ResourceConfig, this_output_path
 
 def record(cfg):
-    # Runs on every host, through `python -m marinbuild.worker`.
+    # Runs on every host, through `python -m marinbuild.backends.worker`.
     out = cfg["out"]
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, f"host{os.environ['MARINBUILD_PROCESS_ID']}.json"), "w") as f:

@@ -10,21 +10,21 @@ from pathlib import Path
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
-from marinbuild import retry
-from marinbuild.claims import LeaseClaims
-from marinbuild.conditional import conditional_store
+from marinbuild.store import retry
+from marinbuild.backends.local.backend import LocalBackend
 from marinbuild.errors import StorageError
-from marinbuild.execution import RunContext
 from marinbuild.graph import build_graph
-from marinbuild.lease import LeaseSettings, lease_path
-from marinbuild.local_backend import LocalBackend
 from marinbuild.marinfile import load_marinfile
-from marinbuild.markers import SUCCESS, StatusRecord, info_path, status_path
 from marinbuild.project import Project, plan_targets
-from marinbuild.reporting import NullReporter
-from marinbuild.retry import RetryPolicy, call_with_retries, is_transient
-from marinbuild.scheduler import RunOptions, Scheduler
-from marinbuild.storage import Storage
+from marinbuild.run.claims import LeaseClaims
+from marinbuild.run.reporting import NullReporter
+from marinbuild.run.scheduler import RunOptions, Scheduler
+from marinbuild.run.step_records import RunContext
+from marinbuild.store.conditional import conditional_store
+from marinbuild.store.lease import LeaseSettings, lease_path
+from marinbuild.store.markers import SUCCESS, StatusRecord, info_path, status_path
+from marinbuild.store.retry import RetryPolicy, call_with_retries, is_transient
+from marinbuild.store.storage import Storage
 
 from .faults import FlakyFileSystem
 from .helpers import write_marinfile

@@ -1,0 +1,125 @@
+"""The scheduler's backend for TPU steps: one thread per step driving its SSH gang.
+
+A TPU step is admitted like any other (its allocation names the slices it got), then
+:class:`TpuDispatch` runs it on every host of those slices through
+:func:`~marinbuild.backends.tpu.retry_loop.run_tpu_step`, retrying preemptions within the step's
+budgets. A shell step runs its command on every host; a function step runs
+``python3 -m marinbuild.backends.worker`` there, which loads the synced Marinfile and calls the step
+by name (the hosts need marinbuild installed, as they need the step's own libraries).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from marinbuild.backends.base import Job, Outcome
+from marinbuild.backends.tpu.cluster import Cluster
+from marinbuild.backends.tpu.retry_loop import TpuJob, run_tpu_step
+
+__all__ = ["RetryBudgets", "TpuDispatch"]
+
+
+@dataclass(frozen=True)
+class RetryBudgets:
+    """Defaults for steps that do not set their own (``--max-retries-*`` flags)."""
+
+    preemption: int = 100
+    failure: int = 0
+
+
+class TpuDispatch:
+    """Backend for steps whose allocation holds TPU slices."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        marinfile: str,
+        prefix: str,
+        sync: bool,
+        budgets: RetryBudgets,
+        retries_of: Callable[[str], tuple[int | None, int | None]],
+        console: Callable[[str], None],
+    ) -> None:
+        self.cluster = cluster
+        self.marinfile = marinfile
+        self.prefix = prefix
+        self.sync = sync
+        self.budgets = budgets
+        self.retries_of = retries_of
+        self.console = console
+
+    def command_for(self, job: Job, slices: tuple[str, ...]) -> str:
+        """What every host runs: the shell command, or the worker calling the function."""
+        if job.command is not None:
+            return job.command
+        python = self.cluster.slice(slices[0]).ssh.python if slices else "python3"
+        # Synced, the project is the command's working directory on each host; not synced,
+        # it must already be there at the same path (a shared filesystem).
+        marinfile = os.path.basename(self.marinfile) if self.sync else self.marinfile
+        return shlex.join(
+            [python, "-m", "marinbuild.backends.worker", "--file", marinfile, "--step", job.name, "--prefix", self.prefix]
+        )
+
+    def start(self, job: Job, on_done: Callable[[Outcome], None]) -> _TpuRun:
+        preemption, failure = self.retries_of(job.name)
+        slices = tuple(s for s in job.env.get("MARINBUILD_TPU_SLICES", "").split(",") if s)
+        env = {k: v for k, v in job.env.items() if not k.startswith(("OMP_", "MKL_", "OPENBLAS_", "NUMEXPR_"))}
+        tpu_job = TpuJob(
+            name=job.name,
+            output_path=job.output_path,
+            command=self.command_for(job, slices),
+            env=env,
+            slices=slices,
+            max_retries_preemption=self.budgets.preemption if preemption is None else preemption,
+            max_retries_failure=self.budgets.failure if failure is None else failure,
+        )
+        run = _TpuRun(self, tpu_job, job, on_done)
+        threading.Thread(target=run.main, name=f"tpu-{job.name}", daemon=True).start()
+        return run
+
+
+class _TpuRun:
+    """One TPU step in flight: cancelling it tears its gang down."""
+
+    def __init__(self, owner: TpuDispatch, tpu_job: TpuJob, job: Job, on_done: Callable[[Outcome], None]) -> None:
+        self.owner = owner
+        self.tpu_job = tpu_job
+        self.job = job
+        self.on_done = on_done
+        self.cancelled = threading.Event()
+        self.reason: str | None = None
+
+    def main(self) -> None:
+        started = time.time()
+        workdir = os.path.dirname(self.owner.marinfile) if self.owner.sync else None
+        try:
+            result = run_tpu_step(
+                self.tpu_job,
+                self.owner.cluster,
+                workdir=workdir,
+                cancel=self.cancelled,
+                console=self.owner.console,
+            )
+            ok, error = result.ok, result.error
+            if not ok and error is None:
+                error = f"TPU step ended {result.status}"
+            if self.reason is not None:
+                ok, error = False, self.reason
+            summary = f"{len(result.attempts)} attempt(s): " + ", ".join(str(a.classification.value) for a in result.attempts)
+        except Exception as e:  # a backend bug must still end the step, not hang the run
+            ok, error, summary = False, f"{type(e).__name__}: {e}", "no attempt finished"
+        os.makedirs(os.path.dirname(self.job.log_file), exist_ok=True)
+        with open(self.job.log_file, "a") as log:
+            log.write(f"{summary}; per-host logs in logs/slice_*_worker_*.log\n")
+        self.on_done(Outcome(ok=ok, started=started, ended=time.time(), error=None if ok else error, cancelled=self.reason is not None))
+
+    def cancel(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.cancelled.set()

@@ -1,0 +1,293 @@
+"""The cluster file: which TPU slices exist, their hosts, and how to reach them over SSH.
+
+A cluster file is TOML. ``[ssh]`` holds defaults; each ``[[slices]]`` entry names a slice,
+its TPU type and its hosts, worker 0 first, and may override any ``[ssh]`` key in its own
+``ssh`` table::
+
+    max_parallel = 32              # SSH connections opened at once
+
+    [ssh]
+    user = "marin"
+    identity_file = "~/.ssh/google_compute_engine"
+
+    [[slices]]
+    name = "pod-a"
+    tpu_type = "v4-32"
+    hosts = ["10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"]
+
+    [[slices]]
+    name = "pod-b"
+    tpu_type = "v4-32"
+    hosts = ["b0", "b1", "b2", "b3"]       # aliases resolved through ~/.ssh/config
+    ssh = { user = "ops", port = 2222 }
+
+A host may be written ``[user@]host[:port]``. ``internal_addresses`` (optional, one per
+host) gives the addresses the hosts use to reach each other when they differ from the
+ones used for SSH; the coordinator addresses are built from them.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from marinbuild.errors import ClusterConfigError, ResourceError
+from marinbuild.tpu_types import TpuTopology, tpu_topology
+
+__all__ = [
+    "DEFAULT_HYGIENE_COMMAND",
+    "Cluster",
+    "HostEntry",
+    "SliceSpec",
+    "SshSettings",
+    "load_cluster",
+    "parse_cluster",
+    "parse_host_entry",
+]
+
+# A crashed run can leave a process holding the TPU and libtpu's lockfile behind; the next
+# run then fails to open the device.  fuser is in psmisc, which TPU VM images ship; the
+# /proc walk is the fallback when it is missing.
+DEFAULT_HYGIENE_COMMAND = (
+    "if command -v fuser >/dev/null 2>&1; then "
+    "fuser -k -9 /dev/accel* /dev/vfio/* >/dev/null 2>&1; "
+    "else for f in /proc/[0-9]*/fd/*; do "
+    'case "$(readlink "$f" 2>/dev/null)" in /dev/accel*|/dev/vfio/*) '
+    'p="${f#/proc/}"; kill -9 "${p%%/*}" 2>/dev/null;; esac; done; fi; '
+    "rm -f /tmp/libtpu_lockfile 2>/dev/null || sudo -n rm -f /tmp/libtpu_lockfile 2>/dev/null; "
+    "true"
+)
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    """How to reach the hosts of a slice, and the ports and commands used on them.
+
+    ``user``/``port``/``identity_file`` left as ``None`` fall back to ``~/.ssh/config``
+    (``ssh_config``), then to the local user name, 22 and the usual key files or agent.
+
+    >>> SshSettings().megascale_port
+    8081
+    """
+
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    accept_unknown_host_keys: bool = False
+    ssh_config: str | None = "~/.ssh/config"
+    connect_timeout: float = 10.0
+    coordinator_port: int = 8476
+    megascale_port: int = 8081
+    hygiene_command: str = DEFAULT_HYGIENE_COMMAND
+    remote_workdir: str = "~/.marinbuild/work"
+    kill_grace: float = 2.0
+    python: str = "python3"
+    """The interpreter that runs function steps on the hosts (it must import marinbuild)."""
+
+
+@dataclass(frozen=True)
+class HostEntry:
+    """One ``[user@]host[:port]`` entry of a slice's host list.
+
+    >>> parse_host_entry("ops@10.0.0.2:2222")
+    HostEntry(host='10.0.0.2', user='ops', port=2222)
+    """
+
+    host: str
+    user: str | None = None
+    port: int | None = None
+
+
+@dataclass(frozen=True)
+class SliceSpec:
+    """One TPU slice: its name, type, hosts (worker 0 first) and SSH settings."""
+
+    name: str
+    tpu_type: str
+    hosts: tuple[str, ...]
+    ssh: SshSettings = field(default_factory=SshSettings)
+    internal_addresses: tuple[str, ...] = ()
+
+    @property
+    def topology(self) -> TpuTopology:
+        return tpu_topology(self.tpu_type)
+
+    def host_entries(self) -> tuple[HostEntry, ...]:
+        return tuple(parse_host_entry(h) for h in self.hosts)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Every slice marinbuild may use, in file order.
+
+    >>> c = parse_cluster({"slices": [{"name": "a", "tpu_type": "v4-8", "hosts": ["h"]}]})
+    >>> c.slices_by_type()
+    {'v4-8': ('a',)}
+    """
+
+    slices: tuple[SliceSpec, ...]
+    max_parallel: int = 32
+    source: str = "<cluster>"
+
+    def slices_by_type(self) -> dict[str, tuple[str, ...]]:
+        """TPU type -> names of the slices of that type, in file order."""
+        out: dict[str, list[str]] = {}
+        for s in self.slices:
+            out.setdefault(s.tpu_type, []).append(s.name)
+        return {k: tuple(v) for k, v in out.items()}
+
+    def slice(self, name: str) -> SliceSpec:
+        """The slice called ``name``; a :class:`ClusterConfigError` when there is none."""
+        for s in self.slices:
+            if s.name == name:
+                return s
+        raise ClusterConfigError(f"{self.source}: no slice named {name!r}")
+
+
+def parse_host_entry(text: str) -> HostEntry:
+    """Split ``[user@]host[:port]`` (``[v6addr]:port`` for IPv6)."""
+    user: str | None = None
+    if "@" in text:
+        user, text = text.rsplit("@", 1)
+    port: int | None = None
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        if rest.startswith(":"):
+            port = int(rest[1:])
+    elif text.count(":") == 1:
+        host, _, p = text.partition(":")
+        port = int(p)
+    else:
+        host = text
+    if not host or (port is not None and not 0 < port < 65536):
+        raise ValueError(text)
+    return HostEntry(host, user or None, port)
+
+
+_SSH_FIELDS = {f.name: f for f in fields(SshSettings)}
+_SSH_TYPES: dict[str, type | tuple[type, ...]] = {
+    "user": str, "identity_file": str, "ssh_config": str, "known_hosts": str,
+    "hygiene_command": str, "remote_workdir": str, "accept_unknown_host_keys": bool, "python": str,
+    "port": int, "coordinator_port": int, "megascale_port": int,
+    "connect_timeout": (int, float), "kill_grace": (int, float),
+}
+_SLICE_KEYS = {"name", "tpu_type", "hosts", "ssh", "internal_addresses"}
+_TOP_KEYS = {"ssh", "slices", "max_parallel"}
+
+
+def _has_type(value: object, want: type | tuple[type, ...]) -> bool:
+    # bool is an int to Python but never a port or a timeout here.
+    return isinstance(value, bool) == (want is bool) and isinstance(value, want)
+
+
+def _ssh_settings(base: SshSettings, table: Any, where: str) -> SshSettings:
+    if not isinstance(table, Mapping):
+        raise ClusterConfigError(f"{where}: 'ssh' must be a table")
+    changes: dict[str, Any] = {}
+    for key, value in table.items():
+        f = _SSH_FIELDS.get(key)
+        if f is None:
+            raise ClusterConfigError(
+                f"{where}: unknown ssh setting {key!r} (known: {', '.join(_SSH_FIELDS)})"
+            )
+        if not _has_type(value, _SSH_TYPES[key]):
+            raise ClusterConfigError(f"{where}: ssh setting {key!r} has the wrong type")
+        if key.endswith("port") and not 0 < value < 65536:
+            raise ClusterConfigError(f"{where}: ssh setting {key!r} = {value} is not a port")
+        changes[key] = float(value) if key in ("connect_timeout", "kill_grace") else value
+    return replace(base, **changes)
+
+
+def _parse_slice(raw: Any, index: int, defaults: SshSettings, source: str) -> SliceSpec:
+    if not isinstance(raw, Mapping):
+        raise ClusterConfigError(f"{source}: slices[{index}] must be a table")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise ClusterConfigError(f"{source}: slices[{index}] needs a non-empty 'name'")
+    where = f"{source}: slice {name!r}"
+    unknown = set(raw) - _SLICE_KEYS
+    if unknown:
+        raise ClusterConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    tpu_type = raw.get("tpu_type")
+    if not isinstance(tpu_type, str):
+        raise ClusterConfigError(f"{where}: needs a 'tpu_type' string such as \"v4-32\"")
+    try:
+        topo = tpu_topology(tpu_type)
+    except ResourceError as e:
+        raise ClusterConfigError(f"{where}: {e}") from None
+    hosts = raw.get("hosts")
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts):
+        raise ClusterConfigError(f"{where}: 'hosts' must be a list of host names")
+    if len(hosts) != topo.vm_count:
+        raise ClusterConfigError(
+            f"{where}: lists {len(hosts)} host(s) but {tpu_type} has {topo.vm_count} VM(s)"
+        )
+    for h in hosts:
+        try:
+            parse_host_entry(h)
+        except ValueError:
+            raise ClusterConfigError(f"{where}: bad host entry {h!r}") from None
+    internal = raw.get("internal_addresses", [])
+    if not isinstance(internal, list) or not all(isinstance(a, str) and a for a in internal):
+        raise ClusterConfigError(f"{where}: 'internal_addresses' must be a list of addresses")
+    if internal and len(internal) != len(hosts):
+        raise ClusterConfigError(
+            f"{where}: 'internal_addresses' has {len(internal)} entries for {len(hosts)} hosts"
+        )
+    ssh = _ssh_settings(defaults, raw.get("ssh", {}), where)
+    return SliceSpec(name, tpu_type, tuple(hosts), ssh, tuple(internal))
+
+
+def parse_cluster(data: Mapping[str, Any], *, source: str = "<cluster>") -> Cluster:
+    """Validate an already-decoded cluster document (see the module docstring)."""
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise ClusterConfigError(f"{source}: unknown top-level key(s) {', '.join(sorted(unknown))}")
+    defaults = _ssh_settings(SshSettings(), data.get("ssh", {}), f"{source}: [ssh]")
+    raw_slices = data.get("slices", [])
+    if not isinstance(raw_slices, list) or not raw_slices:
+        raise ClusterConfigError(f"{source}: needs at least one [[slices]] entry")
+    max_parallel = data.get("max_parallel", 32)
+    if not isinstance(max_parallel, int) or isinstance(max_parallel, bool) or max_parallel < 1:
+        raise ClusterConfigError(f"{source}: 'max_parallel' must be a positive integer")
+    slices: list[SliceSpec] = []
+    seen_hosts: dict[tuple[str, int | None], str] = {}
+    for i, raw in enumerate(raw_slices):
+        s = _parse_slice(raw, i, defaults, source)
+        if any(o.name == s.name for o in slices):
+            raise ClusterConfigError(f"{source}: slice {s.name!r} is declared twice")
+        for e in s.host_entries():
+            key = (e.host, e.port or s.ssh.port)
+            if key in seen_hosts:
+                raise ClusterConfigError(
+                    f"{source}: slice {s.name!r}: host {e.host!r} already belongs to "
+                    f"slice {seen_hosts[key]!r}"
+                )
+            seen_hosts[key] = s.name
+        slices.append(s)
+    return Cluster(tuple(slices), max_parallel, source)
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    """Read and validate the cluster file at ``path``.
+
+    Every problem is a :class:`ClusterConfigError` whose one-line message names the file
+    and, where it concerns one, the slice::
+
+        load_cluster("examples/tpu/cluster.toml").slices_by_type()
+        # {'v4-32': ('v4-32-a', 'v4-32-b')}
+    """
+    p = Path(path).expanduser()
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ClusterConfigError(f"cannot read cluster file {str(p)!r}: {e.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ClusterConfigError(f"{p}: not valid TOML: {e}") from None
+    return parse_cluster(data, source=str(p))

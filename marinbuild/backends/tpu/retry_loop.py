@@ -1,0 +1,367 @@
+"""Running a step on TPU slices over SSH: attempts, retries on preemption, ``attempts.json``.
+
+The scheduler calls :func:`run_tpu_step` in a thread with the slices it allocated::
+
+    job = TpuJob(name="train", output_path="gs://b/train-3f2a", command="python train.py",
+                 env={"SEED": "0"}, slices=("pod-a",))
+    result = run_tpu_step(job, load_cluster("cluster.toml"), workdir=".",
+                          cancel=threading.Event(), console=print)
+    result.status   # "SUCCESS", "FAILED", "PREEMPTED", "INFRA" or "CANCELLED"
+
+Every host gets ``MARINBUILD_*`` variables (and ``MEGASCALE_*`` for more than one slice)
+describing its place in the gang; see :func:`host_env`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import secrets
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from marinbuild.backends.tpu.cluster import Cluster, SliceSpec
+from marinbuild.backends.tpu.gang import TOKEN_VAR, AttemptLogs, Gang, GangOutcome, HostOutcome, HostPlan
+from marinbuild.backends.tpu.preemption import AttemptClass, is_preempted
+from marinbuild.backends.tpu.ssh import export_env, resolve_target
+from marinbuild.backends.tpu.workdir_sync import PackedWorkdir, pack_workdir
+from marinbuild.errors import ClusterConfigError, StepDefinitionError, StorageError
+from marinbuild.redact import redact_env, scrub, secret_values
+
+__all__ = [
+    "RETRY_BASE_DELAY_ENV",
+    "Attempt",
+    "TpuJob",
+    "TpuResult",
+    "TpuStatus",
+    "backoff_delay",
+    "host_env",
+    "run_tpu_step",
+]
+
+TpuStatus = Literal["SUCCESS", "FAILED", "PREEMPTED", "INFRA", "CANCELLED"]
+RETRY_BASE_DELAY_ENV = "MARINBUILD_RETRY_BASE_DELAY"
+_DEFAULT_BASE_DELAY_S = 5.0
+_MAX_DELAY_S = 120.0
+
+
+@dataclass(frozen=True)
+class TpuJob:
+    """A step to run on TPU hosts.
+
+    ``output_path`` is the step's output directory (fsspec URL or absolute local path);
+    ``command`` is one shell command line run on every host, in the synced workdir;
+    ``slices`` are the allocated slice names, slice 0 first.
+    """
+
+    name: str
+    output_path: str
+    command: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    slices: tuple[str, ...] = ()
+    max_retries_preemption: int = 100
+    max_retries_failure: int = 0
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt as recorded in ``attempts.json``."""
+
+    number: int
+    classification: AttemptClass
+    started_at: float
+    ended_at: float
+    first_failed_host: str | None
+    message: str
+    hosts: tuple[HostOutcome, ...]
+    teardown_s: float | None = None
+    synced_hosts: int = 0
+
+    @property
+    def exit_codes(self) -> dict[str, int | None]:
+        return {h.host: h.exit_code for h in self.hosts}
+
+    @property
+    def preempted_hosts(self) -> tuple[str, ...]:
+        return tuple(h.host for h in self.hosts if is_preempted(h.observation()))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "attempt": self.number,
+            "class": self.classification.value,
+            "started_at": _iso(self.started_at),
+            "ended_at": _iso(self.ended_at),
+            "duration_s": round(self.ended_at - self.started_at, 3),
+            "first_failed_host": self.first_failed_host,
+            "exit_codes": self.exit_codes,
+            "preempted_hosts": list(self.preempted_hosts),
+            "message": self.message,
+            "teardown_s": None if self.teardown_s is None else round(self.teardown_s, 3),
+            "synced_hosts": self.synced_hosts,
+            "hosts": [
+                {
+                    "host": h.host,
+                    "slice": h.slice_index,
+                    "worker": h.worker_index,
+                    "exit_code": h.exit_code,
+                    "connection_lost": h.connection_lost,
+                    "reachable": h.reachable,
+                    "metadata_preempted": h.metadata_preempted,
+                    "infra_error": h.infra_error,
+                    "torn_down": h.torn_down,
+                    "survivors": list(h.survivors),
+                }
+                for h in self.hosts
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class TpuResult:
+    """How the step ended: the last attempt's class, every attempt, and why it failed."""
+
+    status: TpuStatus
+    attempts: tuple[Attempt, ...]
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "SUCCESS"
+
+
+def host_env(
+    *,
+    slice_index: int,
+    worker_index: int,
+    num_slices: int,
+    workers_per_slice: int,
+    coordinator_host: str,
+    coordinator_port: int,
+    megascale_port: int,
+    output_path: str,
+    attempt: int,
+) -> dict[str, str]:
+    """The variables telling one host where it sits in the gang.
+
+    >>> env = host_env(slice_index=1, worker_index=2, num_slices=2, workers_per_slice=4,
+    ...                coordinator_host="10.0.0.2", coordinator_port=8476, megascale_port=8081,
+    ...                output_path="gs://b/out", attempt=1)
+    >>> env["MARINBUILD_PROCESS_ID"], env["MEGASCALE_COORDINATOR_ADDRESS"]
+    ('6', '10.0.0.2:8081')
+    """
+    env = {
+        "MARINBUILD_SLICE_ID": str(slice_index),
+        "MARINBUILD_WORKER_ID": str(worker_index),
+        "MARINBUILD_NUM_SLICES": str(num_slices),
+        "MARINBUILD_PROCESS_ID": str(slice_index * workers_per_slice + worker_index),
+        "MARINBUILD_NUM_PROCESSES": str(num_slices * workers_per_slice),
+        "MARINBUILD_COORDINATOR_ADDRESS": f"{coordinator_host}:{coordinator_port}",
+        "MARINBUILD_OUTPUT": output_path,
+        "MARINBUILD_ATTEMPT": str(attempt),
+    }
+    if num_slices > 1:
+        env.update(
+            MEGASCALE_COORDINATOR_ADDRESS=f"{coordinator_host}:{megascale_port}",
+            MEGASCALE_NUM_SLICES=str(num_slices),
+            MEGASCALE_PORT=str(megascale_port),
+            MEGASCALE_SLICE_ID=str(slice_index),
+        )
+    return env
+
+
+def backoff_delay(retry: int, base: float | None = None) -> float:
+    """Seconds to wait before retry number ``retry`` (1-based): doubling, capped, jittered.
+
+    The base is ``$MARINBUILD_RETRY_BASE_DELAY`` (default 5 s).  Jitter keeps many steps
+    preempted together from all coming back at the same instant.
+    """
+    if base is None:
+        base = float(os.environ.get(RETRY_BASE_DELAY_ENV, _DEFAULT_BASE_DELAY_S))
+    return min(_MAX_DELAY_S, base * 2 ** (retry - 1)) * random.uniform(0.5, 1.0)
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
+
+
+def _resolve_slices(job: TpuJob, cluster: Cluster) -> list[SliceSpec]:
+    if not job.slices:
+        raise ClusterConfigError(f"step {job.name!r}: no TPU slice was allocated to it")
+    specs = [cluster.slice(n) for n in job.slices]
+    counts = {s.name: len(s.hosts) for s in specs}
+    if len(set(counts.values())) > 1:
+        raise ClusterConfigError(
+            f"step {job.name!r}: slices of one step need equal host counts, got {counts}"
+        )
+    return specs
+
+
+class _Record:
+    """``attempts.json`` in the output directory, kept across runs of the same step."""
+
+    def __init__(self, job: TpuJob, specs: list[SliceSpec], secrets_: tuple[str, ...]) -> None:
+        self.fs, self.root = fsspec.core.url_to_fs(job.output_path)
+        self.path = f"{self.root.rstrip('/')}/attempts.json"
+        self.head = {
+            "step": job.name,
+            "command": scrub(job.command, secrets_),
+            "env": redact_env(job.env),
+            "slices": [{"name": s.name, "tpu_type": s.tpu_type, "hosts": list(s.hosts)} for s in specs],
+        }
+        self.previous: list[dict[str, Any]] = []
+        try:
+            if self.fs.exists(self.path):
+                prior = json.loads(self.fs.cat_file(self.path))
+                self.previous = [a for a in prior.get("attempts", []) if isinstance(a, dict)]
+        except (OSError, ValueError, AttributeError):
+            self.previous = []  # an unreadable record is replaced, not fatal
+
+    @property
+    def next_number(self) -> int:
+        numbers = [a.get("attempt", 0) for a in self.previous]
+        return max((n for n in numbers if isinstance(n, int)), default=0) + 1
+
+    def write(self, attempts: list[Attempt]) -> None:
+        doc = {**self.head, "attempts": self.previous + [a.to_json() for a in attempts]}
+        data = (json.dumps(doc, indent=2) + "\n").encode()
+        try:
+            self.fs.makedirs(self.root, exist_ok=True)
+            if isinstance(self.fs, LocalFileSystem):
+                tmp = f"{self.path}.{secrets.token_hex(4)}.tmp"
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, self.path)
+            else:
+                self.fs.pipe_file(self.path, data)
+        except OSError as e:
+            raise StorageError(f"cannot write {self.path}: {e}") from e
+
+
+def run_tpu_step(
+    job: TpuJob,
+    cluster: Cluster,
+    *,
+    workdir: str | None,
+    cancel: threading.Event,
+    console: Callable[[str], None],
+) -> TpuResult:
+    """Run ``job`` on its slices until it succeeds, is cancelled, or a budget runs out.
+
+    Blocking; run it in a thread and set ``cancel`` to stop it (every host is torn down
+    and the result is CANCELLED).  A preempted attempt draws on
+    ``max_retries_preemption``, a failed one (FAILED or INFRA) on ``max_retries_failure``;
+    a refused host key or login is never retried.  Bad input (unknown slice, invalid env
+    variable name) raises a :class:`marinbuild.errors.UserError` before any host is touched.
+    """
+    specs = _resolve_slices(job, cluster)
+    try:
+        export_env(job.env)
+    except ValueError as e:
+        raise StepDefinitionError(f"step {job.name!r}: {e}") from None
+    secrets_ = secret_values(job.env)
+    prefix = f"[{job.name}] "
+    targets = [[resolve_target(h, s.ssh) for h in s.hosts] for s in specs]
+    slice0 = specs[0]
+    coordinator_host = (
+        slice0.internal_addresses[0] if slice0.internal_addresses else targets[0][0].hostname
+    )
+    workers = len(slice0.hosts)
+    record = _Record(job, specs, secrets_)
+    run_token = secrets.token_hex(6)
+    attempts: list[Attempt] = []
+    preemptions = failures = 0
+
+    with tempfile.TemporaryDirectory(prefix="marinbuild-tpu-") as tmp:
+        packed: PackedWorkdir | None = None
+        if workdir is not None:
+            packed = pack_workdir(workdir, os.path.join(tmp, "pack"))
+        logs = AttemptLogs(job.output_path, os.path.join(tmp, "staging"))
+        while True:
+            number = record.next_number + len(attempts)
+            plans = [
+                HostPlan(
+                    slice_name=spec.name,
+                    slice_index=s,
+                    worker_index=w,
+                    entry=entry,
+                    target=targets[s][w],
+                    settings=spec.ssh,
+                    env={
+                        **job.env,
+                        **host_env(
+                            slice_index=s, worker_index=w, num_slices=len(specs),
+                            workers_per_slice=workers, coordinator_host=coordinator_host,
+                            coordinator_port=slice0.ssh.coordinator_port,
+                            megascale_port=slice0.ssh.megascale_port,
+                            output_path=job.output_path, attempt=number,
+                        ),
+                        TOKEN_VAR: f"{run_token}-a{number}-s{s}-w{w}",
+                    },
+                )
+                for s, spec in enumerate(specs)
+                for w, entry in enumerate(spec.hosts)
+            ]
+            console(f"{prefix}attempt {number} on {', '.join(job.slices)}")
+            outcome = Gang(
+                plans,
+                command=job.command,
+                logs=logs,
+                workdir=packed,
+                console=console,
+                console_prefix=prefix,
+                cancel=cancel,
+                max_parallel=cluster.max_parallel,
+                secrets=secrets_,
+                log_header=f"=== marinbuild attempt {number} {_iso(time.time())} ===\n",
+            ).run()
+            attempt = _attempt(number, outcome, secrets_)
+            attempts.append(attempt)
+            record.write(attempts)
+            logs.publish()
+            cls = attempt.classification
+            console(f"{prefix}attempt {number}: {cls.value}: {attempt.message}")
+            if cls is AttemptClass.SUCCESS:
+                return TpuResult("SUCCESS", tuple(attempts))
+            if cls is AttemptClass.CANCELLED:
+                return TpuResult("CANCELLED", tuple(attempts), "cancelled")
+            error = f"attempt {number} {cls.value}: {attempt.message}"
+            if cls is AttemptClass.PREEMPTED:
+                preemptions += 1
+                if preemptions > job.max_retries_preemption:
+                    return TpuResult("PREEMPTED", tuple(attempts), f"{error} (preemption budget spent)")
+            else:
+                failures += 1
+                status: TpuStatus = "INFRA" if cls is AttemptClass.INFRA else "FAILED"
+                # A refused host key or login cannot get better by retrying.
+                if any(h.fatal for h in outcome.hosts) or failures > job.max_retries_failure:
+                    return TpuResult(status, tuple(attempts), error)
+            delay = backoff_delay(len(attempts))
+            console(f"{prefix}retrying in {delay:.1f} s")
+            if cancel.wait(delay):
+                return TpuResult("CANCELLED", tuple(attempts), "cancelled while waiting to retry")
+
+
+def _attempt(number: int, outcome: GangOutcome, secrets_: tuple[str, ...]) -> Attempt:
+    return Attempt(
+        number=number,
+        classification=outcome.classification,
+        started_at=outcome.started_at,
+        ended_at=outcome.ended_at,
+        first_failed_host=outcome.first_failed or next(
+            (h.host for h in outcome.hosts
+             if h.infra_error or h.reachable is False or h.connection_lost), None
+        ),
+        message=scrub(outcome.summary(), secrets_),
+        hosts=outcome.hosts,
+        teardown_s=outcome.teardown_s,
+        synced_hosts=outcome.synced_hosts,
+    )

@@ -1,0 +1,88 @@
+"""What ``marinbuild plan`` shows, and its plain-text form for pipes and files.
+
+:func:`plan_view` picks the rows (a big plan gets counts by action and reason, then its
+first steps); :mod:`marinbuild.cli.console` draws them as a rich table on a terminal, and
+:func:`plan_text` writes aligned columns elsewhere, without importing rich at all (a
+tenth of a second of a 10,000-step ``plan | less``).
+
+Example, for a plan of one new step::
+
+    $ marinbuild plan | cat
+    step   action  reason  resources  output
+    hello  run     new     Cores(1)   /work/marinbuild-out/hello-1f0e2a9c5d7b3e41
+    1 to run
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from marinbuild.plan import Plan
+
+__all__ = ["COLUMNS", "MAX_ROWS", "PlanView", "plan_text", "plan_view"]
+
+MAX_ROWS = 200
+"""Above this many steps the plan shows counts and the first rows: rich needs seconds to
+lay out a table of ten thousand rows, and nobody reads one."""
+SHOWN_ROWS = 50
+COLUMNS = ("step", "action", "reason", "resources", "output")
+
+
+@dataclass(frozen=True)
+class PlanView:
+    """The rows of a plan as shown, with counts for a plan too big to list."""
+
+    rows: tuple[tuple[str, str, str, str, str], ...]
+    counts: tuple[tuple[str, str, int], ...] | None
+    """``(action, kind of reason, steps)`` when the plan has more than MAX_ROWS steps."""
+    totals: str
+
+
+def plan_view(plan: Plan, resources: Mapping[str, object] | None = None, max_rows: int = MAX_ROWS) -> PlanView:
+    """Choose what to show of ``plan``: every step, or counts and the first steps to run."""
+    names = list(plan.order)
+    counts = None
+    if len(names) > max_rows:
+        # Action is a StrEnum: its members are their own text, without the enum's
+        # .value descriptor (a Python-level call per step).
+        kinds = Counter((str(plan.decisions[n].action), _reason_kind(plan.decisions[n].reason)) for n in names)
+        counts = tuple((action, reason, count) for (action, reason), count in sorted(kinds.items()))
+        to_run = [n for n in names if plan.decisions[n].action != "skip"]
+        names = (to_run or names)[:SHOWN_ROWS]
+    rows = tuple(
+        (
+            n,
+            str(plan.decisions[n].action),
+            plan.decisions[n].reason,
+            str((resources or {}).get(n, "")),  # rendered only for the rows shown
+            plan.node(n).output_path,
+        )
+        for n in names
+    )
+    totals = Counter(str(d.action) for d in plan.decisions.values())
+    return PlanView(rows, counts, ", ".join(f"{v} to {k}" for k, v in sorted(totals.items())) or "nothing to do")
+
+
+def plan_text(plan: Plan, resources: Mapping[str, object] | None = None) -> str:
+    """The plan as aligned plain-text columns, ending with a newline."""
+    view = plan_view(plan, resources)
+    lines: list[str] = []
+    if view.counts is not None:
+        lines.append(f"{len(plan.order)} steps")
+        lines += _columns([("action", "reason", "steps"), *((a, r, str(c)) for a, r, c in view.counts)])
+        lines.append("")
+        lines.append(f"first {len(view.rows)} steps:")
+    lines += _columns([COLUMNS, *view.rows])
+    lines.append(view.totals)
+    return "\n".join(lines) + "\n"
+
+
+def _columns(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+def _reason_kind(reason: str) -> str:
+    return reason.split(":", 1)[0]

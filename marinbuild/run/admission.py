@@ -1,0 +1,127 @@
+"""Admission: whether a ready step's resources are free now, and what it is given.
+
+This joins the plan to the allocator. Every step's request is computed once, checked at
+plan time against the total capacity (a request nothing could ever satisfy is an error
+naming the step and the field, never a hang), and allocated all-or-nothing when the step
+is about to start. Wall-time limits come from the request or, for a ``WTime(group=...)``,
+from the group's recorded history; with ``--walltime`` a step whose soft limit exceeds the
+time left in the run is not started.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from marinbuild.graph import Node, StepGraph
+from marinbuild.resources import Request, WTime, as_request
+from marinbuild.run.allocator import Allocation, Allocator, check_fits
+from marinbuild.run.capacity import Capacity
+from marinbuild.store.storage import Storage
+
+if TYPE_CHECKING:
+    from marinbuild.backends.base import Grant
+
+__all__ = ["ResourceAdmission", "check_plan_fits", "describe_request", "requests_of"]
+
+
+def requests_of(graph: StepGraph, names: Iterable[str]) -> dict[str, Request]:
+    """Each named step's resources as a request (no resources: one core, no memory)."""
+    # Most steps share one resources object (often None): convert each object once.
+    by_object: dict[int, Request] = {}
+    out: dict[str, Request] = {}
+    for n in names:
+        resources = graph.nodes[n].step.resources
+        key = id(resources)
+        if key not in by_object:
+            by_object[key] = as_request(resources)
+        out[n] = by_object[key]
+    return out
+
+
+def check_plan_fits(requests: Mapping[str, Request], capacity: Capacity) -> None:
+    """Refuse, before anything runs, a step that could never fit (ResourceError, exit 2)."""
+    checked: set[int] = set()
+    for name, request in requests.items():
+        if id(request) not in checked:
+            check_fits(name, request, capacity)
+            checked.add(id(request))
+
+
+def describe_request(request: Request) -> str:
+    """Short text for the plan's resources column."""
+    return repr(request)
+
+
+class ResourceAdmission:
+    """The scheduler's admission gate over an :class:`~marinbuild.run.allocator.Allocator`."""
+
+    def __init__(
+        self,
+        capacity: Capacity,
+        requests: Mapping[str, Request],
+        prefix: str,
+        walltime: float | None = None,
+    ) -> None:
+        self.allocator = Allocator(capacity)
+        self.requests = requests
+        self._deadline = time.monotonic() + walltime if walltime is not None else None
+        self._machine_has_gpus = bool(capacity.gpus)
+        groups = any(r.group for r in requests.values())
+        self._estimator = _estimator(prefix) if groups else None
+
+    def _wtime(self, node: Node) -> WTime | None:
+        wtime = self.requests[node.name].wtime
+        if wtime is not None and self._estimator is not None:
+            wtime = self._estimator.resolve(wtime)
+        return wtime
+
+    def refusal(self, node: Node) -> str | None:
+        """Why the step must not start at all in this run (its soft limit exceeds the time left)."""
+        if self._deadline is None:
+            return None
+        wtime = self._wtime(node)
+        soft = wtime.softT if wtime is not None else None
+        left = self._deadline - time.monotonic()
+        if soft is not None and soft > left:
+            return f"not started: soft wall time {soft:g} s exceeds the {max(left, 0):.0f} s left (--walltime)"
+        if left <= 0:
+            return "not started: --walltime is used up"
+        return None
+
+    def try_acquire(self, node: Node) -> Grant | None:
+        allocation = self.allocator.try_allocate(self.requests[node.name])
+        if allocation is None:
+            return None
+        allocation = Allocation(allocation.request, machine_has_gpus=self._machine_has_gpus)
+        wtime = self._wtime(node)
+        env = allocation.env()
+        # A step that declares nothing counts as one core but is not pinned: pinned, a
+        # stream of short default steps queued on their own core while the other sat idle
+        # (15% slower over 3,000 trivial steps on 2 cores).
+        pinned = node.step.resources is not None
+        if not pinned:
+            env.pop("MARINBUILD_CORES", None)
+        from marinbuild.backends.base import Grant  # the run machinery: `plan` only sizes requests
+
+        return Grant(
+            allocation=allocation,
+            cores=allocation.request.core_ids if pinned else (),
+            env=tuple(env.items()),
+            timeout=wtime.T if wtime is not None else None,
+            group=wtime.group if wtime is not None else None,
+        )
+
+    def release(self, grant: Grant, duration: float | None = None) -> None:
+        """Return the allocation; a successful run's duration feeds its wall-time group."""
+        if grant.allocation is not None:
+            self.allocator.release(grant.allocation)
+        if duration is not None and grant.group and self._estimator is not None:
+            self._estimator.record(grant.group, duration)
+
+
+def _estimator(prefix: str):  # type: ignore[no-untyped-def]
+    from marinbuild.walltime import WallTimeEstimator
+
+    return WallTimeEstimator(Storage.join(prefix, ".marinbuild", "walltime.json"))

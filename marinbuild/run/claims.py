@@ -1,0 +1,155 @@
+"""The scheduler's claims, backed by leases: a step runs only while this runner holds its lease.
+
+For each ready step the scheduler asks :meth:`LeaseClaims.try_claim`:
+
+* the step's status is read first: ``SUCCESS`` written by another runner means ``done``;
+* otherwise the lease is acquired (created, adopted, or taken over when expired or
+  orphaned) or the step ``wait``\\ s, and is asked again a poll interval later;
+* after acquiring, the status is read again (another runner may have finished and let
+  go in between), so a finished step is never run twice.
+
+While steps run, one heartbeat thread renews their leases. A renewal that finds another
+owner, or renewals failing for longer than the fence period, mark the step lost and call
+the ``on_lost`` callback given to :meth:`LeaseClaims.watch` (the scheduler then cancels the
+step); :meth:`LeaseClaims.lost` re-reads the lease right before anything is committed.
+
+>>> from marinbuild.store.storage import Storage
+>>> claims = LeaseClaims(Storage.for_prefix("memory://claims-doc"))
+>>> claims.close()
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+
+from marinbuild.errors import MarinbuildError
+from marinbuild.graph import Node
+from marinbuild.store.conditional import conditional_store
+from marinbuild.store.lease import Heartbeat, Lease, LeaseSettings, Owner, lease_path
+from marinbuild.store.markers import SUCCESS, StatusRecord, status_path
+from marinbuild.store.storage import Storage
+
+__all__ = ["LeaseClaims"]
+
+
+class LeaseClaims:
+    """Claims for :class:`~marinbuild.run.scheduler.Scheduler` over the leases under one store.
+
+    ``stale_success`` maps output paths to ``SUCCESS`` records that must not count as done
+    (the steps a forced run is to redo); a different ``SUCCESS`` appearing later does.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        settings: LeaseSettings | None = None,
+        owner: Owner | None = None,
+        stale_success: Mapping[str, StatusRecord] | None = None,
+    ) -> None:
+        self.storage = storage
+        self.settings = settings or LeaseSettings.resolve()
+        self.me = owner or Owner.current()
+        self._store = conditional_store(storage)
+        self._stale = dict(stale_success or {})
+        self._leases: dict[str, Lease] = {}
+        self._lost: dict[str, str] = {}
+        self._guard = threading.Lock()
+        self._on_lost: Callable[[str, str], None] = lambda name, why: None
+        self._heartbeat = Heartbeat(self.settings.heartbeat, self._beat)
+
+    def watch(self, on_lost: Callable[[str, str], None]) -> None:
+        """Call ``on_lost(step_name, reason)``, from the heartbeat thread, when a lease is lost."""
+        self._on_lost = on_lost
+
+    def try_claim(self, node: Node) -> tuple[str, str]:
+        finished = self._finished_elsewhere(node)
+        if finished:
+            self._forget(node.name)
+            return "done", finished
+        lease = self._lease_of(node)
+        attempt = lease.try_acquire()
+        if not attempt.acquired:
+            return "wait", attempt.why
+        finished = self._finished_elsewhere(node)
+        if finished:
+            self.release(node)
+            return "done", finished
+        with self._guard:
+            self._lost.pop(node.name, None)
+        self._heartbeat.start()
+        return "go", attempt.why if attempt.took_over is not None else ""
+
+    def lost(self, node: Node) -> bool:
+        """True unless this runner holds the step's lease, checked in the store right now."""
+        with self._guard:
+            if node.name in self._lost:
+                return True
+            lease = self._leases.get(node.name)
+        if lease is None:
+            return True
+        try:
+            return not lease.verify()
+        except MarinbuildError:
+            return True  # ownership cannot be confirmed, so nothing may be committed
+
+    def release(self, node: Node) -> None:
+        """Let the lease go (deleted only if still ours); a store error leaves it to expire."""
+        lease = self._forget(node.name)
+        if lease is None:
+            return
+        try:
+            lease.release()
+        except MarinbuildError:
+            pass
+
+    def close(self) -> None:
+        """Stop renewing and let every lease still held go."""
+        self._heartbeat.stop()
+        with self._guard:
+            leases = list(self._leases.values())
+            self._leases.clear()
+        for lease in leases:
+            try:
+                lease.release()
+            except MarinbuildError:
+                pass
+
+    def _lease_of(self, node: Node) -> Lease:
+        with self._guard:
+            lease = self._leases.get(node.name)
+            if lease is None:
+                lease = Lease(self._store, lease_path(node.output_path), self.me, self.settings)
+                self._leases[node.name] = lease
+            return lease
+
+    def _forget(self, name: str) -> Lease | None:
+        with self._guard:
+            self._lost.pop(name, None)
+            return self._leases.pop(name, None)
+
+    def _finished_elsewhere(self, node: Node) -> str | None:
+        text = self.storage.read_text(status_path(node.output_path))
+        record = StatusRecord.from_json(text) if text is not None else None
+        if record is None or record.status != SUCCESS or self._stale.get(node.output_path) == record:
+            return None
+        by = f" by {record.owner}" if record.owner else ""
+        return f"finished{by} meanwhile"
+
+    def _beat(self) -> None:
+        with self._guard:
+            held = [(name, lease) for name, lease in self._leases.items() if lease.held and name not in self._lost]
+        for name, lease in held:
+            try:
+                if lease.renew():
+                    continue
+                reason = "another runner holds its lease now"
+            except MarinbuildError as e:
+                if not lease.fenced():
+                    continue  # keep trying until the fence period is over
+                reason = f"its lease could not be renewed for {self.settings.fence_after:g} s ({e})"
+            with self._guard:
+                if self._leases.get(name) is not lease:
+                    continue  # released meanwhile: the step is over
+                self._lost[name] = reason
+            self._on_lost(name, reason)

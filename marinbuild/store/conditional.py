@@ -1,0 +1,368 @@
+"""Conditional writes of one small file: create-if-absent, compare-and-swap, delete-if-unchanged.
+
+Leases need a store to answer "write this only if nothing is there" and "replace this only
+if it is still what I saw". Each store gets the strongest form it has:
+
+* **local disk**: create is ``link(2)`` of a complete temporary file onto the lease path,
+  which fails with ``EEXIST`` when the path exists (atomic, and a reader never sees a
+  half-written lease). Swap and delete run under a ``lockf`` lock on ``PATH.lock`` (and a
+  mutex, because ``lockf`` locks belong to a process, not a thread): read, compare,
+  write a temporary file, ``rename`` it over the path. Create needs no lock: only swap
+  and delete touch an existing lease, and both hold the lock.
+* **GCS**: the generation number. Create sends ``ifGenerationMatch=0``, swap and delete
+  ``ifGenerationMatch=<generation seen>``; the server refuses with 412 otherwise. A server
+  that ignores preconditions (an emulator) is noticed once, by a probe object written
+  twice; there each write is checked first, then read back after :data:`SETTLE` seconds,
+  and counts only if it is still there: of contenders writing within that time, the last
+  one wins and the others see it (best effort, for tests and emulators).
+* **memory** (tests): one process, so a mutex is enough.
+
+A version is whatever changes on every write: the GCS generation, elsewhere a hash of the
+content (every lease write has a fresh beat count or owner nonce, so contents never repeat).
+
+Every write is retried after transient errors; since a write may have landed although its
+answer was lost, a failed or retried write reads the file back and counts as done when it
+finds exactly its own text there.
+
+>>> from marinbuild.store.storage import Storage
+>>> store = conditional_store(Storage.for_prefix("memory://cond-doc"))
+>>> v = store.create("memory://cond-doc/lease", "mine")
+>>> store.create("memory://cond-doc/lease", "theirs") is None
+True
+>>> store.swap("memory://cond-doc/lease", v, "mine, renewed") is not None
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import xxhash
+
+from marinbuild.store.retry import call_with_retries
+from marinbuild.store.storage import Storage, unlink_quietly, write_temporary
+
+__all__ = ["SETTLE", "ConditionalStore", "Versioned", "conditional_store"]
+
+SETTLE = 0.2
+"""Seconds a write to a store without preconditions is left to settle before it is read back."""
+
+
+@dataclass(frozen=True)
+class Versioned:
+    """A file's text and the version it was read at."""
+
+    text: str
+    version: str
+
+
+class ConditionalStore(Protocol):
+    def read(self, path: str) -> Versioned | None:
+        """The file and its version, or None when absent."""
+
+    def create(self, path: str, text: str) -> str | None:
+        """Write ``text`` only if nothing is at ``path``; the new version, or None."""
+
+    def swap(self, path: str, expected: str, text: str) -> str | None:
+        """Replace the file only if its version is still ``expected``; the new version, or None."""
+
+    def delete(self, path: str, expected: str) -> bool:
+        """Delete the file only if its version is still ``expected``."""
+
+
+def conditional_store(storage: Storage) -> ConditionalStore:
+    """The conditional writes of the store holding ``storage``'s prefix."""
+    if storage.is_local:
+        return _LocalStore()
+    protocol = storage.fs.protocol
+    protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
+    if "gs" in protocols or "gcs" in protocols:
+        return _GcsStore(storage)
+    return _SerializedStore(storage)
+
+
+def content_version(text: str) -> str:
+    return xxhash.xxh3_64_hexdigest(text.encode("utf-8"))
+
+
+def _settle(
+    write: Callable[[], str | None],
+    read: Callable[[], Versioned | None],
+    text: str,
+    what: str,
+    client_retries: bool = False,
+) -> str | None:
+    """Run a conditional write; when it was retried and then refused, check whether it landed.
+
+    ``client_retries``: the client library may have sent the write twice on its own (gcsfs
+    does), so a refusal is always checked.
+    """
+    tries = 0
+
+    def attempt() -> str | None:
+        nonlocal tries
+        tries += 1
+        if tries > 1:
+            now = read()
+            if now is not None and now.text == text:
+                return now.version
+        return write()
+
+    version = call_with_retries(attempt, what)
+    if version is None and (tries > 1 or client_retries):
+        now = call_with_retries(read, what)
+        if now is not None and now.text == text:
+            return now.version
+    return version
+
+
+# -- local disk ---------------------------------------------------------------------------
+
+_thread_locks: dict[str, threading.Lock] = {}
+_thread_locks_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    with _thread_locks_guard:
+        mutex = _thread_locks.setdefault(path, threading.Lock())
+    with mutex:
+        fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing drops the lock
+
+
+class _LocalStore:
+    def read(self, path: str) -> Versioned | None:
+        return call_with_retries(lambda: self._read(path), f"read {path}")
+
+    def _read(self, path: str) -> Versioned | None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return Versioned(text, content_version(text))
+
+    def create(self, path: str, text: str) -> str | None:
+        return _settle(lambda: self._create(path, text), lambda: self._read(path), text, f"create {path}")
+
+    def _create(self, path: str, text: str) -> str | None:
+        tmp = self._temporary(path, text)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return None
+        finally:
+            unlink_quietly(tmp)
+        return content_version(text)
+
+    def swap(self, path: str, expected: str, text: str) -> str | None:
+        return _settle(lambda: self._swap(path, expected, text), lambda: self._read(path), text, f"replace {path}")
+
+    def _swap(self, path: str, expected: str, text: str) -> str | None:
+        with _locked(path):
+            now = self._read(path)
+            if now is None or now.version != expected:
+                return None
+            tmp = self._temporary(path, text)
+            try:
+                os.rename(tmp, path)
+            except BaseException:
+                unlink_quietly(tmp)
+                raise
+        return content_version(text)
+
+    def delete(self, path: str, expected: str) -> bool:
+        return call_with_retries(lambda: self._delete(path, expected), f"delete {path}")
+
+    def _delete(self, path: str, expected: str) -> bool:
+        if not os.path.exists(path):
+            return False
+        with _locked(path):
+            now = self._read(path)
+            if now is None or now.version != expected:
+                return False
+            os.unlink(path)
+            return True
+
+    @staticmethod
+    def _temporary(path: str, text: str) -> str:
+        return write_temporary(os.path.dirname(path), text.encode("utf-8"), prefix=".lease-")
+
+
+# -- stores reached through fsspec in this process only -----------------------------------
+
+_serial = threading.RLock()
+
+
+class _SerializedStore:
+    """Read-compare-write under a process-wide mutex: exact for ``memory://``.
+
+    For another remote store this is best effort (two processes may both pass the
+    comparison); docs/leases.md says which stores have real conditional writes.
+    """
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.fs = storage.fs
+
+    def _read(self, path: str) -> Versioned | None:
+        try:
+            text = self.fs.cat_file(self.storage._p(path)).decode("utf-8")
+        except FileNotFoundError:
+            return None
+        return Versioned(text, content_version(text))
+
+    def read(self, path: str) -> Versioned | None:
+        return call_with_retries(lambda: self._read(path), f"read {path}")
+
+    def create(self, path: str, text: str) -> str | None:
+        return _settle(lambda: self._replace(path, None, text), lambda: self._read(path), text, f"create {path}")
+
+    def swap(self, path: str, expected: str, text: str) -> str | None:
+        return _settle(lambda: self._replace(path, expected, text), lambda: self._read(path), text, f"replace {path}")
+
+    def _replace(self, path: str, expected: str | None, text: str) -> str | None:
+        with _serial:
+            now = self._read(path)
+            if (now.version if now is not None else None) != expected:
+                return None
+            self.fs.pipe_file(self.storage._p(path), text.encode("utf-8"))
+        return content_version(text)
+
+    def delete(self, path: str, expected: str) -> bool:
+        def once() -> bool:
+            with _serial:
+                now = self._read(path)
+                if now is None or now.version != expected:
+                    return False
+                self.fs.rm_file(self.storage._p(path))
+                return True
+
+        return call_with_retries(once, f"delete {path}")
+
+
+# -- Google Cloud Storage -----------------------------------------------------------------
+
+
+class _GcsStore:
+    """Generation preconditions, sent through gcsfs's request helper.
+
+    gcsfs exposes ``ifGenerationMatch=0`` (its ``mode="create"``) but not a match on a
+    given generation, so the upload is made here as gcsfs makes it, with the parameter
+    added. The lease text is also kept in the object's custom metadata, so that one
+    metadata request returns the text and its generation together.
+    """
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.fs: Any = storage.fs
+        self._enforced: bool | None = None
+
+    @property
+    def enforced(self) -> bool:
+        """Whether the server honours generation preconditions (asked once, with a probe object)."""
+        if self._enforced is None:
+            probe = Storage.join(self.storage.prefix, ".marinbuild", f"precondition-probe-{os.urandom(6).hex()}")
+            first = self._post(probe, "0", "probe")
+            self._enforced = first is not None and self._post(probe, "0", "probe again") is None
+            bucket, key = self._split(probe)
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.call("DELETE", "b/{}/o/{}", bucket, key)
+        return self._enforced
+
+    def _split(self, path: str) -> tuple[str, str]:
+        bucket, key, _ = self.fs.split_path(self.storage._p(path))
+        return bucket, key
+
+    def _read(self, path: str) -> Versioned | None:
+        bucket, key = self._split(path)
+        try:
+            meta = self.fs.call("GET", "b/{}/o/{}", bucket, key, json_out=True)
+        except FileNotFoundError:
+            return None
+        generation = str(meta["generation"])
+        text = (meta.get("metadata") or {}).get("lease")
+        if text is None:  # written by something else: fetch that very generation's bytes
+            try:
+                _, body = self.fs.call("GET", "b/{}/o/{}", bucket, key, alt="media", generation=generation)
+            except FileNotFoundError:
+                return None
+            text = body.decode("utf-8")
+        return Versioned(text, generation)
+
+    def read(self, path: str) -> Versioned | None:
+        return call_with_retries(lambda: self._read(path), f"read {path}")
+
+    def _upload(self, path: str, expected: str, text: str) -> str | None:
+        if self.enforced:
+            return self._post(path, expected, text)
+        now = self._read(path)
+        if (now.version if now is not None else "0") != expected:
+            return None
+        if self._post(path, expected, text) is None:
+            return None
+        time.sleep(SETTLE)  # let every contender that saw the same version write too
+        now = self._read(path)
+        return now.version if now is not None and now.text == text else None
+
+    def _post(self, path: str, expected: str, text: str) -> str | None:
+        bucket, key = self._split(path)
+        meta = json.dumps({"name": key, "metadata": {"lease": text}})
+        body = (
+            f"--==0==\nContent-Type: application/json; charset=UTF-8\n\n{meta}\n"
+            f"--==0==\nContent-Type: application/json\n\n"
+        ).encode() + text.encode("utf-8") + b"\n--==0==--"
+        try:
+            out = self.fs.call(
+                "POST",
+                f"{self.fs._location}/upload/storage/v1/b/{bucket}/o",
+                uploadType="multipart",
+                ifGenerationMatch=expected,
+                headers={"Content-Type": 'multipart/related; boundary="==0=="'},
+                data=body,
+                json_out=True,
+            )
+        except FileExistsError:  # gcsfs's name for 412 Precondition Failed
+            return None
+        finally:
+            self.fs.invalidate_cache(self.storage._p(path))
+        return str(out["generation"])
+
+    def create(self, path: str, text: str) -> str | None:
+        return _settle(lambda: self._upload(path, "0", text), lambda: self._read(path), text, f"create {path}", True)
+
+    def swap(self, path: str, expected: str, text: str) -> str | None:
+        return _settle(
+            lambda: self._upload(path, expected, text), lambda: self._read(path), text, f"replace {path}", True
+        )
+
+    def delete(self, path: str, expected: str) -> bool:
+        bucket, key = self._split(path)
+
+        def once() -> bool:
+            if not self.enforced:
+                now = self._read(path)
+                if now is None or now.version != expected:
+                    return False
+            try:
+                self.fs.call("DELETE", "b/{}/o/{}", bucket, key, ifGenerationMatch=expected)
+            except (FileNotFoundError, FileExistsError):
+                return False
+            finally:
+                self.fs.invalidate_cache(self.storage._p(path))
+            return True
+
+        return call_with_retries(once, f"delete {path}")

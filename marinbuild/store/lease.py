@@ -1,0 +1,487 @@
+"""Leases on output paths: one runner runs a step, a dead runner's step is taken over.
+
+A lease is a small JSON file at ``OUT/.marinbuild/lease`` naming its owner (host, pid, the
+process's start time, a random nonce) with the times it was acquired and last renewed by
+the owner's clock, a beat counter, and the expiry the owner promises to honour. It is
+created with create-if-absent and renewed with compare-and-swap
+(:mod:`marinbuild.store.conditional`), so that of several contenders exactly one wins.
+
+Nobody compares clocks. A waiter judges a lease stale when it has *watched* the lease's
+version stay the same for the expiry period, measured on its own monotonic clock; every
+renewal changes the version and restarts the watch. A lease whose owner is a process on
+this same machine that no longer exists (same pid with another start time counts as gone)
+is taken over at once. The holder, for its part, counts itself fenced once its renewals
+have failed for ``expiry - heartbeat`` seconds, before any waiter can have taken over.
+
+The decisions are pure functions of what was read and the time they are given
+(:func:`judge`); :class:`Lease` does the reading and writing; only :class:`Heartbeat` sleeps.
+
+>>> from marinbuild.store.conditional import conditional_store
+>>> from marinbuild.store.storage import Storage
+>>> store = conditional_store(Storage.for_prefix("memory://lease-doc"))
+>>> mine = Lease(store, "memory://lease-doc/out/.marinbuild/lease", Owner.current())
+>>> mine.try_acquire().acquired
+True
+>>> theirs = Lease(store, mine.path, Owner.current(nonce="someone-else"))
+>>> theirs.try_acquire().why.startswith("leased by")
+True
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from marinbuild.errors import UserError
+from marinbuild.store.conditional import ConditionalStore, Versioned
+from marinbuild.store.markers import MARKER_DIR
+from marinbuild.store.storage import Storage
+
+__all__ = [
+    "DEFAULT_EXPIRY",
+    "DEFAULT_HEARTBEAT",
+    "DEFAULT_POLL",
+    "Attempt",
+    "Heartbeat",
+    "Lease",
+    "LeaseRecord",
+    "LeaseSettings",
+    "Owner",
+    "Verdict",
+    "Watch",
+    "judge",
+    "lease_path",
+    "observe",
+    "owner_alive",
+    "read_leases",
+]
+
+DEFAULT_HEARTBEAT = 10.0
+"""Seconds between renewals (``MARINBUILD_LEASE_HEARTBEAT``, ``--lease-heartbeat``)."""
+DEFAULT_EXPIRY = 60.0
+"""Seconds a lease must be seen unchanged before it is taken over (``MARINBUILD_LEASE_EXPIRY``)."""
+DEFAULT_POLL = 5.0
+"""Upper bound on seconds between two looks at a step leased elsewhere (``MARINBUILD_LEASE_POLL``)."""
+
+
+@dataclass(frozen=True)
+class LeaseSettings:
+    """Heartbeat, expiry and poll interval, in seconds.
+
+    >>> LeaseSettings.resolve(heartbeat=1, expiry=5, env={}).poll
+    1.0
+    """
+
+    heartbeat: float = DEFAULT_HEARTBEAT
+    expiry: float = DEFAULT_EXPIRY
+    poll: float = DEFAULT_POLL
+
+    @property
+    def fence_after(self) -> float:
+        """Seconds without a successful renewal after which a holder gives its step up."""
+        return max(self.heartbeat, self.expiry - self.heartbeat)
+
+    @classmethod
+    def resolve(
+        cls, heartbeat: float | None = None, expiry: float | None = None, env: Mapping[str, str] | None = None
+    ) -> LeaseSettings:
+        """Flags first, then ``MARINBUILD_LEASE_*`` variables, then the defaults."""
+        env = os.environ if env is None else env
+        beat = heartbeat if heartbeat is not None else _env_seconds(env, "MARINBUILD_LEASE_HEARTBEAT", DEFAULT_HEARTBEAT)
+        exp = expiry if expiry is not None else _env_seconds(env, "MARINBUILD_LEASE_EXPIRY", DEFAULT_EXPIRY)
+        poll = _env_seconds(env, "MARINBUILD_LEASE_POLL", min(DEFAULT_POLL, beat))
+        if beat <= 0 or poll <= 0:
+            raise UserError(f"lease heartbeat and poll interval must be positive (got {beat:g} s and {poll:g} s)")
+        if exp < 2 * beat:
+            raise UserError(
+                f"lease expiry ({exp:g} s) must be at least twice the heartbeat ({beat:g} s), "
+                "or a slow renewal would look like a dead runner"
+            )
+        return cls(heartbeat=float(beat), expiry=float(exp), poll=float(poll))
+
+
+def _env_seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise UserError(f"{name} must be a number of seconds, not {raw!r}") from None
+
+
+# -- who holds a lease ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A runner process. ``machine`` (boot id and pid namespace) says which pids it can see."""
+
+    host: str
+    pid: int
+    started: str
+    """The process's start time in clock ticks since boot: tells a reused pid apart."""
+    nonce: str
+    machine: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.pid}"
+
+    @classmethod
+    def current(cls, nonce: str | None = None) -> Owner:
+        """This process, with a fresh random nonce unless one is given."""
+        pid = os.getpid()
+        return cls(
+            host=socket.gethostname(),
+            pid=pid,
+            started=_start_time(pid) or "",
+            nonce=nonce or os.urandom(8).hex(),
+            machine=_machine(),
+        )
+
+    def same(self, other: Owner) -> bool:
+        return self.nonce == other.nonce and self.pid == other.pid and self.host == other.host
+
+
+@functools.cache
+def _machine() -> str:
+    """Boot id and pid namespace: two processes see each other's pids only when both match."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return ""
+
+
+def _start_time(pid: int) -> str | None:
+    """Start time of a live process from ``/proc``; None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] in ("Z", "X"):  # a zombie has finished; only its exit status is left
+        return None
+    return fields[19]
+
+
+def owner_alive(owner: Owner) -> bool | None:
+    """Whether the owner's process still runs: None when it is on another machine."""
+    if owner.host != socket.gethostname() or owner.machine != _machine():
+        return None
+    if not owner.machine:  # no /proc here: the pid alone has to do
+        try:
+            os.kill(owner.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    started = _start_time(owner.pid)
+    return started is not None and started == owner.started
+
+
+# -- the lease file ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """The content of a lease file. Times are the owner's wall clock, shown, never compared."""
+
+    owner: Owner
+    acquired: float
+    renewed: float
+    beat: int = 0
+    expiry: float | None = None
+    """The expiry the owner renews within, so that waiters with other settings agree."""
+
+    def to_json(self) -> str:
+        # vars(), not dataclasses.asdict: that deep-copies, a tenth of a millisecond a write.
+        return json.dumps({**vars(self), "owner": vars(self.owner)}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> LeaseRecord | None:
+        """Parse a lease; None for anything unreadable (a holder that cannot be named)."""
+        try:
+            raw = json.loads(text)
+            o = raw["owner"]
+            owner = Owner(str(o["host"]), int(o["pid"]), str(o.get("started", "")), str(o["nonce"]),
+                          str(o.get("machine", "")))
+            expiry = raw.get("expiry")
+            return cls(owner, float(raw["acquired"]), float(raw["renewed"]), int(raw.get("beat", 0)),
+                       float(expiry) if expiry is not None else None)
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def describe(self) -> str:
+        """``host:pid since 2024-05-01 12:00:00``, for plans and waiting messages."""
+        return f"{self.owner} since {_clock_text(self.acquired)}"
+
+
+def _clock_text(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def lease_path(output: str) -> str:
+    """Where the lease of an output path lives."""
+    return Storage.join(output, MARKER_DIR, "lease")
+
+
+def read_leases(storage: Storage, outputs: Iterable[str]) -> dict[str, LeaseRecord | None]:
+    """The lease files present among ``outputs``, in one batched read; None if unreadable."""
+    by_path = {lease_path(o): o for o in outputs}
+    texts = storage.read_many(by_path)
+    return {by_path[p]: LeaseRecord.from_json(text) for p, text in texts.items()}
+
+
+# -- deciding ------------------------------------------------------------------------------
+
+
+class Verdict(enum.StrEnum):
+    FREE = "free"
+    """Nobody holds it."""
+    MINE = "mine"
+    """It names this runner (a write whose answer was lost, or a lease adopted back)."""
+    HELD = "held"
+    """Another runner holds it, as far as anyone can tell."""
+    EXPIRED = "expired"
+    """Seen unchanged for the whole expiry period: take it over."""
+    ORPHANED = "orphaned"
+    """Its owner ran on this machine and has exited: take it over now."""
+
+
+@dataclass(frozen=True)
+class Watch:
+    """A waiter's memory of a lease: the version it saw, and since when (its monotonic clock)."""
+
+    version: str
+    since: float
+
+
+def observe(watch: Watch | None, version: str, now: float) -> Watch:
+    """The watch after seeing ``version`` at ``now``: kept while the version stays the same."""
+    if watch is not None and watch.version == version:
+        return watch
+    return Watch(version, now)
+
+
+def judge(
+    record: LeaseRecord | None,
+    present: bool,
+    watch: Watch | None,
+    now: float,
+    me: Owner,
+    settings: LeaseSettings,
+    alive: Callable[[Owner], bool | None] = owner_alive,
+) -> Verdict:
+    """Decide about a lease from what was read (``present``, ``record``) and the watch so far.
+
+    ``record`` is None for an absent or unreadable lease; ``watch`` must already include
+    the current observation (see :func:`observe`).
+    """
+    if not present:
+        return Verdict.FREE
+    if record is not None:
+        if record.owner.same(me):
+            return Verdict.MINE
+        if alive(record.owner) is False:
+            return Verdict.ORPHANED
+    expiry = record.expiry if record is not None and record.expiry else settings.expiry
+    if watch is not None and now - watch.since >= expiry:
+        return Verdict.EXPIRED
+    return Verdict.HELD
+
+
+# -- one runner's lease on one path ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The result of :meth:`Lease.try_acquire`."""
+
+    acquired: bool
+    why: str
+    holder: LeaseRecord | None = None
+    took_over: LeaseRecord | None = None
+
+
+@dataclass(frozen=True)
+class _Held:
+    version: str
+    record: LeaseRecord
+    renewed_at: float
+    """This runner's monotonic time when the last successful write was *sent*."""
+
+
+class Lease:
+    """One runner's lease on one output path: acquire, renew, verify, release.
+
+    ``clock`` is monotonic and judges expiry; ``wall`` only fills the times shown to people.
+    """
+
+    def __init__(
+        self,
+        store: ConditionalStore,
+        path: str,
+        me: Owner,
+        settings: LeaseSettings = LeaseSettings(),
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        alive: Callable[[Owner], bool | None] = owner_alive,
+    ) -> None:
+        self.store = store
+        self.path = path
+        self.me = me
+        self.settings = settings
+        self._clock = clock
+        self._wall = wall
+        self._alive = alive
+        self._held: _Held | None = None
+        self._watch: Watch | None = None
+        self._lock = threading.Lock()  # state changes only: renewals run on the heartbeat thread
+
+    @property
+    def held(self) -> bool:
+        return self._held is not None
+
+    @property
+    def record(self) -> LeaseRecord | None:
+        held = self._held
+        return held.record if held is not None else None
+
+    def try_acquire(self) -> Attempt:
+        """Take the lease if it is free, ours, expired by observation, or orphaned."""
+        sent = self._clock()
+        # A lease never seen is most likely free: try to create it straight away. One that
+        # is being watched is most likely still held: read it first.
+        seen = self.store.read(self.path) if self._watch is not None else None
+        if seen is None:
+            fresh = self._fresh_record()
+            version = self.store.create(self.path, fresh.to_json())
+            if version is not None:
+                return self._took(version, fresh, sent, "acquired")
+            seen = self.store.read(self.path)
+            if seen is None:
+                return Attempt(False, "the lease changed hands while it was read; looking again")
+        return self._contend(seen, sent)
+
+    def _contend(self, seen: Versioned, sent: float) -> Attempt:
+        record = LeaseRecord.from_json(seen.text)
+        now = self._clock()
+        self._watch = observe(self._watch, seen.version, now)
+        verdict = judge(record, True, self._watch, now, self.me, self.settings, self._alive)
+        holder = record.describe() if record is not None else "an unreadable lease"
+        if verdict is Verdict.MINE:
+            assert record is not None
+            return self._took(seen.version, record, sent, "acquired (it already named this runner)")
+        if verdict is Verdict.HELD:
+            return Attempt(False, f"leased by {holder}", holder=record)
+        fresh = self._fresh_record()
+        version = self.store.swap(self.path, seen.version, fresh.to_json())
+        if version is None:
+            return Attempt(False, f"another runner took over the lease of {holder} first", holder=record)
+        why = "its runner exited" if verdict is Verdict.ORPHANED else "not renewed within its expiry"
+        return replace(self._took(version, fresh, sent, f"took over from {holder}: {why}"), took_over=record)
+
+    def _fresh_record(self) -> LeaseRecord:
+        now = self._wall()
+        return LeaseRecord(self.me, acquired=now, renewed=now, beat=0, expiry=self.settings.expiry)
+
+    def _took(self, version: str, record: LeaseRecord, sent: float, why: str) -> Attempt:
+        with self._lock:
+            self._held = _Held(version, record, sent)
+        self._watch = None
+        return Attempt(True, why)
+
+    def renew(self) -> bool:
+        """Write the next beat if the lease is still ours; False once it is not.
+
+        Reads first, so that an owner change is noticed even on a store that ignores
+        preconditions; the swap then catches a change between the read and the write.
+        Raises :class:`~marinbuild.errors.StorageError` when the store cannot be reached.
+        """
+        held = self._held
+        if held is None:
+            return False
+        sent = self._clock()
+        seen = self.store.read(self.path)
+        version = None
+        record = replace(held.record, renewed=self._wall(), beat=held.record.beat + 1)
+        if seen is not None and seen.version == held.version:
+            version = self.store.swap(self.path, held.version, record.to_json())
+        with self._lock:
+            if self._held is not held:
+                return self._held is not None  # released meanwhile: release cleans up
+            self._held = _Held(version, record, sent) if version is not None else None
+            return version is not None
+
+    def fenced(self) -> bool:
+        """True once renewals have failed for too long to be sure nobody took over."""
+        held = self._held
+        return held is None or self._clock() - held.renewed_at >= self.settings.fence_after
+
+    def verify(self) -> bool:
+        """Right before committing: the lease names this runner in the store now, and is not fenced.
+
+        The owner is compared, not the version, so that a renewal in flight on the
+        heartbeat thread does not make a held lease look lost.
+        """
+        if self._held is None or self.fenced():
+            return False
+        seen = self.store.read(self.path)
+        record = LeaseRecord.from_json(seen.text) if seen is not None else None
+        return record is not None and record.owner.same(self.me) and self._held is not None
+
+    def release(self) -> None:
+        """Delete the lease if it is still ours; forget it either way."""
+        with self._lock:
+            held, self._held = self._held, None
+        if held is None:
+            return
+        expected = held.version
+        for _ in range(3):  # a renewal in flight may have moved the version on
+            if self.store.delete(self.path, expected):
+                return
+            seen = self.store.read(self.path)
+            record = LeaseRecord.from_json(seen.text) if seen is not None else None
+            if seen is None or record is None or not record.owner.same(self.me):
+                return
+            expected = seen.version
+
+
+class Heartbeat:
+    """The loop that renews: calls ``tick`` every ``interval`` seconds on its own thread.
+
+    It is the one place in lease handling that sleeps; it runs in the driver, on the same
+    machine as the local steps it keeps leased.
+    """
+
+    def __init__(self, interval: float, tick: Callable[[], None]) -> None:
+        self.interval = interval
+        self.tick = tick
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        next_due = time.monotonic() + self.interval
+        while not self._stop.wait(max(0.0, next_due - time.monotonic())):
+            next_due = time.monotonic() + self.interval
+            self.tick()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
