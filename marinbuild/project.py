@@ -7,18 +7,21 @@ and :func:`plan_targets`, so a step is judged the same way by every command.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from types import ModuleType
 
 from marinbuild.graph import StepGraph, build_graph
 from marinbuild.marinfile import Marinfile, load_marinfile
-from marinbuild.plan import Plan, closure, make_plan, select
+from marinbuild.planner import Plan, closure, make_plan, select
 from marinbuild.staleness import Decision
+from marinbuild.steps import Step
 from marinbuild.store.history import explain_new_steps
 from marinbuild.store.markers import RUNNING, StatusRecord, read_statuses
 from marinbuild.store.storage import Storage, resolve_prefix
 
-__all__ = ["Project", "open_project", "plan_targets", "probe"]
+__all__ = ["Project", "open_project", "plan_targets", "probe", "project_of_steps"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,19 @@ def open_project(file: str, prefix: str | None) -> Project:
     resolved = resolve_prefix(prefix)
     graph = build_graph(marinfile.steps, resolved)
     return Project(marinfile, graph, Storage.for_prefix(resolved))
+
+
+def project_of_steps(steps: Sequence[Step], prefix: str | None) -> Project:
+    """A project of steps made by a script instead of a Marinfile (``marinbuild.run(steps=...)``).
+
+    The script that made them (``__main__``) stands in for the Marinfile: its folder is the
+    working directory, and remote hosts load it by path to find function steps.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None) or os.path.join(os.getcwd(), "<steps>")
+    marinfile = Marinfile(path=os.path.abspath(path), steps=tuple(steps), module=main or ModuleType("__main__"))
+    resolved = resolve_prefix(prefix)
+    return Project(marinfile, build_graph(marinfile.steps, resolved), Storage.for_prefix(resolved))
 
 
 def probe(project: Project, names: Sequence[str] | set[str]) -> dict[str, StatusRecord]:

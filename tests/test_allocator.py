@@ -7,8 +7,10 @@ import threading
 
 import pytest
 
-import marinbuild.run.allocator
+import marinbuild.execution.allocator
 from marinbuild.errors import ResourceError
+from marinbuild.execution.allocator import THREAD_ENV_VARS, Allocation, Allocator, check_fits
+from marinbuild.execution.capacity import Capacity
 from marinbuild.resources import (
     ZERO,
     Cores,
@@ -21,8 +23,6 @@ from marinbuild.resources import (
     WTime,
     as_request,
 )
-from marinbuild.run.allocator import THREAD_ENV_VARS, Allocation, Allocator, check_fits
-from marinbuild.run.capacity import Capacity
 
 GiB = 2**30
 
@@ -38,7 +38,7 @@ MACHINE = Capacity(
 
 
 def test_docstring_examples_hold():
-    assert doctest.testmod(marinbuild.run.allocator).failed == 0
+    assert doctest.testmod(marinbuild.execution.allocator).failed == 0
 
 
 def test_cores_go_out_lowest_ids_first():

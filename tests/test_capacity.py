@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import marinbuild.run.capacity
+import marinbuild.execution.capacity
 from marinbuild.errors import ResourceError
-from marinbuild.run.capacity import (
+from marinbuild.execution.capacity import (
     Capacity,
     cgroup_limits,
     detect_capacity,
@@ -31,7 +31,7 @@ GiB = 2**30
 
 
 def test_docstring_examples_hold():
-    assert doctest.testmod(marinbuild.run.capacity).failed == 0
+    assert doctest.testmod(marinbuild.execution.capacity).failed == 0
 
 
 # --- pure parsers ---------------------------------------------------------------------------

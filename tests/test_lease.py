@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from marinbuild.errors import StorageError, UserError
+from marinbuild.execution.claims import LeaseClaims
 from marinbuild.graph import build_graph
-from marinbuild.run.claims import LeaseClaims
 from marinbuild.steps import step
 from marinbuild.store.conditional import conditional_store
 from marinbuild.store.lease import (

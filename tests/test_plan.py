@@ -7,7 +7,7 @@ import pytest
 from marinbuild import step, versioned
 from marinbuild.errors import CycleError, TargetError
 from marinbuild.graph import build_graph
-from marinbuild.plan import make_plan, select
+from marinbuild.planner import make_plan, select
 from marinbuild.staleness import Action
 from marinbuild.store.markers import StatusRecord
 

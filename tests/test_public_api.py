@@ -24,7 +24,7 @@ def test_exported_names():
 
 def test_library_does_not_import_terminal_or_cli_libraries():
     code = (
-        "import sys, marinbuild, marinbuild.run.scheduler, marinbuild.backends.local.backend, marinbuild.project\n"
+        "import sys, marinbuild, marinbuild.execution.scheduler, marinbuild.backends.local.backend, marinbuild.project\n"
         "print(sorted(m for m in ('rich', 'typer', 'click') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, check=True)

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
-from marinbuild.store import retry
 from marinbuild.backends.local.backend import LocalBackend
 from marinbuild.errors import StorageError
+from marinbuild.execution.claims import LeaseClaims
+from marinbuild.execution.reporting import NullReporter
+from marinbuild.execution.scheduler import RunOptions, Scheduler
+from marinbuild.execution.step_records import RunContext
 from marinbuild.graph import build_graph
 from marinbuild.marinfile import load_marinfile
 from marinbuild.project import Project, plan_targets
-from marinbuild.run.claims import LeaseClaims
-from marinbuild.run.reporting import NullReporter
-from marinbuild.run.scheduler import RunOptions, Scheduler
-from marinbuild.run.step_records import RunContext
+from marinbuild.store import retry
 from marinbuild.store.conditional import conditional_store
 from marinbuild.store.lease import LeaseSettings, lease_path
 from marinbuild.store.markers import SUCCESS, StatusRecord, info_path, status_path

@@ -21,11 +21,11 @@ import typer
 
 from marinbuild.cli import dag_text as dag_render
 from marinbuild.errors import MarinbuildError, UserError
-from marinbuild.plan import Plan, closure, select
+from marinbuild.execution.admission import ResourceAdmission, check_plan_fits, describe_request, requests_of
+from marinbuild.execution.capacity import Capacity, detect_capacity, parse_named_counts, with_overrides
+from marinbuild.planner import Plan, closure, select
 from marinbuild.project import Project, open_project, plan_targets, probe
 from marinbuild.resources import Request
-from marinbuild.run.admission import ResourceAdmission, check_plan_fits, describe_request, requests_of
-from marinbuild.run.capacity import Capacity, detect_capacity, parse_named_counts, with_overrides
 from marinbuild.staleness import Action, diff_payloads
 from marinbuild.store.clean import find_orphans, inside_prefix, outputs_of
 from marinbuild.store.history import RunIndex, earlier_info
@@ -39,9 +39,9 @@ if TYPE_CHECKING:
     from marinbuild.backends.ray.cluster import Placement
     from marinbuild.backends.tpu.backend import RetryBudgets
     from marinbuild.backends.tpu.cluster import Cluster
+    from marinbuild.execution.reporting import Reporter
+    from marinbuild.execution.scheduler import Admission
     from marinbuild.graph import Node
-    from marinbuild.run.reporting import Reporter
-    from marinbuild.run.scheduler import Admission
 
 app = typer.Typer(
     name="marinbuild",
@@ -191,9 +191,9 @@ def run(
         return
     # Imported here: a dry run or plan does not pay for the machinery that runs steps.
     from marinbuild.backends.local.backend import LocalBackend
-    from marinbuild.run.claims import LeaseClaims
-    from marinbuild.run.scheduler import RunOptions, Scheduler
-    from marinbuild.run.step_records import RunContext
+    from marinbuild.execution.claims import LeaseClaims
+    from marinbuild.execution.scheduler import RunOptions, Scheduler
+    from marinbuild.execution.step_records import RunContext
 
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     gc.freeze()  # the graph and plan live to the end: later collections need not walk them
@@ -336,7 +336,7 @@ def _tpu_backend_for(
 
 def _reporter(quiet: bool, json_events: bool) -> Reporter:
     from marinbuild.cli.console import LineReporter, LiveReporter
-    from marinbuild.run.reporting import JsonReporter
+    from marinbuild.execution.reporting import JsonReporter
 
     if json_events:
         return JsonReporter()

@@ -15,8 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from marinbuild.cli.plan_view import COLUMNS, MAX_ROWS, plan_view
-from marinbuild.plan import Plan
-from marinbuild.run.reporting import NullReporter, Summary
+from marinbuild.execution.reporting import NullReporter, Summary
+from marinbuild.planner import Plan
 
 __all__ = ["LineReporter", "LiveReporter", "plan_table", "print_summary"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from marinbuild.plan import Plan
+from marinbuild.planner import Plan
 
 __all__ = ["to_dot", "to_mermaid"]
 

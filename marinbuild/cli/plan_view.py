@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from marinbuild.plan import Plan
+from marinbuild.planner import Plan
 
 __all__ = ["COLUMNS", "MAX_ROWS", "PlanView", "plan_text", "plan_view"]
 

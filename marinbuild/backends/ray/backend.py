@@ -57,8 +57,8 @@ from typing import Any, Protocol
 from marinbuild.backends.base import Backend, Job, Outcome
 from marinbuild.backends.local.backend import _describe_exit
 from marinbuild.backends.ray.cluster import Placement, require_ray
+from marinbuild.execution.step_records import RecordedOutcome, record
 from marinbuild.graph import Node, StepGraph
-from marinbuild.run.step_records import RecordedOutcome, record
 from marinbuild.store.lease import LeaseRecord, Owner, lease_path
 from marinbuild.store.markers import (
     FAILED,

@@ -33,11 +33,11 @@ from typing import Any
 
 from marinbuild.backends.base import Grant
 from marinbuild.errors import ResourceError, UserError
+from marinbuild.execution.admission import ResourceAdmission
+from marinbuild.execution.allocator import Allocation
+from marinbuild.execution.capacity import Capacity
 from marinbuild.graph import Node
 from marinbuild.resources import FrozenMap, Request
-from marinbuild.run.admission import ResourceAdmission
-from marinbuild.run.allocator import Allocation
-from marinbuild.run.capacity import Capacity
 from marinbuild.tpu_types import tpu_topology
 from marinbuild.units import format_bytes
 

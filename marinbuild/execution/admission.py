@@ -14,10 +14,10 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from marinbuild.execution.allocator import Allocation, Allocator, check_fits
+from marinbuild.execution.capacity import Capacity
 from marinbuild.graph import Node, StepGraph
 from marinbuild.resources import Request, WTime, as_request
-from marinbuild.run.allocator import Allocation, Allocator, check_fits
-from marinbuild.run.capacity import Capacity
 from marinbuild.store.storage import Storage
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def describe_request(request: Request) -> str:
 
 
 class ResourceAdmission:
-    """The scheduler's admission gate over an :class:`~marinbuild.run.allocator.Allocator`."""
+    """The scheduler's admission gate over an :class:`~marinbuild.execution.allocator.Allocator`."""
 
     def __init__(
         self,

@@ -26,10 +26,10 @@ from typing import Any, Protocol
 
 from marinbuild.backends.base import Backend, Grant, Job, Outcome, Running
 from marinbuild.errors import LeaseLost, MarinbuildError
+from marinbuild.execution.reporting import Failure, Reporter, Summary
+from marinbuild.execution.step_records import RunContext, commit, prepare, record_failure
 from marinbuild.graph import Node
-from marinbuild.plan import Plan
-from marinbuild.run.reporting import Failure, Reporter, Summary
-from marinbuild.run.step_records import RunContext, commit, prepare, record_failure
+from marinbuild.planner import Plan
 
 __all__ = ["Admission", "Claims", "Grant", "RunOptions", "Scheduler"]
 
@@ -230,6 +230,7 @@ class Scheduler:
             verdict, why = self.claims.try_claim(node)
             if verdict == "done":
                 self.admission.release(grant)
+                self.summary.finished_elsewhere.append(name)
                 self.reporter.step_skipped(name, why)
                 self._succeeded(name)
                 continue

@@ -33,6 +33,8 @@ class Summary:
     skipped: int = 0
     failed: list[Failure] = field(default_factory=list)
     not_started: int = 0
+    finished_elsewhere: list[str] = field(default_factory=list)
+    """Steps another runner finished while this run waited for them (counted in ``done``)."""
     interrupted: bool = False
     started_at: float = field(default_factory=time.time)
 

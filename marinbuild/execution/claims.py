@@ -34,7 +34,7 @@ __all__ = ["LeaseClaims"]
 
 
 class LeaseClaims:
-    """Claims for :class:`~marinbuild.run.scheduler.Scheduler` over the leases under one store.
+    """Claims for :class:`~marinbuild.execution.scheduler.Scheduler` over the leases under one store.
 
     ``stale_success`` maps output paths to ``SUCCESS`` records that must not count as done
     (the steps a forced run is to redo); a different ``SUCCESS`` appearing later does.

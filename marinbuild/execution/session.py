@@ -1,0 +1,402 @@
+"""One run, wired: from a Marinfile (or a list of steps) to a plan, the scheduler and its backends.
+
+Everything a run assembles lives here and nowhere else: the machine's capacity, admission, the
+backends (local, TPU slices over SSH, Ray) and which step goes to which, the lease claims and the
+scheduler. The command line and the library API (:func:`marinbuild.run`, :func:`marinbuild.plan`)
+both call this module, so a step runs the same way from either; a new backend is added in
+:func:`_backends`.
+
+Data flows one way: Marinfile → steps → plan → session → scheduler → backend → markers.
+"""
+
+from __future__ import annotations
+
+import enum
+import gc
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from marinbuild.errors import UserError
+from marinbuild.execution.admission import ResourceAdmission, check_plan_fits, requests_of
+from marinbuild.execution.capacity import Capacity, detect_capacity, parse_named_counts, with_overrides
+from marinbuild.execution.reporting import NullReporter, Reporter, Summary
+from marinbuild.planner import Plan
+from marinbuild.project import Project, open_project, plan_targets, probe, project_of_steps
+from marinbuild.steps import Step
+from marinbuild.store.markers import SUCCESS, StatusRecord
+from marinbuild.units import parse_duration
+
+if TYPE_CHECKING:
+    from marinbuild.backends.base import Backend
+    from marinbuild.backends.ray.cluster import Placement
+    from marinbuild.backends.tpu.backend import RetryBudgets
+    from marinbuild.backends.tpu.cluster import Cluster
+    from marinbuild.execution.scheduler import Admission
+    from marinbuild.graph import Node
+    from marinbuild.resources import Request
+
+__all__ = [
+    "BackendChoice",
+    "Machine",
+    "PlannedRun",
+    "RunSettings",
+    "RunSummary",
+    "StepOutcome",
+    "StepResult",
+    "execute",
+    "load",
+    "plan_run",
+]
+
+
+class BackendChoice(enum.StrEnum):
+    """Where steps without TPU slices run."""
+
+    local = "local"
+    ray = "ray"
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What this run may use of the machine; ``None`` means detected."""
+
+    cores: int | None = None
+    mem: str | None = None
+    resources: tuple[str, ...] = ()
+    tokens: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How a run behaves; the command line's ``run`` options, one field each."""
+
+    jobs: int | None = None
+    keep_going: bool = False
+    backend: str | None = None
+    ray_address: str | None = None
+    lease_heartbeat: float | None = None
+    lease_expiry: float | None = None
+    fresh_output: bool = False
+    max_retries_preemption: int = 100
+    max_retries_failure: int = 0
+    sync: bool = True
+    walltime: str | None = None
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """A plan with what a run of it needs to know: each step's request and the capacity."""
+
+    project: Project
+    plan: Plan
+    requests: dict[str, Request]
+    capacity: Capacity
+    cluster: Cluster | None
+    forced: bool = False
+    placements: dict[str, Placement | None] | None = None
+    """Where Ray places each step to run; None when steps do not run on Ray."""
+
+
+class StepOutcome(enum.StrEnum):
+    """What one run did with one step."""
+
+    RAN = "ran"
+    """Ran here and succeeded."""
+    SKIPPED = "skipped"
+    """Up to date when the run began."""
+    FINISHED_ELSEWHERE = "finished elsewhere"
+    """Another runner finished it while this run waited."""
+    FAILED = "failed"
+    NOT_STARTED = "not started"
+    """Never started: a dependency failed, the run stopped, or it was refused."""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One step's fate in a run."""
+
+    name: str
+    outcome: StepOutcome
+    output_path: str
+    error: str | None = None
+    log: str | None = None
+    duration: float | None = None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a run did, step by step.
+
+    >>> s = RunSummary({"a": StepResult("a", StepOutcome.RAN, "/out/a-1", duration=0.5)})
+    >>> s.ok, s.count(StepOutcome.RAN)
+    (True, 1)
+    >>> print(s)
+    ran 1: a
+    """
+
+    steps: Mapping[str, StepResult]
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing failed, nothing was left undone and the run was not interrupted."""
+        return not self.interrupted and all(
+            r.outcome not in (StepOutcome.FAILED, StepOutcome.NOT_STARTED) for r in self.steps.values()
+        )
+
+    def count(self, outcome: StepOutcome) -> int:
+        return sum(1 for r in self.steps.values() if r.outcome is outcome)
+
+    def names(self, outcome: StepOutcome) -> list[str]:
+        return [n for n, r in self.steps.items() if r.outcome is outcome]
+
+    def __str__(self) -> str:
+        lines = []
+        for outcome in StepOutcome:
+            names = self.names(outcome)
+            if names:
+                lines.append(f"{outcome.value} {len(names)}: {', '.join(names)}")
+        for r in self.steps.values():
+            if r.outcome is StepOutcome.FAILED:
+                lines.append(f"  {r.name}: {r.error}")
+        if self.interrupted:
+            lines.append("interrupted")
+        return "\n".join(lines) if lines else "nothing to do"
+
+
+def load(file: str = "Marinfile.py", steps: Sequence[Step] | None = None, prefix: str | None = None) -> Project:
+    """The project of a Marinfile, or of ``steps`` given directly (then ``file`` is not read)."""
+    if steps is not None:
+        return project_of_steps(steps, prefix)
+    return open_project(file, prefix)
+
+
+def capacity_of(machine: Machine, cluster: Cluster | None) -> Capacity:
+    """The detected capacity with the user's overrides, and the cluster's TPU slices."""
+    return with_overrides(
+        detect_capacity(),
+        cores=machine.cores,
+        mem=machine.mem,
+        resources=parse_named_counts(list(machine.resources)),
+        tokens=list(machine.tokens),
+        slices=cluster.slices_by_type() if cluster is not None else None,
+    )
+
+
+def cluster_of(project: Project, path: str | None) -> Cluster | None:
+    """The TPU cluster: ``path``, else the Marinfile's ``DEFAULT_CLUSTER`` (relative to it)."""
+    chosen = path or project.marinfile.default("DEFAULT_CLUSTER")
+    if not chosen:
+        return None
+    from marinbuild.backends.tpu.cluster import load_cluster
+
+    if path is None:
+        chosen = os.path.join(project.workdir, str(chosen))
+    return load_cluster(str(chosen))
+
+
+def plan_run(
+    project: Project,
+    targets: Sequence[str] = (),
+    *,
+    force: Sequence[str] = (),
+    force_all: bool = False,
+    machine: Machine = Machine(),
+    cluster: str | None = None,
+    settings: RunSettings | None = None,
+    explain: bool = True,
+    dry: bool = True,
+) -> PlannedRun:
+    """Decide what runs, and refuse (before anything runs) a step nothing here could hold.
+
+    Reads markers and leases and writes nothing. With ``settings`` naming the Ray backend, the
+    steps to run are placed on the Ray cluster's nodes (joined only when one is named or the run
+    is not ``dry``); a step Ray cannot place must fit this machine.
+    """
+    plan = plan_targets(project, list(targets), list(force), force_all, explain=explain)
+    tpu_cluster = cluster_of(project, cluster)
+    capacity = capacity_of(machine, tpu_cluster)
+    requests = requests_of(project.graph, plan.order)
+    planned = PlannedRun(project, plan, requests, capacity, tpu_cluster, forced=bool(force) or force_all)
+    placements = None
+    if settings is not None and backend_choice(settings, project) is BackendChoice.ray:
+        placements = ray_placements(planned, settings.ray_address, dry)
+    to_check = {n: requests[n] for n in plan.to_run() if not (placements and placements.get(n))}
+    check_plan_fits(to_check, capacity)
+    return replace(planned, placements=placements)
+
+
+def backend_choice(settings: RunSettings, project: Project) -> BackendChoice:
+    """``settings.backend``, else the Marinfile's ``DEFAULT_BACKEND``, else local."""
+    choice = settings.backend or project.marinfile.default("DEFAULT_BACKEND") or "local"
+    try:
+        return BackendChoice(str(choice))
+    except ValueError:
+        raise UserError(f"--backend must be 'local' or 'ray', not {choice!r}") from None
+
+
+def ray_placements(planned: PlannedRun, address: str | None, dry: bool) -> dict[str, Placement | None] | None:
+    """Join the Ray cluster and check every request to run against its nodes (plan time).
+
+    A dry run with no cluster named starts no Ray: one started for the run would offer this
+    machine, which the local check already covers. Nothing to run joins no cluster either.
+    """
+    requests = {n: planned.requests[n] for n in planned.plan.to_run()}
+    if not requests:
+        return None
+    from marinbuild.backends.ray.cluster import connect, place, require_ray
+
+    require_ray()
+    if dry and not (address or os.environ.get("RAY_ADDRESS")):
+        return None
+    return place(requests, connect(address, planned.capacity))
+
+
+@dataclass
+class _Recorder(NullReporter):
+    """Passes every event on, and keeps each step's fate for the :class:`RunSummary`."""
+
+    inner: Reporter
+    results: dict[str, tuple[StepOutcome, str | None, str | None, float | None]] = field(default_factory=dict)
+
+    def run_started(self, total: int, skipped: int) -> None:
+        self.inner.run_started(total, skipped)
+
+    def step_started(self, name: str, output: str) -> None:
+        self.inner.step_started(name, output)
+
+    def step_waiting(self, name: str, reason: str) -> None:
+        self.inner.step_waiting(name, reason)
+
+    def step_finished(self, name: str, duration: float) -> None:
+        self.results[name] = (StepOutcome.RAN, None, None, duration)
+        self.inner.step_finished(name, duration)
+
+    def step_failed(self, name: str, error: str, log: str) -> None:
+        self.results[name] = (StepOutcome.FAILED, error, log, None)
+        self.inner.step_failed(name, error, log)
+
+    def step_skipped(self, name: str, reason: str) -> None:
+        self.results.setdefault(name, (StepOutcome.NOT_STARTED, reason, None, None))
+        self.inner.step_skipped(name, reason)
+
+    def run_finished(self, summary: Summary) -> None:
+        self.inner.run_finished(summary)
+
+
+def execute(
+    planned: PlannedRun,
+    settings: RunSettings = RunSettings(),
+    reporter: Reporter | None = None,
+    echo: Callable[[str], None] = print,
+) -> RunSummary:
+    """Run what the plan says must run; returns once every step is done, failed or blocked.
+
+    ``echo`` prints the few lines a backend says outside the reporter's events (TPU hosts).
+    Ctrl-C (and SIGTERM, where the caller maps it to KeyboardInterrupt) stops the run cleanly:
+    running steps are cancelled and marked FAILED, and the summary says ``interrupted``.
+    """
+    plan, project = planned.plan, planned.project
+    to_run = plan.to_run()
+    results: dict[str, StepResult] = {
+        n: StepResult(n, StepOutcome.SKIPPED, plan.node(n).output_path) for n in plan.order if n not in set(to_run)
+    }
+    if not to_run:
+        return RunSummary(results)
+    # Imported here: a dry run or plan does not pay for the machinery that runs steps.
+    from marinbuild.execution.claims import LeaseClaims
+    from marinbuild.execution.scheduler import RunOptions, Scheduler
+    from marinbuild.execution.step_records import RunContext
+    from marinbuild.store.lease import LeaseSettings
+
+    lease_settings = LeaseSettings.resolve(settings.lease_heartbeat, settings.lease_expiry)
+    gc.freeze()  # the graph and plan live to the end: later collections need not walk them
+    ctx = RunContext(
+        storage=project.storage,
+        workdir=project.workdir,
+        marinfile=project.marinfile.path,
+        outputs={n: node.output_path for n, node in project.graph.nodes.items()},
+        fresh_output=settings.fresh_output,
+    )
+    budget = parse_duration(settings.walltime) if settings.walltime is not None else None
+    admission: Admission = ResourceAdmission(planned.capacity, planned.requests, project.graph.prefix, walltime=budget)
+    runner, backend_for, admission = _backends(planned, settings, admission, echo)
+    stale_success = _redone(project, plan) if planned.forced else None
+    claims = LeaseClaims(project.storage, lease_settings, stale_success=stale_success)
+    recorder = _Recorder(reporter or NullReporter())
+    options = RunOptions(jobs=settings.jobs, keep_going=settings.keep_going, poll_interval=lease_settings.poll)
+    scheduler = Scheduler(plan, ctx, runner, recorder, options, admission=admission, claims=claims, backend_for=backend_for)
+    try:
+        summary = scheduler.run()
+    finally:
+        claims.close()
+    elsewhere = set(summary.finished_elsewhere)
+    for n in to_run:
+        outcome, error, log, duration = recorder.results.get(n, (StepOutcome.NOT_STARTED, None, None, None))
+        if n in elsewhere:
+            outcome = StepOutcome.FINISHED_ELSEWHERE
+        results[n] = StepResult(n, outcome, plan.node(n).output_path, error, log, duration)
+    return RunSummary({n: results[n] for n in plan.order}, interrupted=summary.interrupted)
+
+
+def _redone(project: Project, plan: Plan) -> dict[str, StatusRecord]:
+    """SUCCESS markers a forced run redoes: finding them again must not count as done."""
+    records = probe(project, plan.to_run())
+    return {path: rec for path, rec in records.items() if rec.status == SUCCESS}
+
+
+def _backends(
+    planned: PlannedRun,
+    settings: RunSettings,
+    admission: Admission,
+    echo: Callable[[str], None],
+) -> tuple[Backend, Callable[[Node], Backend] | None, Admission]:
+    """The backend of every step: local by default, TPU slices over SSH, Ray where placed."""
+    from marinbuild.backends.local.backend import LocalBackend
+
+    runner: Backend = LocalBackend()
+    backend_for: Callable[[Node], Backend] | None = None
+    if planned.cluster is not None:
+        from marinbuild.backends.tpu.backend import RetryBudgets
+
+        budgets = RetryBudgets(settings.max_retries_preemption, settings.max_retries_failure)
+        backend_for = _tpu_backend_for(planned, runner, budgets, settings.sync, echo)
+    if planned.placements is not None:
+        from marinbuild.backends.ray.backend import RayBackend, ship_project_code
+        from marinbuild.backends.ray.cluster import RayAdmission
+
+        assert isinstance(admission, ResourceAdmission)
+        project = planned.project
+        ship_project_code(project.marinfile.path)
+        fallback = backend_for if backend_for is not None else (lambda node: runner)
+        ray = RayBackend(project.graph, planned.placements, fallback, fresh_output=settings.fresh_output)
+        return ray, ray.backend_for, RayAdmission(admission, ray.placements)
+    return runner, backend_for, admission
+
+
+def _tpu_backend_for(
+    planned: PlannedRun, local: Backend, budgets: RetryBudgets, sync: bool, echo: Callable[[str], None]
+) -> Callable[[Node], Backend]:
+    """Steps holding TPU slices go to the SSH gang backend; the rest run locally."""
+    from marinbuild.backends.tpu.backend import TpuDispatch
+
+    graph = planned.project.graph
+    assert planned.cluster is not None
+
+    def retries_of(name: str) -> tuple[int | None, int | None]:
+        s = graph.nodes[name].step
+        return s.max_retries_preemption, s.max_retries_failure
+
+    tpu = TpuDispatch(
+        planned.cluster,
+        marinfile=planned.project.marinfile.path,
+        prefix=graph.prefix,
+        sync=sync,
+        budgets=budgets,
+        retries_of=retries_of,
+        console=echo,
+    )
+    requests = planned.requests
+    return lambda node: tpu if requests[node.name].slices is not None else local
