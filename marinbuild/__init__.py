@@ -10,7 +10,10 @@ dependencies' identities to decide what is stale, and runs what is, in parallel:
                  config={"numbers": output_path_of(data, "numbers.txt")})
 """
 
+from marinbuild.api import main, plan, run
 from marinbuild.errors import MarinbuildError, UserError
+from marinbuild.execution.session import RunSummary, StepOutcome, StepResult
+from marinbuild.planner import Plan
 from marinbuild.resources import (
     ZERO,
     Cores,
@@ -40,15 +43,22 @@ __all__ = [
     "MarinbuildError",
     "Memory",
     "Node",
+    "Plan",
     "ResourceConfig",
+    "RunSummary",
     "Slices",
     "Step",
+    "StepOutcome",
+    "StepResult",
     "Token",
     "TpuConfig",
     "UserError",
     "WTime",
+    "main",
     "mirrored",
     "output_path_of",
+    "plan",
+    "run",
     "step",
     "this_output_path",
     "tpu_topology",

@@ -6,9 +6,11 @@ and :func:`plan_targets`, so a step is judged the same way by every command.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from types import ModuleType
 
@@ -21,7 +23,7 @@ from marinbuild.store.history import explain_new_steps
 from marinbuild.store.markers import RUNNING, StatusRecord, read_statuses
 from marinbuild.store.storage import Storage, resolve_prefix
 
-__all__ = ["Project", "open_project", "plan_targets", "probe", "project_of_steps"]
+__all__ = ["Project", "open_project", "plan_targets", "probe", "project_of_steps", "steps_instead_of_marinfile"]
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,28 @@ class Project:
         return os.path.dirname(self.marinfile.path)
 
 
+_script_steps: contextvars.ContextVar[tuple[Step, ...] | None] = contextvars.ContextVar("script_steps", default=None)
+
+
+@contextlib.contextmanager
+def steps_instead_of_marinfile(steps: Sequence[Step]) -> Iterator[None]:
+    """Within this block every command opens ``steps`` instead of reading a Marinfile."""
+    token = _script_steps.set(tuple(steps))
+    try:
+        yield
+    finally:
+        _script_steps.reset(token)
+
+
 def open_project(file: str, prefix: str | None) -> Project:
-    """Load ``file`` and build its graph under the resolved prefix (nothing is written)."""
+    """Load ``file`` and build its graph under the resolved prefix (nothing is written).
+
+    Inside :func:`steps_instead_of_marinfile` (``marinbuild.main``) the script's steps stand in
+    for the Marinfile.
+    """
+    given = _script_steps.get()
+    if given is not None:
+        return project_of_steps(given, prefix)
     marinfile = load_marinfile(file)
     resolved = resolve_prefix(prefix)
     graph = build_graph(marinfile.steps, resolved)

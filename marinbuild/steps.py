@@ -29,6 +29,7 @@ __all__ = [
     "ThisOutputPath",
     "VersionedValue",
     "collect_declared",
+    "declaring",
     "output_path_of",
     "scan_config",
     "step",
@@ -108,6 +109,11 @@ def this_output_path(sub: str | None = None) -> ThisOutputPath:
 _declared: contextvars.ContextVar[list[Step] | None] = contextvars.ContextVar(
     "marinbuild_declared", default=None
 )
+
+
+def declaring() -> bool:
+    """True while a Marinfile (or a script loaded as one) is being loaded."""
+    return _declared.get() is not None
 
 
 class collect_declared:

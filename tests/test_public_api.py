@@ -13,6 +13,7 @@ EXPECTED = {
     "Cores", "CpuConfig", "Custom", "GpuConfig", "Gpus", "MarinbuildError", "Memory", "Node",
     "ResourceConfig", "Slices", "Step", "Token", "TpuConfig", "UserError", "WTime", "ZERO",
     "mirrored", "output_path_of", "step", "this_output_path", "tpu_topology", "versioned",
+    "main", "plan", "run", "Plan", "RunSummary", "StepOutcome", "StepResult",
 }
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import gc
 import json
-import os
 import signal
 import sys
 import time
@@ -21,27 +20,20 @@ import typer
 
 from marinbuild.cli import dag_text as dag_render
 from marinbuild.errors import MarinbuildError, UserError
-from marinbuild.execution.admission import ResourceAdmission, check_plan_fits, describe_request, requests_of
-from marinbuild.execution.capacity import Capacity, detect_capacity, parse_named_counts, with_overrides
+from marinbuild.execution.admission import describe_request
 from marinbuild.planner import Plan, closure, select
-from marinbuild.project import Project, open_project, plan_targets, probe
+from marinbuild.project import open_project, plan_targets, probe
 from marinbuild.resources import Request
 from marinbuild.staleness import Action, diff_payloads
 from marinbuild.store.clean import find_orphans, inside_prefix, outputs_of
 from marinbuild.store.history import RunIndex, earlier_info
-from marinbuild.store.markers import SUCCESS, StatusRecord, read_info
-from marinbuild.units import parse_duration
+from marinbuild.store.markers import read_info
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from marinbuild.backends.base import Backend
-    from marinbuild.backends.ray.cluster import Placement
-    from marinbuild.backends.tpu.backend import RetryBudgets
-    from marinbuild.backends.tpu.cluster import Cluster
     from marinbuild.execution.reporting import Reporter
-    from marinbuild.execution.scheduler import Admission
-    from marinbuild.graph import Node
+    from marinbuild.execution.session import Machine
 
 app = typer.Typer(
     name="marinbuild",
@@ -169,169 +161,58 @@ def run(
     verbose: VerboseOpt = False,
 ) -> None:
     """Run the targets and whatever they need that is not up to date."""
-    from marinbuild.store.lease import LeaseSettings
+    from marinbuild.execution import session
 
-    lease_settings = LeaseSettings.resolve(lease_heartbeat, lease_expiry)
-    project = open_project(file, prefix)
-    plan = plan_targets(project, targets or [], force or [], force_all, explain=dry)
-    tpu_cluster = _cluster(cluster, project)
-    capacity = _capacity(cores, mem, resources, token, tpu_cluster)
-    requests = requests_of(project.graph, plan.to_run())
-    on_ray = _backend_choice(backend, project) == "ray"
-    # Nothing to run joins no cluster: starting a Ray for a no-op run costs seconds.
-    placements = _ray_placements(requests, capacity, ray_address, dry) if on_ray and requests else None
-    check_plan_fits({n: r for n, r in requests.items() if not (placements and placements.get(n))}, capacity)
-    if dry:
-        _print_plan(plan, requests)
-        return
-    to_run = plan.to_run()
-    if not to_run:
-        if not quiet:
-            out.print(f"nothing to do: {len(plan.order)} steps up to date")
-        return
-    # Imported here: a dry run or plan does not pay for the machinery that runs steps.
-    from marinbuild.backends.local.backend import LocalBackend
-    from marinbuild.execution.claims import LeaseClaims
-    from marinbuild.execution.scheduler import RunOptions, Scheduler
-    from marinbuild.execution.step_records import RunContext
-
-    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
-    gc.freeze()  # the graph and plan live to the end: later collections need not walk them
-    ctx = RunContext(
-        storage=project.storage,
-        workdir=project.workdir,
-        marinfile=project.marinfile.path,
-        outputs={n: node.output_path for n, node in project.graph.nodes.items()},
+    settings = session.RunSettings(
+        jobs=jobs,
+        keep_going=keep_going,
+        backend=backend,
+        ray_address=ray_address,
+        lease_heartbeat=lease_heartbeat,
+        lease_expiry=lease_expiry,
         fresh_output=fresh_output,
+        max_retries_preemption=max_retries_preemption,
+        max_retries_failure=max_retries_failure,
+        sync=not no_sync,
+        walltime=walltime,
     )
-    reporter = _reporter(quiet, json_events)
-    budget = parse_duration(walltime) if walltime is not None else None
-    admission: Admission = ResourceAdmission(capacity, requests, project.graph.prefix, walltime=budget)
-    options = RunOptions(jobs=jobs, keep_going=keep_going, poll_interval=lease_settings.poll)
-    runner: Backend = LocalBackend()
-    backend_for: Callable[[Node], Backend] | None = None
-    if tpu_cluster is not None:
-        from marinbuild.backends.tpu.backend import RetryBudgets
-
-        budgets = RetryBudgets(max_retries_preemption, max_retries_failure)
-        backend_for = _tpu_backend_for(project, tpu_cluster, requests, runner, budgets, sync=not no_sync)
-    if placements is not None:
-        runner, backend_for, admission = _ray_backend(project, placements, runner, backend_for, admission, fresh_output)
-    claims = LeaseClaims(project.storage, lease_settings, stale_success=_redone(project, plan) if force or force_all else None)
-    scheduler = Scheduler(plan, ctx, runner, reporter, options, admission=admission, claims=claims, backend_for=backend_for)
-    try:
-        summary = scheduler.run()
-    finally:
-        claims.close()
+    project = session.load(file, prefix=prefix)
+    planned = session.plan_run(
+        project,
+        targets or [],
+        force=force or [],
+        force_all=force_all,
+        machine=_machine(cores, mem, resources, token),
+        cluster=cluster,
+        settings=settings,
+        explain=dry,
+        dry=dry,
+    )
+    if dry:
+        _print_plan(planned.plan, planned.requests)
+        return
+    if not planned.plan.to_run():
+        if not quiet:
+            n = len(planned.plan.order)
+            out.print(f"nothing to do: {n} step{'' if n == 1 else 's'} up to date")
+        return
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    summary = session.execute(
+        planned,
+        settings,
+        _reporter(quiet, json_events),
+        echo=lambda line: out.print(line, markup=False, highlight=False),
+    )
     if summary.interrupted:
         raise typer.Exit(130)
     if not summary.ok:
         raise typer.Exit(1)
 
 
-def _redone(project: Project, plan: Plan) -> dict[str, StatusRecord]:
-    """SUCCESS markers a forced run redoes: finding them again must not count as done."""
-    records = probe(project, plan.to_run())
-    return {path: rec for path, rec in records.items() if rec.status == SUCCESS}
+def _machine(cores: int | None, mem: str | None, resources: list[str] | None, tokens: list[str] | None) -> Machine:
+    from marinbuild.execution.session import Machine
 
-
-def _backend_choice(backend: str | None, project: Project) -> str:
-    """``--backend``, else the Marinfile's ``DEFAULT_BACKEND``, else ``local``."""
-    choice = backend or project.marinfile.default("DEFAULT_BACKEND") or "local"
-    if choice not in ("local", "ray"):
-        raise UserError(f"--backend must be 'local' or 'ray', not {choice!r}")
-    return str(choice)
-
-
-def _ray_placements(
-    requests: dict[str, Request], capacity: Capacity, address: str | None, dry: bool
-) -> dict[str, Placement | None] | None:
-    """Join the Ray cluster and check every request against its nodes (the plan-time check).
-
-    A dry run with no cluster named starts no Ray: one started for the run would offer
-    this machine, which the local check already covers.
-    """
-    from marinbuild.backends.ray.cluster import connect, place, require_ray
-
-    require_ray()
-    if dry and not (address or os.environ.get("RAY_ADDRESS")):
-        return None
-    return place(requests, connect(address, capacity))
-
-
-def _ray_backend(
-    project: Project,
-    placements: dict[str, Placement | None],
-    runner: Backend,
-    backend_for: Callable[[Node], Backend] | None,
-    admission: Admission,
-    fresh_output: bool,
-) -> tuple[Backend, Callable[[Node], Backend], Admission]:
-    """Ray for the steps it takes; the rest go where they would without Ray (TPU steps: SSH)."""
-    from marinbuild.backends.ray.backend import RayBackend, ship_project_code
-    from marinbuild.backends.ray.cluster import RayAdmission
-
-    assert isinstance(admission, ResourceAdmission)
-    ship_project_code(project.marinfile.path)
-    fallback = backend_for if backend_for is not None else (lambda node: runner)
-    ray = RayBackend(project.graph, placements, fallback, fresh_output=fresh_output)
-    return ray, ray.backend_for, RayAdmission(admission, ray.placements)
-
-
-def _capacity(
-    cores: int | None,
-    mem: str | None,
-    resources: list[str] | None,
-    tokens: list[str] | None,
-    tpu_cluster: Cluster | None = None,
-) -> Capacity:
-    return with_overrides(
-        detect_capacity(),
-        cores=cores,
-        mem=mem,
-        resources=parse_named_counts(resources or []),
-        tokens=tokens or [],
-        slices=tpu_cluster.slices_by_type() if tpu_cluster is not None else None,
-    )
-
-
-def _cluster(path: str | None, project: Project) -> Cluster | None:
-    """The TPU cluster: ``--cluster``, else the Marinfile's ``DEFAULT_CLUSTER`` (relative to it)."""
-    chosen = path or project.marinfile.default("DEFAULT_CLUSTER")
-    if not chosen:
-        return None
-    from marinbuild.backends.tpu.cluster import load_cluster
-
-    if path is None:
-        chosen = os.path.join(project.workdir, str(chosen))
-    return load_cluster(str(chosen))
-
-
-def _tpu_backend_for(
-    project: Project,
-    tpu_cluster: Cluster,
-    requests: dict[str, Request],
-    local: Backend,
-    budgets: RetryBudgets,
-    sync: bool,
-) -> Callable[[Node], Backend]:
-    """Steps holding TPU slices go to the SSH gang backend; the rest run locally."""
-    from marinbuild.backends.tpu.backend import TpuDispatch
-
-    def retries_of(name: str) -> tuple[int | None, int | None]:
-        s = project.graph.nodes[name].step
-        return s.max_retries_preemption, s.max_retries_failure
-
-    tpu = TpuDispatch(
-        tpu_cluster,
-        marinfile=project.marinfile.path,
-        prefix=project.graph.prefix,
-        sync=sync,
-        budgets=budgets,
-        retries_of=retries_of,
-        console=lambda line: out.print(line, markup=False, highlight=False),
-    )
-    return lambda node: tpu if requests[node.name].slices is not None else local
+    return Machine(cores=cores, mem=mem, resources=tuple(resources or ()), tokens=tuple(tokens or ()))
 
 
 def _reporter(quiet: bool, json_events: bool) -> Reporter:
@@ -379,11 +260,18 @@ def plan(
     """Show what `run` would do, and why, without running or writing anything."""
     if dag not in (None, "dot", "mermaid"):
         raise UserError(f"--dag must be 'dot' or 'mermaid', not {dag!r}")
-    project = open_project(file, prefix)
-    the_plan = plan_targets(project, targets or [], force or [], force_all, explain=not check)
-    requests = requests_of(project.graph, the_plan.order)
-    capacity = _capacity(cores, mem, resources, token, _cluster(cluster, project))
-    check_plan_fits({n: requests[n] for n in the_plan.to_run()}, capacity)
+    from marinbuild.execution import session
+
+    planned = session.plan_run(
+        session.load(file, prefix=prefix),
+        targets or [],
+        force=force or [],
+        force_all=force_all,
+        machine=_machine(cores, mem, resources, token),
+        cluster=cluster,
+        explain=not check,
+    )
+    the_plan, requests = planned.plan, planned.requests
     if check:
         raise typer.Exit(1 if the_plan.to_run() else 0)
     if dag == "dot":
@@ -547,12 +435,26 @@ def clean(
     out.print(f"removed {len(victims)} output(s)")
 
 
+def _command_names() -> frozenset[str]:
+    return frozenset(c.name or c.callback.__name__ for c in app.registered_commands if c.callback is not None)
+
+
+class _Commands:
+    """The names of the registered commands (read when asked: modules register as they load)."""
+
+    def __contains__(self, name: object) -> bool:
+        return name in _command_names()
+
+
+COMMANDS = _Commands()
+
+
 # click's UsageError, whichever click typer runs on (its own copy or the package).
 _UsageError: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
-def main() -> None:
-    """Entry point of the ``marinbuild`` console script.
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``marinbuild`` console script (``argv``: instead of ``sys.argv[1:]``).
 
     Usage errors (an unknown option, a missing argument) get the same one line as every
     other bad input, instead of click's framed usage box.
@@ -562,7 +464,7 @@ def main() -> None:
     # a sixth of its time. Collections stay, only rarer.
     gc.set_threshold(100_000, 50, 50)
     try:
-        code = app(standalone_mode=False)
+        code = app(args=argv, prog_name="marinbuild", standalone_mode=False)
     except _UsageError as error:
         e: Any = error  # click's UsageError: ctx, exit_code, format_message()
         if not e.format_message():  # bare `marinbuild`: the help was the answer

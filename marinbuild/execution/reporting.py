@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol, TextIO
 
-__all__ = ["Failure", "JsonReporter", "NullReporter", "Reporter", "Summary"]
+__all__ = ["Failure", "JsonReporter", "NullReporter", "PlainReporter", "Reporter", "Summary"]
 
 
 @dataclass(frozen=True)
@@ -112,3 +112,26 @@ class JsonReporter(NullReporter):
             failed=[f.name for f in summary.failed],
             not_started=summary.not_started,
         )
+
+
+class PlainReporter(NullReporter):
+    """Plain lines for a library caller: what started, finished and failed (no terminal library)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+
+    def _line(self, text: str) -> None:
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def step_started(self, name: str, output: str) -> None:
+        self._line(f"start {name}  {output}")
+
+    def step_waiting(self, name: str, reason: str) -> None:
+        self._line(f"wait  {name}: {reason}")
+
+    def step_finished(self, name: str, duration: float) -> None:
+        self._line(f"done  {name} ({duration:.1f} s)")
+
+    def step_failed(self, name: str, error: str, log: str) -> None:
+        self._line(f"FAIL  {name}: {error}" + (f" (log: {log})" if log else ""))

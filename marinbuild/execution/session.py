@@ -168,9 +168,7 @@ class RunSummary:
 
 def load(file: str = "Marinfile.py", steps: Sequence[Step] | None = None, prefix: str | None = None) -> Project:
     """The project of a Marinfile, or of ``steps`` given directly (then ``file`` is not read)."""
-    if steps is not None:
-        return project_of_steps(steps, prefix)
-    return open_project(file, prefix)
+    return project_of_steps(steps, prefix) if steps is not None else open_project(file, prefix)
 
 
 def capacity_of(machine: Machine, cluster: Cluster | None) -> Capacity:
