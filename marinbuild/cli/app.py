@@ -308,7 +308,8 @@ def status(
     """Each step's stored status, output path and last duration."""
     project = open_project(file, prefix)
     graph = project.graph
-    names = [n for n in graph.order if n in closure(graph, select(graph, targets or []))]
+    needed = closure(graph, select(graph, targets or []))  # once: per step it made status quadratic
+    names = [n for n in graph.order if n in needed]
     records = probe(project, names)
     running = [path for path, rec in records.items() if rec.status == "RUNNING"]
     if running:
