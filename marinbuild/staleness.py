@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, StatusRecord
+from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, UNREADABLE, StatusRecord
 
 __all__ = ["Action", "Change", "Decision", "decide", "describe_changes", "diff_payloads"]
 
@@ -42,10 +42,16 @@ def decide(record: StatusRecord | None, forced: str | None) -> Decision:
     """Decide from a step's stored status and whether (and by what) it is forced.
 
     ``forced`` is None, ``"forced"``, or a reason such as ``"upstream X forced"``. A step
-    another runner holds a live lease on waits for it, forced or not.
+    another runner holds a live lease on waits for it, forced or not. A status written for
+    another identity (``mismatch``) or one that cannot be read counts as no status: the
+    step runs, and the reason says whose marker, or which file, was found.
     """
     if record is not None and record.status == RUNNING and record.leased_by:
         return Decision(Action.WAIT, f"waiting: leased by {record.leased_by}")
+    if record is not None and record.mismatch:
+        return Decision(Action.RUN, forced or f"its output path holds the {record.mismatch}, not this identity")
+    if record is not None and record.status == UNREADABLE:
+        return Decision(Action.RUN, forced or f"unreadable status marker {record.error}")
     if record is not None and record.status == SUCCESS:
         if forced:
             return Decision(Action.RUN, forced)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import enum
 import functools
 import json
+import math
 import os
 import socket
 import threading
@@ -41,7 +42,7 @@ from dataclasses import dataclass, replace
 
 from marinbuild.errors import UserError
 from marinbuild.store.conditional import ConditionalStore, Versioned
-from marinbuild.store.markers import MARKER_DIR
+from marinbuild.store.markers import MARKER_DIR, read_texts
 from marinbuild.store.storage import Storage
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "observe",
     "owner_alive",
     "read_leases",
+    "waiting_reason",
 ]
 
 DEFAULT_HEARTBEAT = 10.0
@@ -97,12 +99,17 @@ class LeaseSettings:
         beat = heartbeat if heartbeat is not None else _env_seconds(env, "MARINBUILD_LEASE_HEARTBEAT", DEFAULT_HEARTBEAT)
         exp = expiry if expiry is not None else _env_seconds(env, "MARINBUILD_LEASE_EXPIRY", DEFAULT_EXPIRY)
         poll = _env_seconds(env, "MARINBUILD_LEASE_POLL", min(DEFAULT_POLL, beat))
-        if beat <= 0 or poll <= 0:
+        if not (0 < beat < math.inf and 0 < poll < math.inf):  # NaN fails every comparison
             raise UserError(f"lease heartbeat and poll interval must be positive (got {beat:g} s and {poll:g} s)")
         if exp < 2 * beat:
             raise UserError(
                 f"lease expiry ({exp:g} s) must be at least twice the heartbeat ({beat:g} s), "
                 "or a slow renewal would look like a dead runner"
+            )
+        if not exp <= MAX_EXPIRY:
+            raise UserError(
+                f"lease expiry ({exp:g} s) must be at most {MAX_EXPIRY:g} s: waiters take a lease over after that long "
+                "unrenewed, whatever it says"
             )
         return cls(heartbeat=float(beat), expiry=float(exp), poll=float(poll))
 
@@ -209,24 +216,79 @@ class LeaseRecord:
 
     @classmethod
     def from_json(cls, text: str) -> LeaseRecord | None:
-        """Parse a lease; None for anything unreadable (a holder that cannot be named)."""
+        """Parse a lease; None for anything unreadable (a holder that cannot be named).
+
+        A lease may come from another host, a bug or a hand edit, so every field is
+        checked and clamped to a sane range before anything decides on it: times that are
+        not finite become 0 (shown as unknown), an expiry is kept within
+        [:data:`MIN_EXPIRY`, :data:`MAX_EXPIRY`] (a waiter never waits forever) or dropped
+        when it is no positive number, and an owner without a plausible pid is no owner.
+        """
         try:
             raw = json.loads(text)
-            o = raw["owner"]
-            owner = Owner(str(o["host"]), int(o["pid"]), str(o.get("started", "")), str(o["nonce"]),
-                          str(o.get("machine", "")))
-            expiry = raw.get("expiry")
-            return cls(owner, float(raw["acquired"]), float(raw["renewed"]), int(raw.get("beat", 0)),
-                       float(expiry) if expiry is not None else None)
-        except (ValueError, KeyError, TypeError):
+        except ValueError:
             return None
+        if not isinstance(raw, dict) or not isinstance(raw.get("owner"), dict):
+            return None
+        owner = _parse_owner(raw["owner"])
+        if owner is None:
+            return None
+        return cls(owner, _wall_time(raw.get("acquired")), _wall_time(raw.get("renewed")), _count(raw.get("beat")),
+                   _expiry(raw.get("expiry")))
 
     def describe(self) -> str:
         """``host:pid since 2024-05-01 12:00:00``, for plans and waiting messages."""
         return f"{self.owner} since {_clock_text(self.acquired)}"
 
 
+MIN_EXPIRY = 1.0
+"""Shortest expiry a waiter honours, whatever a lease says (clamping up only makes it wait longer)."""
+MAX_EXPIRY = 3600.0
+"""Longest expiry a waiter honours, and the longest a runner may be given: a lease from
+another host that says ``Infinity`` or ``1e12`` is taken over after an hour unrenewed."""
+_MAX_PID = 1 << 22  # Linux's pid_max ceiling
+_LATEST_WALL = 32503680000.0  # year 3000: later is a corrupt clock; localtime() overflows far past it
+
+
+def _parse_owner(o: dict[str, object]) -> Owner | None:
+    pid, nonce = o.get("pid"), o.get("nonce")
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < _MAX_PID:
+        return None  # pid 0 or -1 would name a process group, or every process, to kill(2)
+    if not isinstance(nonce, str) or not nonce or not isinstance(o.get("host"), str):
+        return None
+    return Owner(_shown(o["host"]), pid, _shown(o.get("started", "")), nonce[:200], _shown(o.get("machine", "")))
+
+
+def _shown(value: object) -> str:
+    text = value if isinstance(value, str) else ""
+    if not text.isprintable():  # a terminal escape in a host name must not reach a terminal
+        text = text.encode("unicode_escape").decode("ascii")
+    return text[:200]
+
+
+def _wall_time(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    t = float(value)
+    return t if math.isfinite(t) and 0 <= t <= _LATEST_WALL else 0.0
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 62 else 0
+
+
+def _expiry(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    seconds = float(value)
+    if math.isnan(seconds) or seconds <= 0:
+        return None  # no promise at all: the waiter's own expiry applies
+    return min(max(seconds, MIN_EXPIRY), MAX_EXPIRY)
+
+
 def _clock_text(t: float) -> str:
+    if t <= 0:
+        return "an unknown time"
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
@@ -235,11 +297,24 @@ def lease_path(output: str) -> str:
     return Storage.join(output, MARKER_DIR, "lease")
 
 
-def read_leases(storage: Storage, outputs: Iterable[str]) -> dict[str, LeaseRecord | None]:
-    """The lease files present among ``outputs``, in one batched read; None if unreadable."""
+def read_leases(
+    storage: Storage, outputs: Iterable[str], problems: dict[str, str] | None = None
+) -> dict[str, LeaseRecord | None]:
+    """The lease files present among ``outputs``, in one batched read; None if unreadable.
+
+    ``problems``, when given, receives ``PATH: what is wrong`` for each lease file that is
+    present but cannot be used (not UTF-8, a folder, not a lease), keyed by output path.
+    """
     by_path = {lease_path(o): o for o in outputs}
-    texts = storage.read_many(by_path)
-    return {by_path[p]: LeaseRecord.from_json(text) for p, text in texts.items()}
+    texts, unreadable = read_texts(storage, by_path)
+    out: dict[str, LeaseRecord | None] = {by_path[p]: None for p in unreadable}
+    for p, text in texts.items():
+        out[by_path[p]] = record = LeaseRecord.from_json(text)
+        if record is None and problems is not None:
+            problems[by_path[p]] = f"{p}: not a lease (unreadable JSON or owner)"
+    if problems is not None:
+        problems.update({by_path[p]: f"{p}: {why}" for p, why in unreadable.items()})
+    return out
 
 
 # -- deciding ------------------------------------------------------------------------------
@@ -298,6 +373,24 @@ def judge(
     if watch is not None and now - watch.since >= expiry:
         return Verdict.EXPIRED
     return Verdict.HELD
+
+
+def waiting_reason(
+    holder: str, record: LeaseRecord | None, watch: Watch | None, now: float, settings: LeaseSettings,
+    wall: Callable[[], float] = time.time,
+) -> str:
+    """Whom a waiter waits for and when it will take over, for the waiting line.
+
+    The text stays the same while the holder renews (a runner prints it only when it
+    changes); a lease seen unrenewed for longer than two heartbeats adds the time of the
+    takeover, by this runner's wall clock.
+    """
+    expiry = record.expiry if record is not None and record.expiry else settings.expiry
+    reason = f"leased by {holder}; taken over if not renewed for {expiry:g} s"
+    if watch is not None and now - watch.since > 2 * settings.heartbeat:
+        takeover = wall() + max(0.0, expiry - (now - watch.since))
+        reason += f" (unrenewed for {now - watch.since:.0f} s: taking over at {_clock_text(takeover)})"
+    return reason
 
 
 # -- one runner's lease on one path ------------------------------------------------------
@@ -383,7 +476,7 @@ class Lease:
             assert record is not None
             return self._took(seen.version, record, sent, "acquired (it already named this runner)")
         if verdict is Verdict.HELD:
-            return Attempt(False, f"leased by {holder}", holder=record)
+            return Attempt(False, waiting_reason(holder, record, self._watch, now, self.settings, self._wall), holder=record)
         fresh = self._fresh_record()
         version = self.store.swap(self.path, seen.version, fresh.to_json())
         if version is None:

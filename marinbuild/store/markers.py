@@ -3,21 +3,30 @@
 ::
 
     PREFIX/NAME-IDENTITY/
-        .marinbuild/status      {"status": "SUCCESS" | "FAILED" | "RUNNING", ...}
+        .marinbuild/status      {"status": "SUCCESS" | "FAILED" | "RUNNING", "name": ..., "identity": ..., ...}
         .marinbuild/info.json   identity payload, resolved config, dependencies, who/when
         logs/step.log           the step's stdout and stderr
 
-Up to date means a ``SUCCESS`` status and nothing else. Every marker is written whole
-(write-then-rename locally, one object PUT on remote stores), so a reader never sees half
-of one.
+Up to date means a ``SUCCESS`` status *for this step's identity* and nothing else: a status
+names the step and identity it was written for, and counts for no other (two steps sharing
+one output path never borrow each other's ``SUCCESS``). A status written before statuses
+recorded their identity has no ``identity`` field and is taken at its word, as it always
+was. Every marker is written whole (write-then-rename locally, one object PUT on remote
+stores), so a reader never sees half of one.
+
+A marker that cannot be read (bytes that are not UTF-8, a folder where the file should be,
+JSON that does not parse or has fields of the wrong type) is never deleted and never
+crashes a command: it reads as an :data:`UNREADABLE` status naming the file and the
+problem, and the step is planned to run.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from marinbuild.store.storage import Storage
@@ -26,11 +35,13 @@ __all__ = [
     "FAILED",
     "RUNNING",
     "SUCCESS",
+    "UNREADABLE",
     "StatusRecord",
     "info_path",
     "log_path",
     "read_info",
     "read_statuses",
+    "read_texts",
     "status_path",
     "write_info",
     "write_status",
@@ -39,8 +50,13 @@ __all__ = [
 SUCCESS = "SUCCESS"
 FAILED = "FAILED"
 RUNNING = "RUNNING"
+UNREADABLE = "UNREADABLE"
+"""Not stored: the status of a marker file that exists but cannot be used."""
 
 MARKER_DIR = ".marinbuild"
+
+_MAX_TEXT = 2000
+"""Longest error or name kept from a marker: a hand-edited megabyte would flood every view."""
 
 
 @dataclass(frozen=True)
@@ -52,28 +68,87 @@ class StatusRecord:
     error: str | None = None
     duration: float | None = None
     owner: str | None = None
+    name: str | None = None
+    """The step the status was written for (absent in markers of earlier versions)."""
+    identity: str | None = None
+    """The identity it was written for: the status counts for this identity only."""
     leased_by: str | None = field(default=None, compare=False)
     """Not stored: the live lease of a RUNNING step, as ``project.probe`` found it."""
+    mismatch: str | None = field(default=None, compare=False)
+    """Not stored: set when the marker names another identity than the step reading it."""
 
     def to_json(self) -> str:
         # vars(), not dataclasses.asdict: that deep-copies, a tenth of a millisecond a write.
-        stored = {k: v for k, v in vars(self).items() if v is not None and k != "leased_by"}
+        stored = {k: v for k, v in vars(self).items() if v is not None and k not in _NOT_STORED}
         return json.dumps(stored, sort_keys=True)
+
+    def counts_for(self, identity: str) -> bool:
+        """Whether this status speaks for a step of ``identity`` (an old marker naming none does)."""
+        return self.identity is None or self.identity == identity
+
+    def succeeded_for(self, identity: str) -> bool:
+        """``SUCCESS`` written for ``identity``: the one thing that makes a step up to date."""
+        return self.status == SUCCESS and self.counts_for(identity)
 
     @classmethod
     def from_json(cls, text: str) -> StatusRecord | None:
-        """Parse a status marker; None for anything unreadable (treated as never run)."""
-        try:
-            raw = json.loads(text)
-            return cls(
-                status=str(raw["status"]),
-                time=float(raw.get("time", 0.0)),
-                error=raw.get("error"),
-                duration=raw.get("duration"),
-                owner=raw.get("owner"),
-            )
-        except (ValueError, KeyError, TypeError):
-            return None
+        """Parse a status marker; None for anything unreadable (see :func:`parse_status`)."""
+        record = parse_status(text, "")
+        return None if record.status == UNREADABLE else record
+
+    @classmethod
+    def unreadable(cls, path: str, problem: str) -> StatusRecord:
+        """The stand-in for a marker that exists but cannot be used; ``error`` names both."""
+        return cls(UNREADABLE, 0.0, error=f"{path}: {problem}")
+
+
+_NOT_STORED = frozenset({"leased_by", "mismatch"})
+
+
+def parse_status(text: str, path: str) -> StatusRecord:
+    """A status marker's record; an :data:`UNREADABLE` one naming ``path`` when it is not usable.
+
+    Fields of the wrong type from a hand edit are dropped rather than trusted: a duration
+    that is not a finite number of seconds is no duration at all.
+    """
+    try:
+        raw = json.loads(text)
+    except ValueError as e:
+        return StatusRecord.unreadable(path, f"not valid JSON ({e})")
+    if not isinstance(raw, dict):
+        return StatusRecord.unreadable(path, f"not a JSON object but {type(raw).__name__}")
+    status = raw.get("status")
+    if not isinstance(status, str) or not status:
+        return StatusRecord.unreadable(path, "no \"status\" string")
+    return StatusRecord(
+        status=_clip(status, 40) or status,
+        time=_finite(raw.get("time"), 0.0) or 0.0,
+        error=_text(raw.get("error")),
+        duration=_finite(raw.get("duration"), None),
+        owner=_text(raw.get("owner")),
+        name=_text(raw.get("name")),
+        identity=_text(raw.get("identity")),
+    )
+
+
+def _finite(value: Any, default: float | None) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    number = float(value)
+    return number if math.isfinite(number) and number >= 0 else default
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return _clip(value if isinstance(value, str) else json.dumps(value, default=repr), _MAX_TEXT)
+
+
+def _clip(text: str, limit: int) -> str:
+    # Control characters (a terminal escape, a NUL) are shown escaped, never sent to a terminal.
+    if not text.isprintable():
+        text = text.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def status_path(output: str) -> str:
@@ -88,19 +163,63 @@ def log_path(output: str) -> str:
     return Storage.join(output, "logs", "step.log")
 
 
-def read_statuses(storage: Storage, outputs: Iterable[str]) -> dict[str, StatusRecord]:
-    """Status of each output that has one, keyed by output path, in one batched read."""
+def read_texts(storage: Storage, paths: Iterable[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Texts of the files among ``paths`` that exist, and a problem for each one that cannot be read.
+
+    One batched read; only when the batch meets a file that is not UTF-8 or not a file
+    (a folder in its place) are the files read one by one, so that the bad one is named
+    and the others are still read. A store that cannot be reached still raises.
+    """
+    paths = list(paths)
+    try:
+        return storage.read_many(paths), {}
+    except (UnicodeDecodeError, IsADirectoryError, PermissionError):
+        pass
+    texts: dict[str, str] = {}
+    problems: dict[str, str] = {}
+    for p in paths:
+        try:
+            text = storage.read_text(p)
+        except UnicodeDecodeError as e:
+            problems[p] = f"not valid UTF-8 (byte {e.start})"
+            continue
+        except IsADirectoryError:
+            problems[p] = "a folder, not a file"
+            continue
+        except PermissionError:
+            problems[p] = "not readable (permission denied)"
+            continue
+        if text is not None:
+            texts[p] = text
+    return texts, problems
+
+
+def read_statuses(
+    storage: Storage, outputs: Iterable[str], identities: Mapping[str, str] | None = None
+) -> dict[str, StatusRecord]:
+    """Status of each output that has one, keyed by output path, in one batched read.
+
+    ``identities`` maps output paths to the identity of the step reading them: a status
+    written for another identity comes back with ``mismatch`` saying whose it is. A marker
+    that cannot be used comes back :data:`UNREADABLE`.
+    """
     by_marker = {status_path(o): o for o in outputs}
-    texts = storage.read_many(by_marker)
+    texts, problems = read_texts(storage, by_marker)
     out: dict[str, StatusRecord] = {}
+    for marker, problem in problems.items():
+        out[by_marker[marker]] = StatusRecord.unreadable(marker, problem)
     for marker, text in texts.items():
-        record = StatusRecord.from_json(text)
-        if record is not None:
-            out[by_marker[marker]] = record
+        output = by_marker[marker]
+        record = parse_status(text, marker)
+        expected = identities.get(output) if identities is not None else None
+        if expected is not None and not record.counts_for(expected):
+            record = replace(record, mismatch=f"{record.status} of {record.name or 'another step'} {record.identity}")
+        out[output] = record
     return out
 
 
 def write_status(storage: Storage, output: str, status: str, **fields: Any) -> StatusRecord:
+    """Write a status marker whole; ``fields`` are the other :class:`StatusRecord` fields."""
     record = StatusRecord(status=status, time=time.time(), **fields)
     storage.write_atomic(status_path(output), record.to_json())
     return record
@@ -113,11 +232,19 @@ def write_info(storage: Storage, output: str, info: Mapping[str, Any]) -> None:
 
 
 def read_info(storage: Storage, output: str) -> dict[str, Any] | None:
-    text = storage.read_text(info_path(output))
+    """The info JSON of an output; None when absent or unusable (it only explains, never decides)."""
+    try:
+        text = storage.read_text(info_path(output))
+    except (UnicodeDecodeError, IsADirectoryError, PermissionError):
+        return None
     if text is None:
         return None
     try:
         info = json.loads(text)
     except ValueError:
         return None
-    return info if isinstance(info, dict) else None
+    if not isinstance(info, dict):
+        return None
+    if not isinstance(info.get("start_time", 0), (int, float)):
+        info["start_time"] = 0  # compared between runs to find the latest one
+    return info
