@@ -6,6 +6,7 @@ one line on stderr (a traceback only with ``-v``).
 
 from __future__ import annotations
 
+import enum
 import functools
 import gc
 import json
@@ -21,6 +22,7 @@ import typer
 from marinbuild.cli import dag_text as dag_render
 from marinbuild.errors import MarinbuildError, UserError
 from marinbuild.execution.admission import describe_request
+from marinbuild.execution.session import BackendChoice
 from marinbuild.planner import Plan, closure, select
 from marinbuild.project import open_project, plan_targets, probe
 from marinbuild.resources import Request
@@ -83,10 +85,18 @@ err = _LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+
+class DagFormat(enum.StrEnum):
+    """Text formats of the step graph."""
+
+    dot = "dot"
+    mermaid = "mermaid"
+
+
 FileOpt = Annotated[str, typer.Option("-f", "--file", help="The Marinfile to load.")]
 PrefixOpt = Annotated[
     str | None,
-    typer.Option("--prefix", help="Where outputs live (any fsspec URL); default $MARIN_PREFIX, else ./marinbuild-out."),
+    typer.Option("--prefix", envvar="MARIN_PREFIX", help="Where outputs live (any fsspec URL); default ./marinbuild-out."),
 ]
 TargetsArg = Annotated[list[str] | None, typer.Argument(help="Step names or globs; none means every declared step.")]
 VerboseOpt = Annotated[bool, typer.Option("-v", "--verbose", help="Tracebacks and more detail.")]
@@ -148,10 +158,10 @@ def run(
     resources: ResourcesOpt = None,
     token: TokenOpt = None,
     walltime: Annotated[str | None, typer.Option("--walltime", help="Time budget of the whole run, e.g. 2:00:00; steps whose soft limit exceeds what is left are not started.")] = None,
-    backend: Annotated[str | None, typer.Option("--backend", help="Where steps run: local or ray (default: the Marinfile's DEFAULT_BACKEND, else local).")] = None,
-    ray_address: Annotated[str | None, typer.Option("--ray-address", help="The Ray cluster for --backend ray (default: $RAY_ADDRESS, else a Ray started for this run).")] = None,
-    lease_heartbeat: Annotated[float | None, typer.Option("--lease-heartbeat", help="Seconds between lease renewals (default: $MARINBUILD_LEASE_HEARTBEAT, else 10).")] = None,
-    lease_expiry: Annotated[float | None, typer.Option("--lease-expiry", help="Seconds a lease must stay unrenewed before another runner takes it over (default: $MARINBUILD_LEASE_EXPIRY, else 60).")] = None,
+    backend: Annotated[BackendChoice | None, typer.Option("--backend", case_sensitive=False, help="Where steps run (default: the Marinfile's DEFAULT_BACKEND, else local).")] = None,
+    ray_address: Annotated[str | None, typer.Option("--ray-address", envvar="RAY_ADDRESS", help="The Ray cluster for --backend ray (default: a Ray started for this run).")] = None,
+    lease_heartbeat: Annotated[float | None, typer.Option("--lease-heartbeat", envvar="MARINBUILD_LEASE_HEARTBEAT", help="Seconds between lease renewals (default: 10).")] = None,
+    lease_expiry: Annotated[float | None, typer.Option("--lease-expiry", envvar="MARINBUILD_LEASE_EXPIRY", help="Seconds a lease must stay unrenewed before another runner takes it over (default: 60).")] = None,
     fresh_output: Annotated[bool, typer.Option("--fresh-output", help="Clear each step's output directory before it runs instead of keeping partial output.")] = False,
     cluster: ClusterOpt = None,
     max_retries_preemption: Annotated[int, typer.Option("--max-retries-preemption", min=0, help="Retries of a preempted TPU step (a step's own setting wins).")] = 100,
@@ -166,7 +176,7 @@ def run(
     settings = session.RunSettings(
         jobs=jobs,
         keep_going=keep_going,
-        backend=backend,
+        backend=backend.value if backend is not None else None,
         ray_address=ray_address,
         lease_heartbeat=lease_heartbeat,
         lease_expiry=lease_expiry,
@@ -247,7 +257,7 @@ def plan(
     dry: Annotated[bool, typer.Option("--dry", "-n", help="Accepted for habit: plan never runs anything.")] = True,
     check: Annotated[bool, typer.Option("--check", "-q", help="Print nothing; exit 1 when anything would run (like make -q).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as a JSON list.")] = False,
-    dag: Annotated[str | None, typer.Option("--dag", help="Print the graph as 'dot' or 'mermaid'.")] = None,
+    dag: Annotated[DagFormat | None, typer.Option("--dag", case_sensitive=False, help="Print the graph for Graphviz or Mermaid.")] = None,
     force: ForceOpt = None,
     force_all: ForceAllOpt = False,
     cores: CoresOpt = None,
@@ -258,8 +268,6 @@ def plan(
     verbose: VerboseOpt = False,
 ) -> None:
     """Show what `run` would do, and why, without running or writing anything."""
-    if dag not in (None, "dot", "mermaid"):
-        raise UserError(f"--dag must be 'dot' or 'mermaid', not {dag!r}")
     from marinbuild.execution import session
 
     planned = session.plan_run(
@@ -274,9 +282,9 @@ def plan(
     the_plan, requests = planned.plan, planned.requests
     if check:
         raise typer.Exit(1 if the_plan.to_run() else 0)
-    if dag == "dot":
+    if dag is DagFormat.dot:
         sys.stdout.write(dag_render.to_dot(the_plan))
-    elif dag == "mermaid":
+    elif dag is DagFormat.mermaid:
         sys.stdout.write(dag_render.to_mermaid(the_plan))
     elif as_json:
         rows = [
