@@ -101,7 +101,7 @@ def probe(project: Project, names: Sequence[str] | set[str]) -> dict[str, Status
             present[folder] = set(storage.list_names(folder))
         if base in present[folder]:
             kept.append(out)
-    statuses = read_statuses(storage, kept)
+    statuses = read_statuses(storage, kept, {graph.nodes[n].output_path: graph.nodes[n].identity for n in names} if kept else None)
     running = [out for out, record in statuses.items() if record.status == RUNNING]
     if not running:
         return statuses

@@ -27,7 +27,7 @@ from marinbuild.errors import MarinbuildError
 from marinbuild.graph import Node
 from marinbuild.store.conditional import conditional_store
 from marinbuild.store.lease import Heartbeat, Lease, LeaseSettings, Owner, lease_path
-from marinbuild.store.markers import SUCCESS, StatusRecord, status_path
+from marinbuild.store.markers import StatusRecord, read_status
 from marinbuild.store.storage import Storage
 
 __all__ = ["LeaseClaims"]
@@ -129,9 +129,8 @@ class LeaseClaims:
             return self._leases.pop(name, None)
 
     def _finished_elsewhere(self, node: Node) -> str | None:
-        text = self.storage.read_text(status_path(node.output_path))
-        record = StatusRecord.from_json(text) if text is not None else None
-        if record is None or record.status != SUCCESS or self._stale.get(node.output_path) == record:
+        record = read_status(self.storage, node.output_path)
+        if record is None or not record.succeeded_for(node.identity) or self._stale.get(node.output_path) == record:
             return None
         by = f" by {record.owner}" if record.owner else ""
         return f"finished{by} meanwhile"

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from marinbuild.backends.base import Backend, Grant, Job, Outcome, Running
 from marinbuild.errors import LeaseLost, MarinbuildError
 from marinbuild.execution.reporting import Failure, Reporter, Summary
-from marinbuild.execution.step_records import RunContext, commit, prepare, record_failure
+from marinbuild.execution.step_records import DependencyBusy, RunContext, commit, prepare, record_failure
 from marinbuild.graph import Node
 from marinbuild.planner import Plan
 
@@ -248,6 +248,15 @@ class Scheduler:
     def _launch(self, node: Node, grant: Grant) -> None:
         try:
             job, info = prepare(self.ctx, node, dict(grant.env), grant.cores, grant.timeout)
+        except DependencyBusy as e:
+            # A dependency is being redone elsewhere: wait for it as for a step leased elsewhere.
+            self.admission.release(grant)
+            self.claims.release(node)
+            if self._told_waiting.get(node.name) != str(e):
+                self._told_waiting[node.name] = str(e)
+                self.reporter.step_waiting(node.name, str(e))
+            self._waiting[node.name] = time.monotonic() + self.options.poll_interval
+            return
         except MarinbuildError as e:
             # A step that cannot be prepared (an input too big to mirror, say) fails alone.
             self.admission.release(grant)
@@ -271,7 +280,7 @@ class Scheduler:
         active = self.running.pop(name)
         self.admission.release(active.grant, outcome.duration if outcome.ok else None)
         try:
-            commit(self.ctx, active.job, active.info, outcome, still_owner=lambda: not self.claims.lost(active.node))
+            outcome = commit(self.ctx, active.job, active.info, outcome, still_owner=lambda: not self.claims.lost(active.node))
         except LeaseLost as e:
             # Another runner holds the step now: its outcome, not ours, will be recorded.
             self.reporter.step_waiting(name, f"{e}; waiting for its new holder")

@@ -316,6 +316,7 @@ def execute(
         workdir=project.workdir,
         marinfile=project.marinfile.path,
         outputs={n: node.output_path for n, node in project.graph.nodes.items()},
+        identities={n: node.identity for n, node in project.graph.nodes.items()},
         fresh_output=settings.fresh_output,
     )
     budget = parse_duration(settings.walltime) if settings.walltime is not None else None

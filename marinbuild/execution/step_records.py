@@ -1,10 +1,19 @@
 """What happens around one execution of a step: before it and after it.
 
-Before: the output directory is prepared (cleared first for a fresh output), mirrored
-inputs are copied, a ``RUNNING`` status is written and the config is resolved into a
-:class:`~marinbuild.backends.base.Job`. After: the info JSON is written with both times, then a
-``SUCCESS`` status only when the step returned successfully and this runner still holds
-its lease, otherwise ``FAILED`` with the error; a remote store receives the log at the end.
+Before: the step's dependencies are checked once more (each must still hold the
+``SUCCESS`` it was planned on, with no other runner's lease on it: a dependency being
+redone elsewhere makes the step wait, see docs/leases.md), the output directory is
+prepared (cleared first for a fresh output), mirrored inputs are copied, a ``RUNNING``
+status is written and the config is resolved into a :class:`~marinbuild.backends.base.Job`.
+After: the dependencies are checked again (one redone while the step ran makes it
+``FAILED``), the info JSON is written with both times, then a ``SUCCESS`` status only when
+the step returned successfully and this runner still holds its lease, otherwise
+``FAILED`` with the error; a remote store receives the log at the end. Every status names
+the step and its identity.
+
+A store that refuses a write (full, read-only, a folder where a marker should be) fails
+the step with one line naming the path; a step that finished is never left ``RUNNING``
+when anything at all can still be written or removed.
 """
 
 from __future__ import annotations
@@ -19,19 +28,50 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from marinbuild.backends.base import Job, Outcome
-from marinbuild.errors import LeaseLost
+from marinbuild.errors import LeaseLost, MarinbuildError, StorageError
 from marinbuild.graph import Node
 from marinbuild.resolve import render_command, resolve_config
-from marinbuild.store.lease import Owner
-from marinbuild.store.markers import FAILED, MARKER_DIR, RUNNING, SUCCESS, log_path, write_info, write_status
+from marinbuild.store.lease import LeaseRecord, LeaseSettings, Owner, Verdict, Watch, judge, observe, read_leases
+from marinbuild.store.markers import (
+    FAILED,
+    MARKER_DIR,
+    RUNNING,
+    SUCCESS,
+    StatusRecord,
+    log_path,
+    read_statuses,
+    status_path,
+    write_info,
+    write_status,
+)
 from marinbuild.store.mirror import ensure_mirrored, find_mirrored
 from marinbuild.store.storage import Storage
 
-__all__ = ["RecordedOutcome", "RunContext", "clear_output", "commit", "prepare", "record", "record_failure"]
+__all__ = [
+    "DependencyBusy",
+    "RecordedOutcome",
+    "RunContext",
+    "check_dependencies",
+    "clear_output",
+    "commit",
+    "prepare",
+    "record",
+    "record_failure",
+]
+
+T = TypeVar("T")
+
+
+class DependencyBusy(MarinbuildError):
+    """A dependency is being redone by another runner: the step waits, it has not failed."""
+
+
+class DependencyChanged(MarinbuildError):
+    """A dependency no longer holds the ``SUCCESS`` the step was planned on, and nobody redoes it."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +85,10 @@ class RunContext:
     """Output path of every step in the graph, by name."""
     fresh_output: bool = False
     """Clear every step's output before it runs (``run --fresh-output``), as ``fresh_output=True`` does."""
+    identities: Mapping[str, str] = field(default_factory=dict)
+    """Identity of every step in the graph, by name: a dependency's status must be written for it."""
+    _watches: dict[str, Watch] = field(default_factory=dict, repr=False, compare=False)
+    """Leases on dependencies seen held, by lease path: how long each stayed unchanged."""
 
     @functools.cached_property
     def provenance(self) -> dict[str, Any]:
@@ -58,13 +102,22 @@ class RunContext:
 
 def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tuple[int, ...] = (),
             timeout: float | None = None) -> tuple[Job, dict[str, Any]]:
-    """Write the RUNNING marker and build the job; returns the job and the info to record."""
+    """Check the dependencies, write the RUNNING marker and build the job; returns the job and the info to record.
+
+    Raises :class:`DependencyBusy` when a dependency is being redone elsewhere (the step
+    waits), and another :class:`~marinbuild.errors.MarinbuildError` naming the path when
+    the step cannot start (it fails alone).
+    """
     s = node.step
     out = node.output_path
     storage = ctx.storage
+    seen = check_dependencies(ctx, node)
+    status_file = status_path(out)
+    if storage.is_local and os.path.isdir(status_file):
+        raise StorageError(f"{status_file} is a folder, not a status file; move it away to run {s.name}")
     if s.fresh_output or ctx.fresh_output:
-        clear_output(storage, out)
-    storage.makedirs(out)
+        _stored(f"clear {out}", lambda: clear_output(storage, out))
+    _stored(f"create {out}", lambda: storage.makedirs(out))
     mirrors = {m.source: ensure_mirrored(m, storage) for m in find_mirrored(s.config)}
     config = resolve_config(s.config, out, ctx.outputs, mirrors)
     command = render_command(s.cmd, config, out) if s.cmd is not None else None
@@ -77,6 +130,7 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
         "output_path": out,
         "config": to_jsonable(config),
         "dependencies": {d: ctx.outputs[d] for d in node.deps},
+        "dependency_status_times": seen,
         "kind": s.kind,
         "function": _describe_fn(s.fn) if s.fn is not None else None,
         "command": command,
@@ -86,7 +140,10 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
     }
     # The info JSON is written once, at the end, with both times; while the step runs its
     # RUNNING status says who runs it and since when.
-    write_status(storage, out, RUNNING, owner=_owner())
+    _stored(
+        f"write {status_file}",
+        lambda: write_status(storage, out, RUNNING, owner=_owner(), name=s.name, identity=node.identity),
+    )
     job = Job(
         name=s.name,
         output_path=out,
@@ -102,6 +159,62 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
     return job, info
 
 
+def check_dependencies(ctx: RunContext, node: Node) -> dict[str, float]:
+    """Right before a step starts: every dependency still holds ``SUCCESS`` and nobody redoes it.
+
+    The plan was made from statuses read earlier; meanwhile another runner may have begun
+    a forced rerun of a dependency (``run a --force a``), rewriting its output in place.
+    A dependency whose lease another live runner holds is being redone (or about to be):
+    :class:`DependencyBusy`, the step waits and is asked again a poll interval later. A
+    lease seen unchanged for its expiry is a dead runner's and does not count. A dependency
+    whose status is not ``SUCCESS`` for its identity and that nobody holds raises
+    :class:`DependencyChanged`. Returns each dependency's status time, which
+    :func:`commit` compares once the step has run.
+    """
+    if not node.deps:
+        return {}
+    outputs = {d: ctx.outputs[d] for d in node.deps}
+    identities = {ctx.outputs[d]: ctx.identities[d] for d in node.deps if d in ctx.identities}
+    statuses = read_statuses(ctx.storage, outputs.values(), identities)
+    leases = read_leases(ctx.storage, outputs.values())
+    seen: dict[str, float] = {}
+    now = time.monotonic()
+    for dep, out in outputs.items():
+        record = statuses.get(out)
+        if out in leases:
+            holder = _live_holder(ctx, out, leases[out], now)
+            if holder is not None:
+                raise DependencyBusy(f"dependency {dep} is being redone: leased by {holder}")
+        ctx._watches.pop(out, None)
+        if record is None or record.mismatch or record.status != SUCCESS:
+            raise DependencyChanged(f"dependency {dep} is no longer done: {_describe(record, status_path(out))}; run it again")
+        seen[dep] = record.time
+    return seen
+
+
+def _live_holder(ctx: RunContext, out: str, lease: LeaseRecord | None, now: float) -> str | None:
+    """Who holds a dependency's lease, or None when that lease is a dead runner's."""
+    watch = ctx._watches[out] = observe(ctx._watches.get(out), repr(lease), now)
+    nobody = Owner("", 0, "", "not-a-runner")  # a dependency's lease is never this step's own
+    if judge(lease, True, watch, now, nobody, _DEPENDENCY_LEASES) in (Verdict.ORPHANED, Verdict.EXPIRED):
+        return None
+    return lease.describe() if lease is not None else "an unreadable lease"
+
+
+_DEPENDENCY_LEASES = LeaseSettings()
+"""Expiry for a dependency's lease that states none; a lease's own expiry wins."""
+
+
+def _describe(record: StatusRecord | None, path: str) -> str:
+    if record is None:
+        return f"no status at {path}"
+    if record.mismatch:
+        return f"{path} holds the {record.mismatch}"
+    if record.error and record.status not in (SUCCESS, RUNNING):
+        return f"{record.status} ({record.error})"
+    return f"{record.status} at {path}"
+
+
 @dataclass(frozen=True)
 class RecordedOutcome(Outcome):
     """An outcome whose markers were already written where the step ran (a Ray task)."""
@@ -109,26 +222,95 @@ class RecordedOutcome(Outcome):
 
 def commit(
     ctx: RunContext, job: Job, info: dict[str, Any], outcome: Outcome, still_owner: Callable[[], bool] | None = None
-) -> None:
+) -> Outcome:
     """Record how the step ended: SUCCESS only for a successful outcome, only by its holder.
 
     ``still_owner`` is asked right before anything is written (the step's output is complete
     by then); when it answers no, nothing is written, since the step belongs to another
     runner now, and :class:`~marinbuild.errors.LeaseLost` is raised.
+
+    Returns the outcome as recorded: a success turns into a failure when a dependency was
+    redone while the step ran (it may have read half of it), or when the store refused
+    the markers (the error names the path; the step is then left ``FAILED``, or without a
+    status, never ``RUNNING``).
     """
     if isinstance(outcome, RecordedOutcome):
-        return  # written beside the work by the step's holder; writing again could clobber a newer run
+        return outcome  # written beside the work by the step's holder; writing again could clobber a newer run
     if still_owner is not None and not still_owner():
         raise LeaseLost(f"step {job.name} lost its lease; nothing recorded")
+    if outcome.ok:
+        changed = _dependencies_changed(ctx, info)
+        if changed is not None:
+            outcome = dataclasses.replace(outcome, ok=False, error=changed)
     storage = ctx.storage
-    if not storage.is_local and os.path.exists(job.log_file):
-        storage.put_file(job.log_file, log_path(job.output_path))
-    record(storage, job.output_path, info, outcome, owner=_owner())
+    try:
+        if not storage.is_local and os.path.exists(job.log_file):
+            storage.put_file(job.log_file, log_path(job.output_path))
+        record(storage, job.output_path, info, outcome, owner=_owner())
+    except (MarinbuildError, OSError) as e:
+        error = f"could not record {'SUCCESS' if outcome.ok else 'the failure'}: {_storage_problem(e)}"
+        _give_up_running(storage, job.output_path, info, error)
+        return dataclasses.replace(outcome, ok=False, error=error)
+    return outcome
+
+
+def _dependencies_changed(ctx: RunContext, info: dict[str, Any]) -> str | None:
+    """Why the step's output cannot count: a dependency redone while it ran; None when none was."""
+    seen: dict[str, float] = info.get("dependency_status_times") or {}
+    if not seen:
+        return None
+    outputs = {ctx.outputs[d]: d for d in seen}
+    try:
+        now = read_statuses(ctx.storage, outputs)
+    except MarinbuildError as e:
+        return f"its dependencies could not be checked after it ran: {e}"
+    for out, dep in outputs.items():
+        record = now.get(out)
+        if record is None or record.status != SUCCESS or record.time != seen[dep]:
+            state = "redone meanwhile" if record is not None and record.status == SUCCESS else _describe(record, status_path(out))
+            return f"dependency {dep} changed while this step ran ({state}); its output may mix both: run it again"
+    return None
+
+
+def _give_up_running(storage: Storage, output: str, info: dict[str, Any], error: str) -> None:
+    """After a failed final write: FAILED if anything can be written, else no status at all."""
+    try:
+        write_status(storage, output, FAILED, error=error, owner=_owner(), name=info.get("name"),
+                     identity=info.get("identity"))
+        return
+    except (MarinbuildError, OSError):
+        pass
+    try:
+        storage.remove(status_path(output))  # removing needs no free space
+    except (MarinbuildError, OSError):
+        pass  # a read-only store: the RUNNING status stays, with no lease behind it (shown as incomplete)
+
+
+def _storage_problem(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.filename:
+        return f"{e.filename}: {e.strerror or e}"
+    return str(e)
+
+
+def _stored(what: str, fn: Callable[[], T]) -> T:
+    """Run a storage operation before the step starts; a refusal becomes one line naming the path."""
+    try:
+        return fn()
+    except OSError as e:
+        raise StorageError(f"cannot {what}: {_storage_problem(e)}") from e
 
 
 def record_failure(ctx: RunContext, node: Node, error: str) -> None:
-    """Mark a step FAILED that could not even start (its claim is still held)."""
-    write_status(ctx.storage, node.output_path, FAILED, error=error, owner=_owner())
+    """Mark a step FAILED that could not even start (its claim is still held); best effort.
+
+    When even that cannot be written (the store is full or read-only) the status is left
+    as it was: the step's own error already names the path.
+    """
+    try:
+        write_status(ctx.storage, node.output_path, FAILED, error=error, owner=_owner(), name=node.name,
+                     identity=node.identity)
+    except (MarinbuildError, OSError):
+        pass
 
 
 def clear_output(storage: Storage, out: str) -> None:
@@ -150,7 +332,8 @@ def record(storage: Storage, output: str, info: dict[str, Any], outcome: Outcome
         info["error"] = error
     write_info(storage, output, info)
     status = SUCCESS if outcome.ok else FAILED
-    write_status(storage, output, status, error=error, duration=outcome.duration, owner=owner)
+    write_status(storage, output, status, error=error, duration=outcome.duration, owner=owner,
+                 name=info.get("name"), identity=info.get("identity"))
 
 
 def to_jsonable(value: Any) -> Any:

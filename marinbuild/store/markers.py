@@ -40,6 +40,7 @@ __all__ = [
     "info_path",
     "log_path",
     "read_info",
+    "read_status",
     "read_statuses",
     "read_texts",
     "status_path",
@@ -216,6 +217,11 @@ def read_statuses(
             record = replace(record, mismatch=f"{record.status} of {record.name or 'another step'} {record.identity}")
         out[output] = record
     return out
+
+
+def read_status(storage: Storage, output: str, identity: str | None = None) -> StatusRecord | None:
+    """The status of one output (see :func:`read_statuses`); None when it has none."""
+    return read_statuses(storage, [output], {output: identity} if identity is not None else None).get(output)
 
 
 def write_status(storage: Storage, output: str, status: str, **fields: Any) -> StatusRecord:
