@@ -1,0 +1,149 @@
+"""Golden identities: a dozen representative configs and the hashes they must keep.
+
+An identity names a step's output folder (``NAME-IDENTITY``): if the encoder changes by
+accident, every user's outputs would be rerun. These hashes were computed once and are
+pinned; a change here must be deliberate and announced, never a side effect.
+"""
+
+from __future__ import annotations
+
+import enum
+import pathlib
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import pytest
+
+from marinbuild import mirrored, output_path_of, step, this_output_path, versioned
+from marinbuild.graph import build_graph
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = 2
+
+
+@dataclass(frozen=True)
+class Optim:
+    lr: Any
+    betas: Any = (0.9, 0.95)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    data: Any
+    optim: Any
+    steps: Any
+    note: str = "not in identity"
+
+
+class Pair(NamedTuple):
+    left: Any
+    right: Any
+
+
+def _cases() -> dict[str, tuple[list[Any], str]]:
+    """Name -> (steps to build, the step whose identity is pinned)."""
+    raw = step("golden/raw", cmd="seq 10 > {output}/n.txt")
+    tok = step("golden/tok", cmd="true", config={"n": versioned(1000), "seed": 3})
+    c2 = step("golden/c2", cmd="true", config={"t": tok, "k": versioned(2)})
+    cases: dict[str, tuple[list[Any], str]] = {
+        "no_config": ([raw], "golden/raw"),
+        "plain_values_only": ([step("golden/plain", cmd="true", config={"a": 1, "b": "x"})], "golden/plain"),
+        "versioned_scalars": (
+            [step("golden/scalars", fn=print, config={
+                "i": versioned(7), "f": versioned(0.25), "s": versioned("héllo"), "b": versioned(True),
+                "none": versioned(None), "neg": versioned(-3), "big": versioned(2**70),
+            })],
+            "golden/scalars",
+        ),
+        "nested_containers": (
+            [step("golden/nested", fn=print, config={
+                "outer": {"inner": [versioned([1, 2, {"k": "v"}]), versioned((3, 4))]},
+                "d": versioned({"z": 1, "a": [0.5, None]}),
+            })],
+            "golden/nested",
+        ),
+        "dataclass": (
+            [step("golden/dc", fn=print, config=TrainConfig(
+                data=versioned("corpus-v2"), optim=Optim(lr=versioned(3e-4)), steps=versioned(1000)))],
+            "golden/dc",
+        ),
+        "versioned_dataclass_whole": (
+            [step("golden/dc_whole", fn=print, config={"optim": versioned(Optim(lr=0.1, betas=(0.8, 0.9)))})],
+            "golden/dc_whole",
+        ),
+        "dependencies": (
+            [raw, tok, step("golden/deps", fn=print, config={
+                "raw": raw, "tok": output_path_of(tok, "vocab.json"), "list": [raw, output_path_of(tok)],
+            })],
+            "golden/deps",
+        ),
+        "enum_and_path": (
+            [step("golden/enum", fn=print, config={
+                "c": versioned(Color.RED), "n": versioned(Color.BLUE), "p": versioned(pathlib.PurePosixPath("a/b")),
+            })],
+            "golden/enum",
+        ),
+        "sets": (
+            [step("golden/sets", fn=print, config={
+                "s": versioned({"b", "a", "c"}), "f": versioned(frozenset({3, 1, 2})),
+            })],
+            "golden/sets",
+        ),
+        "mirrored": (
+            [step("golden/mirror", fn=print, config={
+                "vocab": mirrored(versioned("gs://bucket/vocab.json")), "unversioned": mirrored("gs://b/x"),
+            })],
+            "golden/mirror",
+        ),
+        "refs_inside_versioned": (
+            [raw, step("golden/refv", fn=print, config={
+                "v": versioned({"src": raw, "sub": output_path_of(raw, "n.txt"), "self": this_output_path("x")}),
+            })],
+            "golden/refv",
+        ),
+        "namedtuple": (
+            [raw, step("golden/nt", fn=print, config={"pair": Pair(versioned(1), raw), "v": versioned(Pair(2, "b"))})],
+            "golden/nt",
+        ),
+        "chain_of_three": ([tok, c2, step("golden/c3", fn=print, config={"up": c2})], "golden/c3"),
+        "override_output_path": (
+            [step("golden/override", cmd="true", config={"n": versioned(5)}, override_output_path="fixed/place")],
+            "golden/override",
+        ),
+    }
+    return cases
+
+
+GOLDEN = {
+    "no_config": "a4a2c44b6c0cefd8",
+    "plain_values_only": "f2dfd0b67a09d9f9",
+    "versioned_scalars": "96bb6e4b09d9e20e",
+    "nested_containers": "1b3d8e5f7e0b3e56",
+    "dataclass": "60a9d1b84a7bc2d2",
+    "versioned_dataclass_whole": "f03bbcb0ec14a02f",
+    "dependencies": "f71d5d07e0bfc7bc",
+    "enum_and_path": "6b4bf53b5bcd3ea4",
+    "sets": "bc4d7cdf9a1b52f4",
+    "mirrored": "c4cda4d9e45d2ea5",
+    "refs_inside_versioned": "ee15c53ad92bc27b",
+    "namedtuple": "0d3d3ac33a3ef7fa",
+    "chain_of_three": "6ab42c98abd1b1c3",
+    "override_output_path": "c01d0d96d2ea2f8a",
+}
+
+
+def _identity(case: str) -> str:
+    steps, name = _cases()[case]
+    return build_graph(steps, "/golden-prefix").nodes[name].identity
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN))
+def test_identity_matches_its_pinned_golden(case: str) -> None:
+    assert _identity(case) == GOLDEN[case], f"the identity of {case!r} changed: every user's outputs would rerun"
+
+
+def test_every_case_is_pinned_and_the_cases_differ() -> None:
+    assert set(GOLDEN) == set(_cases())
+    assert len(set(GOLDEN.values())) == len(GOLDEN)
