@@ -117,20 +117,20 @@ def _cases() -> dict[str, tuple[list[Any], str]]:
 
 
 GOLDEN = {
-    "no_config": "a4a2c44b6c0cefd8",
-    "plain_values_only": "f2dfd0b67a09d9f9",
-    "versioned_scalars": "96bb6e4b09d9e20e",
-    "nested_containers": "1b3d8e5f7e0b3e56",
-    "dataclass": "60a9d1b84a7bc2d2",
-    "versioned_dataclass_whole": "f03bbcb0ec14a02f",
-    "dependencies": "f71d5d07e0bfc7bc",
-    "enum_and_path": "6b4bf53b5bcd3ea4",
-    "sets": "bc4d7cdf9a1b52f4",
-    "mirrored": "c4cda4d9e45d2ea5",
-    "refs_inside_versioned": "ee15c53ad92bc27b",
-    "namedtuple": "0d3d3ac33a3ef7fa",
-    "chain_of_three": "6ab42c98abd1b1c3",
-    "override_output_path": "c01d0d96d2ea2f8a",
+    "no_config": "899a2d799241053f",
+    "plain_values_only": "564064e0adb1c141",
+    "versioned_scalars": "3164bdbe05fd095a",
+    "nested_containers": "9de01e095c3bbc25",
+    "dataclass": "8c4f3ed20ebabc12",
+    "versioned_dataclass_whole": "eaa2cac0e36eb690",
+    "dependencies": "2dc309c6c6ec144e",
+    "enum_and_path": "13344a3fdc14026e",
+    "sets": "869e90e9a563bbc9",
+    "mirrored": "8209f974c94ab53b",
+    "refs_inside_versioned": "a29790a32ec4ef33",
+    "namedtuple": "25819bd2413bb4b5",
+    "chain_of_three": "a5e9df9815ea4127",
+    "override_output_path": "6761f357d9acb1c8",
 }
 
 
