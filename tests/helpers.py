@@ -103,3 +103,15 @@ def wait_dead(pid: int, seconds: float = 5) -> bool:
     while alive(pid) and time.time() < deadline:
         time.sleep(0.05)
     return not alive(pid)
+
+
+EXAMPLE_LEFTOVERS = ("marinbuild-out", "__pycache__", "*.pyc", ".marinbuild")
+"""What running an example in place leaves in its folder; not part of the example."""
+
+
+def copy_example(name: str, dest: Path, examples: Path = REPO / "examples") -> Path:
+    """Copy the example's own files (not the outputs of a run made in its folder) into ``dest``."""
+    import shutil
+
+    shutil.copytree(examples / name, dest / name, ignore=shutil.ignore_patterns(*EXAMPLE_LEFTOVERS))
+    return dest / name

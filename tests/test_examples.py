@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from .helpers import REPO, marinbuild, plan_json
-
-
-def copy_example(name: str, dest: Path) -> Path:
-    src = REPO / "examples" / name
-    shutil.copytree(src, dest / name)
-    return dest / name
+from .helpers import REPO, copy_example, marinbuild, plan_json
 
 
 def test_root_marinfile_is_the_hello_world(tmp_path):
@@ -56,3 +50,24 @@ def test_jax_training_writes_checkpoint_and_eval_reads_it(tmp_path):
     assert (Path(rows["jax/train"]["output_path"]) / "checkpoint.npz").exists()
     metrics = json.loads((Path(rows["jax/eval"]["output_path"]) / "eval.json").read_text())
     assert metrics["trained_steps"] == 300 and metrics["mse"] < 0.01
+
+
+def test_outputs_of_a_run_inside_an_example_are_ignored_by_git(tmp_path):
+    # `cd examples/diamond && marinbuild run` leaves marinbuild-out/ there; git must not see it.
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text((REPO / ".gitignore").read_text())
+    for path in ("marinbuild-out/x-1/out.txt", "examples/diamond/marinbuild-out/merge-1/total.json"):
+        ignored = subprocess.run(["git", "check-ignore", "-q", path], cwd=tmp_path)
+        assert ignored.returncode == 0, path
+
+
+def test_tests_copy_only_the_examples_own_files(tmp_path):
+    # A run made inside an example folder must not travel into the copy a test runs.
+    examples = tmp_path / "examples"
+    (examples / "diamond").mkdir(parents=True)
+    (examples / "diamond" / "Marinfile.py").write_text((REPO / "examples/diamond/Marinfile.py").read_text())
+    cd_and_run = marinbuild("run", cwd=examples / "diamond")
+    assert cd_and_run.returncode == 0 and (examples / "diamond" / "marinbuild-out").is_dir()
+    copied = copy_example("diamond", tmp_path / "copy", examples=examples)
+    assert sorted(p.name for p in copied.iterdir()) == ["Marinfile.py"]
+    assert "nothing to do" not in marinbuild("run", cwd=copied).stdout

@@ -22,7 +22,17 @@ from marinbuild.resources import Cores, Custom, Gpus, Memory, Request, Slices, T
 from marinbuild.store.lease import LeaseRecord, Owner
 from marinbuild.store.storage import Storage
 
-from .helpers import REPO, alive, marinbuild, plan_json, snapshot, start_marinbuild, status_of, write_marinfile
+from .helpers import (
+    REPO,
+    alive,
+    copy_example,
+    marinbuild,
+    plan_json,
+    snapshot,
+    start_marinbuild,
+    status_of,
+    write_marinfile,
+)
 
 if TYPE_CHECKING:
     from .fixtures_ray import RayCluster
@@ -49,11 +59,6 @@ def wait_for(condition, timeout: float = 60, what: str = "condition"):  # type: 
             return value
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-def copy_example(name: str, dest: Path) -> Path:
-    shutil.copytree(REPO / "examples" / name, dest / name)
-    return dest / name
 
 
 def outputs(folder: Path) -> dict[str, str]:
