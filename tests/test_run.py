@@ -8,7 +8,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from .helpers import (
     cli_env,
@@ -205,7 +208,14 @@ def test_sigkill_of_the_tool_mid_step_leaves_no_success_and_next_run_reruns(proj
     assert wait_dead(child)
 
 
-def test_interrupt_marks_running_step_failed_and_exits_130(project):
+def _sigint_as(disposition: str) -> Callable[[], None]:
+    handler = signal.SIG_IGN if disposition == "ignored" else signal.SIG_DFL
+    return lambda: signal.signal(signal.SIGINT, handler) and None
+
+
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
+def test_interrupt_marks_running_step_failed_and_exits_130(project, inherited):
+    # "ignored": started as a script's background job is (and as pytest is from one).
     write_marinfile(
         project,
         """
@@ -214,7 +224,15 @@ def test_interrupt_marks_running_step_failed_and_exits_130(project):
         step("slow", cmd="touch started; sleep 60")
         """,
     )
-    proc = start_marinbuild("run", cwd=project)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "marinbuild", "run"],
+        cwd=project,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_sigint_as(inherited),
+    )
     deadline = time.time() + 30
     while not (project / "started").exists() and time.time() < deadline:
         time.sleep(0.05)

@@ -27,9 +27,8 @@ from marinbuild.planner import Plan, closure, select
 from marinbuild.project import open_project, plan_targets, probe
 from marinbuild.resources import Request
 from marinbuild.staleness import Action, diff_payloads
-from marinbuild.store.clean import find_orphans, inside_prefix, outputs_of
 from marinbuild.store.history import RunIndex, earlier_info
-from marinbuild.store.markers import read_info
+from marinbuild.store.markers import UNREADABLE, read_info
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -128,13 +127,25 @@ def handles_errors(fn: F) -> F:
             raise typer.Exit(130) from None
         except (typer.Exit, typer.Abort):
             raise
-        except Exception as e:
+        except OSError as e:
+            if not e.filename:
+                raise _internal_error(e, verbose) from None
+            # A prefix that is full, read-only or not ours: one line naming the path.
             if verbose:
                 traceback.print_exc()
-            err.print(f"marinbuild: internal error: {type(e).__name__}: {e} (rerun with -v for details)", markup=False)
-            raise typer.Exit(1) from None
+            err.print(f"marinbuild: error: {e.filename}: {e.strerror or e}", markup=False)
+            raise typer.Exit(2) from None
+        except Exception as e:
+            raise _internal_error(e, verbose) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _internal_error(e: Exception, verbose: bool) -> typer.Exit:
+    if verbose:
+        traceback.print_exc()
+    err.print(f"marinbuild: internal error: {type(e).__name__}: {e} (rerun with -v for details)", markup=False)
+    return typer.Exit(1)
 
 
 def _terminate_as_interrupt(signum: int, frame: Any) -> None:
@@ -207,6 +218,9 @@ def run(
             out.print(f"nothing to do: {n} step{'' if n == 1 else 's'} up to date")
         return
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    # A background job of a script starts with SIGINT ignored, and Python then leaves it
+    # ignored: `kill -INT` would do nothing. The runner stops on it as on Ctrl-C.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     summary = session.execute(
         planned,
         settings,
@@ -320,31 +334,38 @@ def status(
     names = [n for n in graph.order if n in needed]
     records = probe(project, names)
     running = [path for path, rec in records.items() if rec.status == "RUNNING"]
+    problems: dict[str, str] = {}
     if running:
         from marinbuild.store.lease import read_leases
 
-        leases = read_leases(project.storage, running)
+        leases = read_leases(project.storage, running, problems)
     else:
         leases = {}
+    # A marker that cannot be used is named, never fatal: the step is simply planned to run.
+    problems.update({p: rec.error or p for p, rec in records.items() if rec.status == UNREADABLE})
+    for line in sorted(set(problems.values())):
+        err.print(f"marinbuild: warning: {line} (treated as unknown: the step will run)", markup=False)
     rows: list[dict[str, Any]] = []
     for n in names:
         node = graph.nodes[n]
         rec = records.get(node.output_path)
         lease = leases.get(node.output_path)
+        foreign = rec is not None and rec.mismatch is not None
         rows.append(
             {
                 "name": n,
-                "status": rec.status if rec else "NONE",
+                "status": rec.status if rec and not foreign else "NONE",
                 "output_path": node.output_path,
-                "duration": rec.duration if rec else None,
-                "time": rec.time if rec else None,
-                "error": rec.error if rec else None,
+                "duration": rec.duration if rec and not foreign else None,
+                "time": rec.time if rec and not foreign else None,
+                "error": f"its output path holds the {rec.mismatch}" if rec and foreign else rec.error if rec else None,
                 "lease": {"owner": str(lease.owner), "since": lease.acquired, "renewed": lease.renewed} if lease else None,
             }
         )
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
         return
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(show_edge=False)
@@ -355,9 +376,9 @@ def status(
     for r in rows:
         dur = f"{r['duration']:.1f} s" if r["duration"] is not None else ""
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["time"])) if r["time"] else ""
-        cells = [r["name"], f"[{colors.get(r['status'], 'white')}]{r['status']}[/]", dur, when, r["output_path"]]
+        cells = [r["name"], f"[{colors.get(r['status'], 'white')}]{escape(r['status'])}[/]", dur, when, escape(r["output_path"])]
         if leases:
-            cells.append(_lease_text(r["lease"]))
+            cells.append(escape(_lease_text(r["lease"])))
         table.add_row(*cells)
     out.print(table)
 
@@ -365,8 +386,8 @@ def status(
 def _lease_text(lease: dict[str, Any] | None) -> str:
     if lease is None:
         return ""
-    since = time.strftime("%H:%M:%S", time.localtime(lease["since"]))
-    renewed = time.strftime("%H:%M:%S", time.localtime(lease["renewed"]))
+    since = time.strftime("%H:%M:%S", time.localtime(lease["since"])) if lease["since"] else "?"
+    renewed = time.strftime("%H:%M:%S", time.localtime(lease["renewed"])) if lease["renewed"] else "?"
     return f"{lease['owner']} since {since}, renewed {renewed}"
 
 
@@ -410,23 +431,23 @@ def clean(
     targets: TargetsArg = None,
     file: FileOpt = "Marinfile.py",
     prefix: PrefixOpt = None,
-    orphans: Annotated[bool, typer.Option("--orphans", help="Remove outputs no current step points to.")] = False,
+    orphans: Annotated[bool, typer.Option("--orphans", help="Remove this Marinfile's outputs that no current step points to.")] = False,
+    any_orphans: Annotated[bool, typer.Option("--any-orphans", help="Like --orphans, for every NAME-HASH output under the prefix, whichever Marinfile wrote it.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Remove outputs even while a live runner holds their lease.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
     dry: Annotated[bool, typer.Option("--dry", "-n", help="List what would be removed.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Delete the targets' current outputs, or (--orphans) outputs of old identities."""
+    """Delete the targets' current outputs, or (--orphans) outputs of old identities; running ones are left alone."""
+    from marinbuild.store.clean import plan_clean, remove_output
+
     project = open_project(file, prefix)
     storage = project.storage
-    if orphans:
-        victims = find_orphans(storage, project.graph)
-    else:
-        names = select(project.graph, targets or [])
-        inside, outside = outputs_of(project.graph, names)
-        for path in outside:
-            err.print(f"marinbuild: leaving {path} alone: it is outside the prefix", markup=False)
-        victims = [p for p in inside if storage.exists(p)]
-    victims = [p for p in victims if inside_prefix(p, project.graph.prefix)]
+    names = None if orphans or any_orphans else select(project.graph, targets or [])
+    chosen = plan_clean(storage, project.graph, names, project.marinfile.path, any_shape=any_orphans, force=force)
+    for skipped in chosen.skipped:
+        err.print(f"marinbuild: {skipped.line()}", markup=False)
+    victims = chosen.remove
     if not victims:
         out.print("nothing to remove")
         return
@@ -439,9 +460,14 @@ def clean(
             raise UserError("refusing to delete without confirmation: pass --yes")
         if not typer.confirm(f"Remove {len(victims)} output(s)?"):
             raise typer.Exit(1)
+    removed = 0
     for p in victims:
-        storage.remove(p)
-    out.print(f"removed {len(victims)} output(s)")
+        why = remove_output(storage, p, force=force)
+        if why is None:
+            removed += 1
+        else:
+            err.print(f"marinbuild: leaving {p} alone: {why}", markup=False)
+    out.print(f"removed {removed} output(s)")
 
 
 def _command_names() -> frozenset[str]:
