@@ -1,58 +1,294 @@
 """Removing outputs: the current outputs of chosen steps, or orphans under the prefix.
 
-Nothing outside the prefix is ever touched: a step whose output was overridden to a path
-outside it is reported and left alone.
+``clean`` only ever removes step folders of this Marinfile that lie inside the prefix:
+
+* **Containment** is checked on normalized paths and, locally, on real paths: a folder
+  reached through a symlink, an override such as ``../outside`` or ``sub/..`` (which
+  normalizes to the prefix itself), or a folder outside the prefix is reported and left
+  alone. A filesystem root is never a prefix.
+* **Orphans** are folders shaped like this Marinfile's outputs, ``NAME-HASH`` for one of
+  its step names, in the folder where that step's outputs live, with a ``.marinbuild``
+  marker folder, whose info (when there is one) was written from this Marinfile. Nothing
+  is descended into. ``any_shape`` (``clean --any-orphans``) widens this to every
+  ``NAME-HASH`` folder with markers, a few levels deep, whichever Marinfile wrote it.
+* **Running work** is left alone: a folder whose lease another live runner holds is
+  skipped with a message, and the removal itself holds the step's lease, so no runner can
+  start the step while its folder is being emptied (``force`` skips both).
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
+import stat
 from collections.abc import Iterable
+from dataclasses import dataclass
 
+from marinbuild.errors import UserError
 from marinbuild.graph import StepGraph
-from marinbuild.store.markers import MARKER_DIR
+from marinbuild.store.markers import MARKER_DIR, read_info, read_status
 from marinbuild.store.storage import Storage
 
-__all__ = ["find_orphans", "inside_prefix", "outputs_of"]
+__all__ = [
+    "CleanPlan",
+    "Skipped",
+    "check_prefix",
+    "containment_problem",
+    "find_orphans",
+    "inside_prefix",
+    "outputs_of",
+    "plan_clean",
+    "remove_output",
+]
 
-_OUTPUT_DIR = re.compile(r"^.+-[0-9a-f]{16}$")
-_MAX_DEPTH = 16
+_OUTPUT_DIR = re.compile(r"^(.+)-[0-9a-f]{16}$")
+_ANY_ORPHANS_DEPTH = 4
+"""Folders below the prefix that ``--any-orphans`` looks into (beyond the Marinfile's own)."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A folder ``clean`` leaves alone, and why."""
+
+    path: str
+    why: str
+
+    def line(self) -> str:
+        return f"leaving {self.path} alone: {self.why}"
+
+
+@dataclass(frozen=True)
+class CleanPlan:
+    """What ``clean`` would remove, and what it leaves alone with the reason."""
+
+    remove: list[str]
+    skipped: list[Skipped]
+
+
+def check_prefix(prefix: str) -> None:
+    """Refuse a filesystem root as a prefix: every command would write and clean beside the system."""
+    if "://" in prefix:
+        return
+    real = os.path.realpath(prefix)
+    if os.path.dirname(prefix) == prefix or os.path.dirname(real) == real:
+        raise UserError(f"prefix {prefix!r} is a filesystem root; give a folder for the outputs (e.g. /data/experiments)")
 
 
 def inside_prefix(path: str, prefix: str) -> bool:
-    """True when ``path`` lies strictly inside ``prefix``."""
-    return path.startswith(prefix.rstrip("/") + "/")
+    """True when ``path``, normalized, lies strictly inside ``prefix`` (lexically: see :func:`containment_problem`)."""
+    scheme, rest = _split(path)
+    pscheme, prest = _split(prefix)
+    if scheme != pscheme:
+        return False
+    base = posixpath.normpath(prest)
+    return posixpath.normpath(rest).startswith(base.rstrip("/") + "/")
 
 
-def outputs_of(graph: StepGraph, names: Iterable[str]) -> tuple[list[str], list[str]]:
-    """Existing-or-not output paths of ``names``: (inside the prefix, outside it)."""
+def containment_problem(path: str, prefix: str) -> str | None:
+    """Why ``path`` is not safely inside ``prefix``; None when it is.
+
+    Normalized paths must nest strictly, and a local path must also be the same path once
+    every symlink is resolved: no folder is reached through a link, so removing it can
+    never reach into another project's outputs.
+    """
+    if not inside_prefix(path, prefix):
+        return "it is outside the prefix" if posixpath.normpath(_split(path)[1]) != posixpath.normpath(
+            _split(prefix)[1]) else "it is the prefix itself"
+    if "://" in path:
+        return None
+    norm, base = os.path.normpath(path), os.path.normpath(prefix)
+    expected = os.path.join(os.path.realpath(base), os.path.relpath(norm, base))
+    if os.path.realpath(norm) != expected:
+        return "it is reached through a symlink"
+    return None
+
+
+def _split(path: str) -> tuple[str, str]:
+    scheme, sep, rest = path.partition("://")
+    return (scheme, rest) if sep else ("", path)
+
+
+def outputs_of(graph: StepGraph, names: Iterable[str]) -> tuple[list[str], list[Skipped]]:
+    """Output paths of ``names`` (normalized): those safely inside the prefix, and the others."""
     inside: list[str] = []
-    outside: list[str] = []
+    skipped: list[Skipped] = []
     for name in names:
         out = graph.nodes[name].output_path
-        (inside if inside_prefix(out, graph.prefix) else outside).append(out)
-    return inside, outside
+        problem = containment_problem(out, graph.prefix)
+        if problem is None:
+            inside.append(_normalized(out))
+        else:
+            skipped.append(Skipped(out, problem))
+    return inside, skipped
 
 
-def find_orphans(storage: Storage, graph: StepGraph) -> list[str]:
-    """Output directories under the prefix that no current step identity points to.
+def _normalized(path: str) -> str:
+    scheme, rest = _split(path)
+    return f"{scheme}://{posixpath.normpath(rest)}" if scheme else os.path.normpath(path)
 
-    An output directory is recognised by its ``NAME-HASH`` name and its marker folder;
-    output directories are never descended into, so large outputs cost one listing.
+
+def _is_real_folder(storage: Storage, path: str) -> bool:
+    """A folder, not a symlink to one (object stores have no links: a prefix with entries)."""
+    if storage.is_local:
+        try:
+            return stat.S_ISDIR(os.lstat(path).st_mode)
+        except OSError:
+            return False
+    return bool(storage.list_names(path))
+
+
+def find_orphans(
+    storage: Storage, graph: StepGraph, marinfile: str | None = None, any_shape: bool = False
+) -> tuple[list[str], list[Skipped]]:
+    """Output folders no current step points to: (to remove, left alone with the reason).
+
+    Only the folders where this Marinfile's steps put their outputs are listed, once
+    each, and only ``NAME-HASH`` entries for its step names count; ``any_shape`` widens
+    this to any ``NAME-HASH`` folder up to a few levels below the prefix. Output folders
+    and symlinks are never descended into.
     """
-    current = {n.output_path for n in graph.nodes.values()}
+    current = {_normalized(n.output_path) for n in graph.nodes.values()}
+    prefix = _normalized(graph.prefix)
+    wanted: dict[str, set[str]] = {}
+    for name in graph.nodes:
+        sub, _, base = name.rpartition("/")
+        folder = Storage.join(prefix, sub) if sub else prefix
+        wanted.setdefault(folder, set()).add(base)
+    candidates: list[tuple[str, str]] = []  # (path, step name)
+    if any_shape:
+        depth = max([_ANY_ORPHANS_DEPTH] + [n.count("/") + 1 for n in graph.nodes])
+        stack = [(prefix, "", 0)]
+        while stack:
+            folder, sub, level = stack.pop()
+            for entry in storage.list_names(folder):
+                path = Storage.join(folder, entry)
+                if entry.startswith(".") or not _is_real_folder(storage, path):
+                    continue
+                shaped = _OUTPUT_DIR.match(entry)
+                if shaped and MARKER_DIR in storage.list_names(path):
+                    candidates.append((path, f"{sub}{shaped.group(1)}"))
+                elif not shaped and level + 1 < depth:
+                    stack.append((path, f"{sub}{entry}/", level + 1))
+    else:
+        for folder, bases in wanted.items():
+            for entry in storage.list_names(folder):
+                shaped = _OUTPUT_DIR.match(entry)
+                if shaped is None or shaped.group(1) not in bases:
+                    continue
+                path = Storage.join(folder, entry)
+                if _is_real_folder(storage, path) and MARKER_DIR in storage.list_names(path):
+                    rel = folder[len(prefix) + 1:]
+                    candidates.append((path, f"{rel}/{shaped.group(1)}" if rel else shaped.group(1)))
     orphans: list[str] = []
-    stack = [(graph.prefix, 0)]
-    while stack:
-        folder, depth = stack.pop()
-        for entry in storage.list_names(folder):
-            if entry.startswith("."):
+    skipped: list[Skipped] = []
+    for path, name in sorted(candidates):
+        if path in current:
+            continue
+        problem = containment_problem(path, graph.prefix)
+        if problem is None and not any_shape:
+            problem = _foreign(storage, path, name, marinfile)
+        if problem is None:
+            orphans.append(path)
+        else:
+            skipped.append(Skipped(path, problem))
+    return orphans, skipped
+
+
+def _foreign(storage: Storage, path: str, name: str, marinfile: str | None) -> str | None:
+    """Why an orphan candidate is another project's output; None when it is this Marinfile's."""
+    record = read_status(storage, path)
+    if record is not None and record.name is not None and record.name != name:
+        return f"its status names step {record.name!r}"
+    info = read_info(storage, path)
+    written_by = info.get("marinfile") if info is not None else None
+    if marinfile is not None and isinstance(written_by, str) and written_by != marinfile:
+        return f"it was written from {written_by} (--any-orphans removes it anyway)"
+    return None
+
+
+def plan_clean(
+    storage: Storage,
+    graph: StepGraph,
+    names: Iterable[str] | None,
+    marinfile: str | None = None,
+    any_shape: bool = False,
+    force: bool = False,
+) -> CleanPlan:
+    """What to remove: the existing outputs of ``names``, or orphans when ``names`` is None.
+
+    A target's output holding another identity's status is left alone; unless ``force``,
+    so is every folder with a live lease (see :func:`live_lease`).
+    """
+    check_prefix(graph.prefix)
+    if names is None:
+        victims, skipped = find_orphans(storage, graph, marinfile, any_shape)
+    else:
+        victims, skipped = [], []
+        wanted = list(names)
+        inside, outside = outputs_of(graph, wanted)
+        skipped.extend(outside)
+        identity_at = {_normalized(graph.nodes[n].output_path): graph.nodes[n].identity for n in wanted}
+        for path in inside:
+            if not storage.exists(path):
                 continue
-            path = posixpath.join(folder, entry)
-            if _OUTPUT_DIR.match(entry) and MARKER_DIR in storage.list_names(path):
-                if path not in current:
-                    orphans.append(path)
-            elif depth < _MAX_DEPTH and storage.list_names(path):
-                stack.append((path, depth + 1))
-    return sorted(orphans)
+            if storage.is_local and not _is_real_folder(storage, path):
+                skipped.append(Skipped(path, "it is not a folder"))
+                continue
+            record = read_status(storage, path, identity_at.get(path))
+            if record is not None and record.mismatch:
+                skipped.append(Skipped(path, f"it holds the {record.mismatch}"))
+                continue
+            victims.append(path)
+    if not force:
+        kept = []
+        for path in victims:
+            holder = live_lease(storage, path)
+            if holder is None:
+                kept.append(path)
+            else:
+                skipped.append(Skipped(path, f"it is running, leased by {holder} (--force removes it anyway)"))
+        victims = kept
+    return CleanPlan(victims, skipped)
+
+
+def live_lease(storage: Storage, path: str) -> str | None:
+    """Who holds the lease of the output at ``path``, unless nobody does or its owner is gone."""
+    from marinbuild.store.lease import owner_alive, read_leases
+
+    leases = read_leases(storage, [path])
+    if path not in leases:
+        return None
+    lease = leases[path]
+    if lease is None:
+        return "an unreadable lease"
+    return lease.describe() if owner_alive(lease.owner) is not False else None
+
+
+def remove_output(storage: Storage, path: str, force: bool = False) -> str | None:
+    """Remove one step folder; returns why it was left alone instead, or None once removed.
+
+    Unless ``force``, the step's lease is taken first (created, or taken over from a runner
+    on this machine that exited): while the folder is emptied no runner can start the step.
+    Everything but the lease goes first, then the folder with the lease. A runner that
+    creates a lease in the instant between finds it gone at its next renewal and stops.
+    """
+    if force:
+        storage.remove(path)
+        return None
+    from marinbuild.store.conditional import conditional_store
+    from marinbuild.store.lease import Lease, Owner, lease_path
+
+    lease = Lease(conditional_store(storage), lease_path(path), Owner.current())
+    attempt = lease.try_acquire()
+    if not attempt.acquired:
+        return f"it is running: {attempt.why} (--force removes it anyway)"
+    for entry in storage.list_names(path):
+        if entry != MARKER_DIR:
+            storage.remove(Storage.join(path, entry))
+    markers = Storage.join(path, MARKER_DIR)
+    for entry in storage.list_names(markers):
+        if not entry.startswith("lease"):
+            storage.remove(Storage.join(markers, entry))
+    storage.remove(path)
+    return None

@@ -35,7 +35,7 @@ working directory."""
 
 def resolve_prefix(prefix: str | None) -> str:
     """``--prefix``, else ``$MARIN_PREFIX``, else :data:`DEFAULT_PREFIX`; local ones made absolute."""
-    raw = prefix or os.environ.get("MARIN_PREFIX") or DEFAULT_PREFIX
+    raw = given = prefix or os.environ.get("MARIN_PREFIX") or DEFAULT_PREFIX
     if raw.startswith("file://"):
         raw = raw[len("file://") :]
     if "://" in raw:
@@ -43,7 +43,10 @@ def resolve_prefix(prefix: str | None) -> str:
         if not rest.strip("/"):
             raise UserError(f"prefix {raw!r} names no bucket or folder (e.g. {scheme}://bucket/experiments)")
         return raw.rstrip("/")
-    return os.path.abspath(os.path.expanduser(raw))
+    path = os.path.abspath(os.path.expanduser(raw))
+    if os.path.dirname(path) == path or os.path.realpath(path) == "/":
+        raise UserError(f"prefix {given!r} is a filesystem root; give a folder for the outputs (e.g. /data/experiments)")
+    return path
 
 
 @dataclass
