@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -244,7 +245,9 @@ def test_nothing_of_a_successful_step_is_left_running(fleet: FakeFleet, tmp_path
     assert pids_with_env(f"FAKE_HOST_ID={host}", "MARINBUILD_ATTEMPT=1") == []
 
 
-def test_unresolvable_host_fails_fast_but_refused_host_counts_as_preempted(fleet: FakeFleet, tmp_path: Path) -> None:
+def test_unresolvable_host_fails_fast_and_a_refusing_host_is_infra_on_its_own_budget(
+    fleet: FakeFleet, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     base = fleet.cluster_toml([("one", "v4-8", [0])])
     path = tmp_path / "cluster.toml"
     path.write_text(base.replace(fleet.hosts[0].entry, "no-such-host.invalid"))
@@ -254,14 +257,65 @@ def test_unresolvable_host_fails_fast_but_refused_host_counts_as_preempted(fleet
     assert result.status == "INFRA" and len(result.attempts) == 1
     assert "cannot resolve 'no-such-host.invalid'" in (result.error or "")
 
-    # Nothing listens on port 1: like a VM being recreated after a preemption.
+    # Nothing listens on port 1 (a wrong port): never answered, so not a preemption; the
+    # infrastructure budget (2 retries), not the preemption budget (100), ends it.
     path.write_text(base.replace(fleet.hosts[0].entry, "127.0.0.1:1"))
     job = TpuJob(name="step", output_path=str(tmp_path / "b"), command="true", slices=("one",),
-                 max_retries_preemption=1)
-    result = run_tpu_step(job, load_cluster(path), workdir=None, cancel=threading.Event(), console=lambda s: None)
+                 max_retries_preemption=100, max_retries_infra=2)
+    lines: list[str] = []
+    result = run_tpu_step(job, load_cluster(path), workdir=None, cancel=threading.Event(), console=lines.append)
+    assert result.status == "INFRA"
+    assert [a.classification for a in result.attempts] == ["INFRA"] * 3
+    assert result.attempts[0].first_failed_host == "127.0.0.1:1"
+    said = [line for line in lines if ": INFRA: " in line]
+    assert len(said) == 3 and all("127.0.0.1:1: cannot connect" in line and "refused" in line for line in said), lines
+
+    # A port that answers but speaks no SSH: paramiko's tracebacks never reach the terminal.
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        port = server.getsockname()[1]
+        stop = threading.Event()
+
+        def babble() -> None:
+            server.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    conn, _ = server.accept()
+                except TimeoutError:
+                    continue
+                with conn:
+                    conn.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+
+        t = threading.Thread(target=babble, daemon=True)
+        t.start()
+        path.write_text(base.replace(fleet.hosts[0].entry, f"127.0.0.1:{port}"))
+        capfd.readouterr()
+        job = TpuJob(name="step", output_path=str(tmp_path / "c"), command="true", slices=("one",),
+                     max_retries_infra=0)
+        result = run_tpu_step(job, load_cluster(path), workdir=None, cancel=threading.Event(), console=lambda s: None)
+        stop.set()
+        t.join()
+    assert result.status == "INFRA" and f"127.0.0.1:{port}: cannot connect" in (result.error or "")
+    printed = capfd.readouterr()
+    assert printed.out == "" and printed.err == "", printed
+
+
+def test_a_host_that_answered_before_and_now_refuses_counts_as_preempted(fleet: FakeFleet, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    victim = fleet.hosts[0]
+
+    def vanish() -> None:
+        wait_for(lambda: (out / "started").exists())
+        victim.stop()  # the VM is gone: its sshd refuses from now on
+
+    t = threading.Thread(target=vanish)
+    t.start()
+    result = run_job(fleet, tmp_path, [("one", "v4-8", [0])], 'touch "$MARINBUILD_OUTPUT/started"; exec sleep 3019',
+                     max_retries_preemption=1, max_retries_infra=0)
+    t.join()
     assert result.status == "PREEMPTED"
     assert [a.classification for a in result.attempts] == ["PREEMPTED", "PREEMPTED"]
-    assert result.attempts[0].first_failed_host == "127.0.0.1:1"
 
 
 def test_killing_marinbuild_stops_the_remote_processes(fleet: FakeFleet, tmp_path: Path) -> None:

@@ -41,6 +41,11 @@ def obs(exit_code: int | None = 0, **kw: object) -> HostObservation:
         # a sibling that died in the cascade does not make it a user failure
         ([obs(1), obs(None, connection_lost=True, reachable=False)], False, AttemptClass.PREEMPTED),
         ([obs(None, reachable=False)], False, AttemptClass.PREEMPTED),
+        # never answered SSH (a wrong port, a down host): infrastructure, not a preemption...
+        ([obs(None, reachable=False, unreached=True)], False, AttemptClass.INFRA),
+        # ...unless GCE says it was preempted, or it answered in an earlier attempt
+        ([obs(None, reachable=False, unreached=True, metadata_preempted=True)], False, AttemptClass.PREEMPTED),
+        ([obs(None, reachable=False, unreached=True, answered_before=True)], False, AttemptClass.PREEMPTED),
         ([obs(None, infra_error="h: unknown host key")], False, AttemptClass.INFRA),
         ([obs(0), obs(None, connection_lost=True, reachable=True)], False, AttemptClass.INFRA),
         ([obs(0), obs(1, metadata_preempted=False)], False, AttemptClass.FAILED),

@@ -16,7 +16,7 @@ import queue
 import shlex
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +39,7 @@ from marinbuild.backends.tpu.ssh import (
     ConnectionLost,
     HostKeyError,
     HostTarget,
+    HostUnknown,
     HostUnreachable,
     SshAuthError,
     SshConnection,
@@ -93,11 +94,17 @@ class HostOutcome:
     note: str | None = None
     fatal: bool = False
     torn_down: bool = False
+    unreached: bool = False
+    """No SSH session could be opened to the host in this attempt."""
+    answered_before: bool = False
+    """The host answered SSH in an earlier attempt of the step."""
+    answered: bool = False
+    """An SSH session to the host was opened in this attempt."""
 
     def observation(self) -> HostObservation:
         return HostObservation(
             self.host, self.exit_code, self.connection_lost, self.reachable,
-            self.metadata_preempted, self.infra_error,
+            self.metadata_preempted, self.infra_error, self.unreached, self.answered_before,
         )
 
 
@@ -136,6 +143,8 @@ class GangOutcome:
                 parts.append(f"{h.host}: preempted (GCE metadata)")
             elif h.reachable is False:
                 parts.append(h.note or f"{h.host}: stopped answering SSH")
+            elif h.connection_lost and h.exit_code is None and h.note:
+                parts.append(h.note)  # lost to a host that still answers: say how
         if self.first_failed and not parts:
             first = next(h for h in self.hosts if h.host == self.first_failed)
             why = "lost its connection" if first.connection_lost else f"exited {first.exit_code}"
@@ -191,9 +200,11 @@ class _HostState:
     infra_error: str | None = None
     survivors: tuple[int, ...] = ()
     synced: bool = False
+    connected: bool = False
     note: str | None = None
     fatal: bool = False
     torn_down: bool = False
+    answered_before: bool = False
     reader: threading.Thread | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -209,6 +220,9 @@ class _HostState:
             p.entry, p.slice_index, p.worker_index, self.exit_code, self.connection_lost,
             self.reachable, self.metadata_preempted, self.infra_error, self.survivors,
             self.note, self.fatal, self.torn_down,
+            unreached=self.reachable is False and not self.connected,
+            answered_before=self.answered_before,
+            answered=self.connected,
         )
 
 
@@ -233,8 +247,9 @@ class Gang:
         max_parallel: int = 32,
         secrets: Sequence[str] = (),
         log_header: str = "",
+        answered_before: Collection[str] = (),
     ) -> None:
-        self.hosts = [_HostState(p) for p in plans]
+        self.hosts = [_HostState(p, answered_before=p.entry in answered_before) for p in plans]
         self.command = command
         self.logs = logs
         self.workdir = workdir
@@ -304,7 +319,7 @@ class Gang:
         except ConnectionLost as e:
             h.connection_lost = True
             h.note = str(e)
-        except (HostKeyError, SshAuthError) as e:
+        except (HostKeyError, SshAuthError, HostUnknown) as e:
             # Retrying cannot fix a refused key; the backend stops at once.
             h.infra_error, h.fatal = str(e), True
         except SshError as e:
@@ -326,6 +341,7 @@ class Gang:
             if self._abort.is_set() or self.cancel.is_set():
                 return False
             h.conn = SshConnection.connect(h.plan.target)
+            h.connected = True
             self._prepare(h)
             if self._abort.is_set() or self.cancel.is_set():
                 return False

@@ -7,6 +7,13 @@ tested without a cluster:
 >>> gone = HostObservation("h1", exit_code=None, connection_lost=True, reachable=False)
 >>> classify_attempt([ok, gone])
 <AttemptClass.PREEMPTED: 'PREEMPTED'>
+
+A host that never answered SSH (a wrong port, a refused or timed-out connection) is not
+taken for a preemption unless GCE says so, or it answered in an earlier attempt of the
+step: a typo must not be retried on the (large) preemption budget.
+
+>>> classify_attempt([HostObservation("h0", exit_code=None, reachable=False, unreached=True)])
+<AttemptClass.INFRA: 'INFRA'>
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ __all__ = [
     "HostObservation",
     "classify_attempt",
     "is_preempted",
+    "is_unreached",
     "metadata_query_command",
     "parse_metadata_answer",
 ]
@@ -47,7 +55,9 @@ class HostObservation:
     host was torn down before it finished).  ``reachable`` is whether SSH answered after
     the attempt (``None``: not asked).  ``metadata_preempted`` is the GCE metadata answer
     (``None``: no answer, e.g. not on GCE).  ``infra_error`` is set when setting the host
-    up failed (key, auth, sync, launch).
+    up failed (key, auth, sync, launch).  ``unreached`` is set when no SSH session to the
+    host could be opened in this attempt, and ``answered_before`` when one could in an
+    earlier attempt of the same step.
     """
 
     host: str
@@ -56,15 +66,27 @@ class HostObservation:
     reachable: bool | None = None
     metadata_preempted: bool | None = None
     infra_error: str | None = None
+    unreached: bool = False
+    answered_before: bool = False
 
 
 def is_preempted(obs: HostObservation) -> bool:
     """A host counts as preempted when GCE says so or when it stopped answering SSH.
 
+    Stopped answering: it answered in this attempt or an earlier one, and no longer does.
+    A host that never answered is an infrastructure error (:func:`is_unreached`).
+
     >>> is_preempted(HostObservation("h", exit_code=137, metadata_preempted=True))
     True
     """
-    return obs.metadata_preempted is True or obs.reachable is False
+    if obs.metadata_preempted is True:
+        return True
+    return obs.reachable is False and (not obs.unreached or obs.answered_before)
+
+
+def is_unreached(obs: HostObservation) -> bool:
+    """The host never answered SSH in this step and GCE does not say it was preempted."""
+    return obs.reachable is False and obs.unreached and not is_preempted(obs)
 
 
 def classify_attempt(
@@ -85,7 +107,7 @@ def classify_attempt(
         return AttemptClass.CANCELLED
     if any(is_preempted(o) for o in observations):
         return AttemptClass.PREEMPTED
-    if any(o.infra_error for o in observations):
+    if any(o.infra_error or is_unreached(o) for o in observations):
         return AttemptClass.INFRA
     if observations and all(o.exit_code == 0 for o in observations):
         return AttemptClass.SUCCESS

@@ -70,6 +70,9 @@ class TpuJob:
     slices: tuple[str, ...] = ()
     max_retries_preemption: int = 100
     max_retries_failure: int = 0
+    max_retries_infra: int = 2
+    """Retries of an attempt that failed for SSH or setup trouble (a host that never
+    answered, a failed upload): a few, since a wrong port or a down host rarely heals."""
 
 
 @dataclass(frozen=True)
@@ -258,7 +261,8 @@ def run_tpu_step(
 
     Blocking; run it in a thread and set ``cancel`` to stop it (every host is torn down
     and the result is CANCELLED).  A preempted attempt draws on
-    ``max_retries_preemption``, a failed one (FAILED or INFRA) on ``max_retries_failure``;
+    ``max_retries_preemption``, a FAILED one on ``max_retries_failure``, an INFRA one
+    (a host that never answered SSH, a failed upload) on ``max_retries_infra``;
     a refused host key or login is never retried.  Bad input (unknown slice, invalid env
     variable name) raises a :class:`marinbuild.errors.UserError` before any host is touched.
     """
@@ -278,7 +282,8 @@ def run_tpu_step(
     record = _Record(job, specs, secrets_)
     run_token = secrets.token_hex(6)
     attempts: list[Attempt] = []
-    preemptions = failures = 0
+    preemptions = failures = infra = 0
+    answered: set[str] = set()  # hosts that answered SSH in an attempt: silence later is preemption
 
     with tempfile.TemporaryDirectory(prefix="marinbuild-tpu-") as tmp:
         packed: PackedWorkdir | None = None
@@ -322,7 +327,9 @@ def run_tpu_step(
                 max_parallel=cluster.max_parallel,
                 secrets=secrets_,
                 log_header=f"=== marinbuild attempt {number} {_iso(time.time())} ===\n",
+                answered_before=frozenset(answered),
             ).run()
+            answered.update(h.host for h in outcome.hosts if h.answered)
             attempt = _attempt(number, outcome, secrets_)
             attempts.append(attempt)
             record.write(attempts)
@@ -338,12 +345,15 @@ def run_tpu_step(
                 preemptions += 1
                 if preemptions > job.max_retries_preemption:
                     return TpuResult("PREEMPTED", tuple(attempts), f"{error} (preemption budget spent)")
+            elif cls is AttemptClass.INFRA:
+                infra += 1
+                # A refused host key or login cannot get better by retrying.
+                if any(h.fatal for h in outcome.hosts) or infra > job.max_retries_infra:
+                    return TpuResult("INFRA", tuple(attempts), error)
             else:
                 failures += 1
-                status: TpuStatus = "INFRA" if cls is AttemptClass.INFRA else "FAILED"
-                # A refused host key or login cannot get better by retrying.
-                if any(h.fatal for h in outcome.hosts) or failures > job.max_retries_failure:
-                    return TpuResult(status, tuple(attempts), error)
+                if failures > job.max_retries_failure:
+                    return TpuResult("FAILED", tuple(attempts), error)
             delay = backoff_delay(len(attempts))
             console(f"{prefix}retrying in {delay:.1f} s")
             if cancel.wait(delay):

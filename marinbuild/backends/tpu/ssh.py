@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import getpass
+import logging
 import os
 import re
 import shlex
@@ -27,6 +28,7 @@ __all__ = [
     "ConnectionLost",
     "HostKeyError",
     "HostTarget",
+    "HostUnknown",
     "HostUnreachable",
     "SshAuthError",
     "SshConnection",
@@ -36,6 +38,11 @@ __all__ = [
     "remote_path",
     "resolve_target",
 ]
+
+# paramiko logs a traceback for every failed handshake; with no logging configured
+# Python's last-resort handler would print them all on the terminal. What went wrong
+# reaches the user as one line per host in the attempt's message instead.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Keepalives make a silently vanished peer (a preempted VM drops no FIN) surface as a
@@ -57,6 +64,10 @@ class HostKeyError(SshError):
 
 class SshAuthError(SshError):
     """The host refused every key offered."""
+
+
+class HostUnknown(SshError):
+    """The host's name does not resolve: a configuration problem, not a VM that went away."""
 
 
 class HostUnreachable(SshError):
@@ -210,7 +221,7 @@ class SshConnection:
             client.close()
             # A name that does not resolve is a configuration problem, not a VM that
             # went away: it must not be retried as a preemption.
-            raise SshError(target.alias, f"cannot resolve {target.hostname!r}: {e}") from None
+            raise HostUnknown(target.alias, f"cannot resolve {target.hostname!r}: {e}") from None
         except paramiko.AuthenticationException as e:
             client.close()
             raise SshAuthError(
@@ -219,7 +230,7 @@ class SshConnection:
         except (OSError, EOFError, paramiko.SSHException) as e:
             client.close()
             raise HostUnreachable(
-                target.alias, f"cannot connect to {target.hostname}:{target.port}: {e or type(e).__name__}"
+                target.alias, f"cannot connect to {target.hostname}:{target.port}: {_connect_failure(e, t)}"
             ) from None
         transport = client.get_transport()
         if transport is not None:
@@ -291,6 +302,19 @@ class SshConnection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _connect_failure(e: BaseException, timeout: float | None) -> str:
+    """Why a connection could not be set up, in a few words ("connection refused")."""
+    if isinstance(e, paramiko.ssh_exception.NoValidConnectionsError):
+        # paramiko's own text is "[Errno None] Unable to connect to port 1 on 127.0.0.1".
+        causes = {(err.strerror or str(err)) for err in e.errors.values() if err is not None}
+        return "; ".join(sorted(c[:1].lower() + c[1:] for c in causes)) or "connection failed"
+    if isinstance(e, TimeoutError | socket.timeout):
+        return f"no answer within {timeout:g} s" if timeout else "timed out"
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror[:1].lower() + e.strerror[1:]
+    return str(e) or type(e).__name__
 
 
 def _posix(command: str) -> str:
