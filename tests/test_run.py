@@ -360,3 +360,26 @@ def test_plan_into_a_pipe_is_plain_columns_without_rich(project):
     )
     probe = subprocess.run([sys.executable, "-c", code], cwd=project, env=cli_env(), capture_output=True, text=True)
     assert probe.stderr.strip().splitlines()[-1] == "NO-RICH"
+
+
+@pytest.mark.parametrize("kind", ["a file", "under a file"])
+@pytest.mark.parametrize("command", ["plan", "run", "status"])
+def test_a_prefix_that_is_not_a_folder_is_one_line_naming_it_exit_2(project, kind, command):
+    pipeline(project)
+    (project / "afile").write_text("not a folder")
+    prefix = "afile" if kind == "a file" else "afile/out"
+    result = marinbuild(command, "--prefix", prefix, cwd=project)
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"marinbuild: error: prefix '{prefix}' is not a folder") and "Traceback" not in line
+    assert result.stdout == "" and (project / "afile").read_text() == "not a folder"
+
+
+def test_a_prefix_that_cannot_be_created_is_one_line_naming_it_exit_2(project):
+    pipeline(project)
+    prefix = "/proc/marinbuild-out"  # no user, root included, can create a folder here
+    result = marinbuild("run", "--prefix", prefix, cwd=project)
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"marinbuild: error: prefix '{prefix}' ")
+    assert "internal error" not in line and not os.path.exists(prefix)

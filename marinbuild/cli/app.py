@@ -217,6 +217,10 @@ def run(
             n = len(planned.plan.order)
             out.print(f"nothing to do: {n} step{'' if n == 1 else 's'} up to date")
         return
+    if project.storage.is_local:
+        from marinbuild.store.storage import check_local_prefix
+
+        check_local_prefix(project.storage.prefix, prefix, create=True)
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     # A background job of a script starts with SIGINT ignored, and Python then leaves it
     # ignored: `kill -INT` would do nothing. The runner stops on it as on Ctrl-C.

@@ -26,7 +26,7 @@ from typing import Any
 from marinbuild.errors import UserError
 from marinbuild.store.retry import call_with_retries, is_transient, retrying
 
-__all__ = ["DEFAULT_PREFIX", "Storage", "resolve_prefix", "unlink_quietly", "write_temporary"]
+__all__ = ["DEFAULT_PREFIX", "Storage", "check_local_prefix", "resolve_prefix", "unlink_quietly", "write_temporary"]
 
 DEFAULT_PREFIX = "marinbuild-out"
 """The prefix used when neither ``--prefix`` nor ``MARIN_PREFIX`` is set, relative to the
@@ -46,7 +46,30 @@ def resolve_prefix(prefix: str | None) -> str:
     path = os.path.abspath(os.path.expanduser(raw))
     if os.path.dirname(path) == path or os.path.realpath(path) == "/":
         raise UserError(f"prefix {given!r} is a filesystem root; give a folder for the outputs (e.g. /data/experiments)")
+    check_local_prefix(path, given)
     return path
+
+
+def check_local_prefix(path: str, given: str | None = None, create: bool = False) -> None:
+    """Refuse (UserError naming the prefix) a local prefix that is not a folder or cannot be written.
+
+    Without ``create`` nothing is written: the nearest existing folder on the way must let
+    this user create folders. With ``create`` the prefix folder is made, as a run will.
+    """
+    shown = repr(given if given is not None else path)
+    existing = path
+    while not os.path.lexists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        where = "" if existing == path else f" ({existing} is a file)"
+        raise UserError(f"prefix {shown} is not a folder{where}; give a folder for the outputs")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"prefix {shown} is not writable by this user (in {existing})")
+    if create:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"prefix {shown} cannot be created: {e.strerror or e}") from None
 
 
 @dataclass
