@@ -314,6 +314,8 @@ class Slices(Part):
     n: int
     alternatives: tuple[str, ...]
     names: tuple[str, ...] | None
+    among: frozenset[str] | None
+    """The slices it may be given (e.g. only those not preemptible); None: any."""
 
     def __init__(
         self,
@@ -322,6 +324,7 @@ class Slices(Part):
         *,
         alternatives: Sequence[str] = (),
         names: Sequence[str] | None = None,
+        among: Iterable[str] | None = None,
     ) -> None:
         _check_alternatives(tpu_type, tuple(alternatives))
         if names is not None:
@@ -333,6 +336,7 @@ class Slices(Part):
         object.__setattr__(self, "n", _count(n, "slice_count", minimum=1))
         object.__setattr__(self, "alternatives", tuple(alternatives))
         object.__setattr__(self, "names", names)
+        object.__setattr__(self, "among", frozenset(among) if among is not None else None)
 
     @property
     def tpu_types(self) -> tuple[str, ...]:
@@ -343,6 +347,8 @@ class Slices(Part):
         extra = f", alternatives={list(self.alternatives)}" if self.alternatives else ""
         if self.names is not None:
             extra += f", names={list(self.names)}"
+        if self.among is not None:
+            extra += f", among={sorted(self.among)}"
         return f"Slices({self.tpu_type!r}, {self.n}{extra})"
 
 

@@ -75,6 +75,7 @@ class Step:
     env: tuple[tuple[str, str], ...] = field(default=())
     max_retries_preemption: int | None = None
     max_retries_failure: int | None = None
+    pip_dependency_groups: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -157,11 +158,15 @@ def step(
     env: dict[str, str] | None = None,
     max_retries_preemption: int | None = None,
     max_retries_failure: int | None = None,
+    pip_dependency_groups: Iterable[str] | None = None,
 ) -> Step:
     """Declare a step: ``fn(config)`` or the shell command ``cmd``.
 
     ``cmd`` is a ``str.format`` template over the resolved config values plus ``{output}``;
     every substituted value is shell-quoted, a list becomes its quoted elements.
+    ``pip_dependency_groups`` (extras of the project's ``pyproject.toml`` or PEP 508
+    requirements) makes the step run in a Python environment holding them (see
+    :mod:`marinbuild.pyenv`).
 
     >>> s = step("hello", cmd="echo {greeting} > {output}/hello.txt", config={"greeting": "hi"})
     >>> s.kind
@@ -175,6 +180,7 @@ def step(
     if cmd is not None and not isinstance(cmd, str):
         raise StepDefinitionError(f"step {name!r}: cmd must be a string template")
     env_pairs = tuple(sorted((str(k), str(v)) for k, v in env.items())) if env else ()
+    groups = _check_groups(name, pip_dependency_groups) if pip_dependency_groups else ()
     # The frozen dataclass __init__ sets its 11 fields one object.__setattr__ call at a
     # time; filling the instance dict at once is 3x cheaper, and a Marinfile calls step()
     # once per step on every command. Step(...) itself still works the usual way.
@@ -191,11 +197,21 @@ def step(
         env=env_pairs,
         max_retries_preemption=max_retries_preemption,
         max_retries_failure=max_retries_failure,
+        pip_dependency_groups=groups,
     )
     declared = _declared.get()
     if declared is not None:
         declared.append(s)
     return s
+
+
+def _check_groups(name: str, groups: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(groups, str):
+        groups = [groups]  # one entry, not a set of letters
+    out = tuple(groups)
+    if not all(isinstance(g, str) and g.strip() for g in out):
+        raise StepDefinitionError(f"step {name!r}: pip_dependency_groups must be a list of non-empty strings")
+    return out
 
 
 _LEAVES = (str, int, float, bool, type(None))

@@ -227,6 +227,8 @@ def _fit_slices(slices: Slices, pool: Capacity) -> Slices | str:
     else:
         for tpu_type in slices.tpu_types:
             free = pool.slices.get(tpu_type, ())
+            if slices.among is not None:
+                free = tuple(name for name in free if name in slices.among)
             if len(free) >= slices.n:
                 return Slices(tpu_type, names=free[: slices.n])
     wanted = " or ".join(slices.tpu_types)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from marinbuild.errors import UserError
 from marinbuild.execution.admission import ResourceAdmission, check_plan_fits, requests_of
+from marinbuild.execution.backend_fields import FieldCheck, backend_namer, check_fields
 from marinbuild.execution.capacity import Capacity, detect_capacity, parse_named_counts, with_overrides
 from marinbuild.execution.reporting import NullReporter, Reporter, Summary
 from marinbuild.planner import Plan
@@ -97,6 +98,8 @@ class PlannedRun:
     forced: bool = False
     placements: dict[str, Placement | None] | None = None
     """Where Ray places each step to run; None when steps do not run on Ray."""
+    fields: FieldCheck | None = None
+    """Each step's environment, container image, and what planning could not check."""
 
 
 class StepOutcome(enum.StrEnum):
@@ -221,9 +224,15 @@ def plan_run(
     placements = None
     if settings is not None and backend_choice(settings, project) is BackendChoice.ray:
         placements = ray_placements(planned, settings.ray_address, dry)
-    to_check = {n: requests[n] for n in plan.to_run() if not (placements and placements.get(n))}
+    on_ray = lambda n: bool(placements and placements.get(n))  # noqa: E731
+    fields = check_fields(
+        project.graph, plan.order, requests, to_run=plan.to_run(), marinfile=project.marinfile.path,
+        backend_of=backend_namer(requests, tpu_cluster, on_ray), cluster=tpu_cluster,
+    )
+    requests = dict(fields.requests)
+    to_check = {n: requests[n] for n in plan.to_run() if not on_ray(n)}
     check_plan_fits(to_check, capacity)
-    return replace(planned, placements=placements)
+    return replace(planned, requests=requests, placements=placements, fields=fields)
 
 
 def backend_choice(settings: RunSettings, project: Project) -> BackendChoice:
@@ -353,9 +362,7 @@ def _backends(
     echo: Callable[[str], None],
 ) -> tuple[Backend, Callable[[Node], Backend] | None, Admission]:
     """The backend of every step: local by default, TPU slices over SSH, Ray where placed."""
-    from marinbuild.backends.local.backend import LocalBackend
-
-    runner: Backend = LocalBackend()
+    runner: Backend = _local_runner(planned)
     backend_for: Callable[[Node], Backend] | None = None
     if planned.cluster is not None:
         from marinbuild.backends.tpu.backend import RetryBudgets
@@ -371,8 +378,35 @@ def _backends(
         ship_project_code(project.marinfile.path)
         fallback = backend_for if backend_for is not None else (lambda node: runner)
         ray = RayBackend(project.graph, planned.placements, fallback, fresh_output=settings.fresh_output)
-        return ray, ray.backend_for, RayAdmission(admission, ray.placements)
-    return runner, backend_for, admission
+        return (*_retrying(planned, settings, ray, ray.backend_for), RayAdmission(admission, ray.placements))
+    return (*_retrying(planned, settings, runner, backend_for), admission)
+
+
+def _local_runner(planned: PlannedRun) -> Backend:
+    """The local backend, running steps in their Python environments and container images."""
+    from marinbuild.backends.container import InContainers
+    from marinbuild.backends.local.backend import LocalBackend
+    from marinbuild.pyenv.launch import WithEnvironments
+
+    path, prefix = planned.project.marinfile.path, planned.project.graph.prefix
+    runner: Backend = WithEnvironments(LocalBackend(), path, prefix)
+    images = planned.fields.images if planned.fields is not None else {}
+    return InContainers(runner, images, path, prefix) if images else runner
+
+
+def _retrying(
+    planned: PlannedRun, settings: RunSettings, backend: Backend, backend_for: Callable[[Node], Backend] | None
+) -> tuple[Backend, Callable[[Node], Backend]]:
+    """Failed steps retried within their budget on every backend (TPU slices retry on their own)."""
+    from marinbuild.execution.retries import with_retries
+
+    graph = planned.project.graph
+
+    def budget_of(name: str) -> int:
+        own = graph.nodes[name].step.max_retries_failure
+        return settings.max_retries_failure if own is None else own
+
+    return with_retries(backend, backend_for, budget_of)
 
 
 def _tpu_backend_for(

@@ -34,7 +34,12 @@ from typing import Any, TypeVar
 from marinbuild.backends.base import Job, Outcome
 from marinbuild.errors import LeaseLost, MarinbuildError, StorageError
 from marinbuild.graph import Node
+from marinbuild.pyenv.launch import ENV_EXTRA
+from marinbuild.pyenv.spec import environment_of
+from marinbuild.redact import redact_env
 from marinbuild.resolve import render_command, resolve_config
+from marinbuild.resources import ResourceConfig
+from marinbuild.steps import Step
 from marinbuild.store.lease import LeaseRecord, LeaseSettings, Owner, Verdict, Watch, judge, observe, read_leases
 from marinbuild.store.markers import (
     FAILED,
@@ -122,7 +127,8 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
     config = resolve_config(s.config, out, ctx.outputs, mirrors)
     command = render_command(s.cmd, config, out) if s.cmd is not None else None
     log_file = log_path(out) if storage.is_local else _local_log_file(node)
-    env = {"MARINBUILD_OUTPUT": out, "MARINBUILD_STEP": s.name, **dict(s.env), **extra_env}
+    env = step_environment(s, out, extra_env)
+    environment = environment_of(s.name, s.pip_dependency_groups, ctx.marinfile)
     info: dict[str, Any] = {
         "name": s.name,
         "identity": node.identity,
@@ -135,6 +141,8 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
         "function": _describe_fn(s.fn) if s.fn is not None else None,
         "command": command,
         "description": s.description,
+        "environment": environment.to_json() if environment is not None else None,
+        "env_vars": redact_env(env_vars_of(s)),
         "start_time": time.time(),
         **ctx.provenance,
     }
@@ -155,8 +163,27 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
         command=command,
         cores=cores,
         timeout=timeout,
+        extra={ENV_EXTRA: environment} if environment is not None else {},
     )
     return job, info
+
+
+def env_vars_of(s: Step) -> Mapping[str, str]:
+    """The step's ``ResourceConfig.env_vars`` (none for other ways of giving resources)."""
+    return s.resources.env_vars if isinstance(s.resources, ResourceConfig) else {}
+
+
+def step_environment(s: Step, out: str, extra_env: Mapping[str, str]) -> dict[str, str]:
+    """The variables a step gets on top of the runner's environment, in order of precedence.
+
+    Lowest first: what admission derives (thread counts, device lists), the step's
+    ``env_vars`` and ``env=``, then marinbuild's own ``MARINBUILD_*`` variables, which win
+    over everything (a step cannot be told a wrong output path or attempt number).
+    """
+    env = {**extra_env, **env_vars_of(s), **dict(s.env)}
+    env.update((k, v) for k, v in extra_env.items() if k.startswith("MARINBUILD_"))
+    env.update(MARINBUILD_OUTPUT=out, MARINBUILD_STEP=s.name, MARINBUILD_ATTEMPT="1")
+    return env
 
 
 def check_dependencies(ctx: RunContext, node: Node) -> dict[str, float]:

@@ -21,6 +21,9 @@ its TPU type and its hosts, worker 0 first, and may override any ``[ssh]`` key i
     hosts = ["b0", "b1", "b2", "b3"]       # aliases resolved through ~/.ssh/config
     ssh = { user = "ops", port = 2222 }
 
+A slice marked ``preemptible = true`` (spot or preemptible VMs) is never given to a step
+declaring ``ResourceConfig(preemptible=False)``.
+
 A host may be written ``[user@]host[:port]``. ``internal_addresses`` (optional, one per
 host) gives the addresses the hosts use to reach each other when they differ from the
 ones used for SSH; the coordinator addresses are built from them.
@@ -111,6 +114,8 @@ class SliceSpec:
     hosts: tuple[str, ...]
     ssh: SshSettings = field(default_factory=SshSettings)
     internal_addresses: tuple[str, ...] = ()
+    preemptible: bool = False
+    """Marked ``preemptible = true`` in the cluster file: steps that must not be preempted avoid it."""
 
     @property
     def topology(self) -> TpuTopology:
@@ -175,7 +180,7 @@ _SSH_TYPES: dict[str, type | tuple[type, ...]] = {
     "port": int, "coordinator_port": int, "megascale_port": int,
     "connect_timeout": (int, float), "kill_grace": (int, float),
 }
-_SLICE_KEYS = {"name", "tpu_type", "hosts", "ssh", "internal_addresses"}
+_SLICE_KEYS = {"name", "tpu_type", "hosts", "ssh", "internal_addresses", "preemptible"}
 _TOP_KEYS = {"ssh", "slices", "max_parallel"}
 
 
@@ -239,7 +244,10 @@ def _parse_slice(raw: Any, index: int, defaults: SshSettings, source: str) -> Sl
             f"{where}: 'internal_addresses' has {len(internal)} entries for {len(hosts)} hosts"
         )
     ssh = _ssh_settings(defaults, raw.get("ssh", {}), where)
-    return SliceSpec(name, tpu_type, tuple(hosts), ssh, tuple(internal))
+    preemptible = raw.get("preemptible", False)
+    if not isinstance(preemptible, bool):
+        raise ClusterConfigError(f"{where}: 'preemptible' must be true or false")
+    return SliceSpec(name, tpu_type, tuple(hosts), ssh, tuple(internal), preemptible)
 
 
 def parse_cluster(data: Mapping[str, Any], *, source: str = "<cluster>") -> Cluster:
