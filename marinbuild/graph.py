@@ -9,15 +9,16 @@ same name and identity are merged into one node.
 from __future__ import annotations
 
 import functools
-import heapq
-import string
+import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from marinbuild.config_walk import named_values
 from marinbuild.errors import CycleError, StepDefinitionError
 from marinbuild.identity import hash_payload, identity_payload
-from marinbuild.steps import ConfigScan, Step, is_dataclass_instance, scan_config
+from marinbuild.resolve import check_template
+from marinbuild.steps import ConfigScan, Step, scan_config
 from marinbuild.store.storage import Storage
 
 if TYPE_CHECKING:
@@ -48,30 +49,29 @@ class Node:
 
 @dataclass(frozen=True)
 class StepGraph:
-    """All steps by name, the declared ones in order (and all in topological order)."""
+    """All steps by name, the declared ones in order, and the graph networkx plans with.
+
+    ``dag`` is a frozen ``networkx.DiGraph``: nodes are step names carrying their
+    :class:`Node` as ``"node"``, edges run from a dependency to its dependant, and its
+    nodes are inserted in ``order``, a topological order that follows the Marinfile.
+    """
 
     nodes: Mapping[str, Node]
     declared: tuple[str, ...]
     order: tuple[str, ...]
     prefix: str
+    dag: nx.DiGraph
 
     @functools.cached_property
-    def dag(self) -> nx.DiGraph:
-        """The graph as a networkx DiGraph, edges from dependency to dependant.
-
-        Built on first use: the everyday paths (load, hash, probe, no-op run) need only
-        the topological order, and importing networkx costs more than planning 10,000 steps.
-        """
-        import networkx as nx
-
-        dag = nx.DiGraph()
-        dag.add_nodes_from(self.nodes)
-        dag.add_edges_from((d, n.name) for n in self.nodes.values() for d in n.deps)
-        return dag
+    def index(self) -> Mapping[str, int]:
+        """Each step's position in ``order``."""
+        return {n: i for i, n in enumerate(self.order)}
 
 
 def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
     """Discover, order, hash and merge the steps reachable from ``declared``."""
+    import networkx as nx
+
     declared = list(declared)
     under_prefix = Storage.join(prefix, "")  # what Storage.join(prefix, name) puts before name
     scans, objects = _discover(declared)
@@ -93,20 +93,24 @@ def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
                     f"{identity}); give them different names"
                 )
             continue
-        _check_template(s)
+        check_template(s)
         dep_steps = objects[s]
         if len(dep_steps) > 1:
             deps = tuple(dict.fromkeys(d.name for d in dep_steps))
         else:
             deps = tuple(d.name for d in dep_steps)
         if s.override_output_path:
-            output_path = _override_path(prefix, s.override_output_path)
+            output_path = override_path(prefix, s.override_output_path, s.name)
         else:
             output_path = f"{under_prefix}{s.name}-{identity}"  # a name is never absolute
         nodes[s.name] = Node(s, identity, payload, deps, output_path)
+    if any(node.step.override_output_path for node in nodes.values()):
+        _check_output_paths(nodes)
+    dag = nx.DiGraph()
+    dag.add_nodes_from((name, {"node": node}) for name, node in nodes.items())
+    dag.add_edges_from((d, name) for name, node in nodes.items() for d in node.deps)
     names = tuple(dict.fromkeys(s.name for s in declared))
-    topo = tuple(dict.fromkeys(s.name for s in order))
-    return StepGraph(nodes=nodes, declared=names, order=topo, prefix=prefix)
+    return StepGraph(nodes=nodes, declared=names, order=tuple(nodes), prefix=prefix, dag=nx.freeze(dag))
 
 
 def _discover(declared: list[Step]) -> tuple[dict[Step, ConfigScan], dict[Step, list[Step]]]:
@@ -118,7 +122,10 @@ def _discover(declared: list[Step]) -> tuple[dict[Step, ConfigScan], dict[Step, 
     # Breadth-first and in declaration order, so that the order of these dicts (which
     # breaks ties in the topological sort) follows the Marinfile.
     for s in queue:
-        scan = scans[s] = scan_config(s.config)
+        try:
+            scan = scans[s] = scan_config(s.config)
+        except StepDefinitionError as e:
+            raise StepDefinitionError(f"step {s.name!r}: {e}") from None
         refs = scan.refs
         deps = objects[s] = [refs[0][1]] if len(refs) == 1 else list(dict.fromkeys(r for _, r, _ in refs))
         for r in deps:
@@ -129,101 +136,102 @@ def _discover(declared: list[Step]) -> tuple[dict[Step, ConfigScan], dict[Step, 
 
 
 def _topological(objects: dict[Step, list[Step]]) -> list[Step]:
-    """Kahn's algorithm, ties broken by discovery order; linear and without recursion.
+    """The steps in topological order, ties broken by discovery order; a cycle is an error.
 
     ``objects`` maps each step to its distinct dependencies.
     """
     rank = {s: i for i, s in enumerate(objects)}
-    by_rank = list(objects)
     # A config can only refer to steps that already exist, so the discovery order of a
-    # Marinfile's steps is nearly always topological already; Kahn's algorithm, whose ties
-    # go to the lowest rank, would return it unchanged.
+    # Marinfile's steps is nearly always topological already: it is then what networkx's
+    # lexicographical sort (ties to the lowest rank) would return, found in one pass.
     if all(rank[d] < i for i, ds in enumerate(objects.values()) for d in ds):
-        return by_rank
-    indegree = [len(objects[s]) for s in by_rank]
-    dependants: list[list[int]] = [[] for _ in by_rank]
-    for i, ds in enumerate(objects.values()):
-        for d in ds:
-            dependants[rank[d]].append(i)
-    ready = [i for i, n in enumerate(indegree) if n == 0]
-    heapq.heapify(ready)
-    order: list[Step] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(by_rank[i])
-        for j in dependants[i]:
-            indegree[j] -= 1
-            if indegree[j] == 0:
-                heapq.heappush(ready, j)
-    if len(order) < len(by_rank):
-        _raise_cycle(objects)
-    return order
-
-
-def _raise_cycle(objects: dict[Step, list[Step]]) -> None:
+        return list(objects)
     import networkx as nx
 
     g = nx.DiGraph()
+    g.add_nodes_from(objects)
     g.add_edges_from((d, s) for s, ds in objects.items() for d in ds)
-    cycle = nx.find_cycle(g)
-    names = " -> ".join([a.name for a, _ in cycle] + [cycle[0][0].name])
-    raise CycleError(f"the steps form a cycle: {names}")
+    try:
+        return list(nx.lexicographical_topological_sort(g, key=rank.__getitem__))
+    except nx.NetworkXUnfeasible:
+        cycle = nx.find_cycle(g)
+        names = " -> ".join([a.name for a, _ in cycle] + [cycle[0][0].name])
+        raise CycleError(f"the steps form a cycle: {names}") from None
 
 
-def _override_path(prefix: str, override: str) -> str:
-    """Where ``override_output_path`` puts a step: absolute or a URL as given, else under the prefix."""
-    if "://" in override or override.startswith("/"):
-        return override.rstrip("/")
-    return Storage.join(prefix, override)
+def override_path(prefix: str, override: str, name: str = "") -> str:
+    """Where ``override_output_path`` puts a step: strictly inside the prefix, and nowhere else.
+
+    A relative override is joined to the prefix and must not hold ``..``; an absolute path
+    or URL must already lie inside the prefix. A step's output is cleared and removed by
+    ``clean``, so it can never be allowed to name the prefix itself or anything outside it.
+
+    >>> override_path("/p", "fixed/place")
+    '/p/fixed/place'
+    >>> override_path("/p", "../x", "s")
+    Traceback (most recent call last):
+    ...
+    marinbuild.errors.StepDefinitionError: step 's': override_output_path '../x' must stay inside the prefix (no '..')
+    """
+    who = f"step {name!r}: " if name else ""
+    if "\0" in override:
+        raise StepDefinitionError(f"{who}override_output_path {override!r} holds a NUL byte")
+    absolute = "://" in override or override.startswith("/")
+    rest = override.split("://", 1)[-1]
+    if ".." in rest.split("/"):
+        raise StepDefinitionError(f"{who}override_output_path {override!r} must stay inside the prefix (no '..')")
+    path = override.rstrip("/") if absolute else Storage.join(prefix, posixpath.normpath(override))
+    if not _strictly_inside(path, prefix):
+        raise StepDefinitionError(
+            f"{who}override_output_path {override!r} must be a folder strictly inside the prefix {prefix!r}"
+        )
+    return path
+
+
+def _split_scheme(path: str) -> tuple[str, str]:
+    scheme, sep, rest = path.partition("://")
+    if not sep:
+        return "file", path
+    return ("file" if scheme in ("file", "local") else scheme), rest
+
+
+def _strictly_inside(path: str, prefix: str) -> bool:
+    scheme, rest = _split_scheme(path)
+    pscheme, prest = _split_scheme(prefix)
+    if scheme != pscheme:
+        return False
+    base = posixpath.normpath(prest).rstrip("/") + "/"
+    return posixpath.normpath(rest).startswith(base) and posixpath.normpath(rest) + "/" != base
+
+
+def _check_output_paths(nodes: Mapping[str, Node]) -> None:
+    """Two steps never share an output, nor does one lie inside another's (which it would clear)."""
+    owner: dict[str, str] = {}
+    for name, node in nodes.items():
+        path = posixpath.normpath(_split_scheme(node.output_path)[1])
+        other = owner.setdefault(path, name)
+        if other != name:
+            raise StepDefinitionError(
+                f"steps {other!r} and {name!r} both write to {node.output_path}; give one another override_output_path"
+            )
+    for path, name in owner.items():
+        parent = posixpath.dirname(path)
+        while parent not in ("/", "", "."):
+            outer = owner.get(parent)
+            if outer is not None:
+                raise StepDefinitionError(
+                    f"step {name!r} writes inside the output of step {outer!r} ({nodes[outer].output_path}); "
+                    "give it an override_output_path of its own"
+                )
+            parent = posixpath.dirname(parent)
 
 
 def template_keys(s: Step) -> set[str]:
     """The config keys a step's command template may name (``output`` is always there)."""
-    config = s.config
-    if config is None:
-        keys: set[str] = set()
-    elif isinstance(config, dict):
-        keys = {str(k) for k in config}
-    elif is_dataclass_instance(config):
-        keys = set(config.__dataclass_fields__)
-    else:
+    named = named_values(s.config)
+    if named is None:
         raise StepDefinitionError(
-            f"step {s.name!r}: a shell step's config must be a dict or a dataclass, got {type(config).__name__}"
+            f"step {s.name!r}: a shell step's config must be a dict, a dataclass or a NamedTuple, "
+            f"got {type(s.config).__name__}"
         )
-    return keys | {"output"}
-
-
-@functools.lru_cache(maxsize=4096)
-def _template_fields(template: str) -> tuple[str, ...] | str:
-    """The top-level names a template uses, or the parse error's text."""
-    try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-    except ValueError as e:
-        return str(e)
-    return tuple(f.split(".", 1)[0].split("[", 1)[0] for f in fields)
-
-
-def _check_template(s: Step) -> None:
-    if s.cmd is None:
-        return
-    config = s.config
-    if isinstance(config, dict):
-        names: Any = config
-    elif config is None:
-        names = ()
-    else:
-        names = template_keys(s)  # a dataclass's fields, or the error for any other config
-    fields = _template_fields(s.cmd)
-    if isinstance(fields, str):
-        raise StepDefinitionError(f"step {s.name!r}: bad command template: {fields}")
-    for head in fields:
-        if head == "" or head.isdigit():
-            raise StepDefinitionError(f"step {s.name!r}: command template fields must be named, not {{{head}}}")
-        if head in names or head == "output":
-            continue
-        keys = template_keys(s)
-        if head not in keys:
-            known = ", ".join(sorted(keys))
-            raise StepDefinitionError(
-                f"step {s.name!r}: command template names {{{head}}}, which is not in its config (has: {known})"
-            )
+    return set(named) | {"output"}

@@ -25,15 +25,22 @@ import json
 import math
 import pathlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import xxhash
 
+from marinbuild.config_walk import MAPPING, SET, children, join_path
 from marinbuild.errors import IdentityError
-from marinbuild.steps import ConfigScan, OutputPathOf, Step, ThisOutputPath, VersionedValue, scan_config, versioned
-from marinbuild.steps import is_dataclass_instance as _is_dataclass_instance
-from marinbuild.steps import join_path as _join
-from marinbuild.store.mirror import Mirrored
+from marinbuild.steps import (
+    ConfigScan,
+    Mirrored,
+    OutputPathOf,
+    Step,
+    ThisOutputPath,
+    VersionedValue,
+    scan_config,
+    versioned,
+)
 
 __all__ = ["canonical_json", "hash_payload", "identity_payload", "versioned"]
 
@@ -133,30 +140,35 @@ class _Encoder:
             return {"__mirrored__": value.source}
         if isinstance(value, VersionedValue):
             return self.encode(value.value, path)
-        if isinstance(value, (list, tuple)):
-            return [self.encode(v, _join(path, str(i))) for i, v in enumerate(value)]
-        if isinstance(value, dict):
+        found = children(value)
+        if found is None:
+            return self._refuse(path, value, f"a value of type {type(value).__name__}")
+        shape, items = found
+        if shape == MAPPING:
             out: dict[str, JSON] = {}
-            for k, v in value.items():
+            for k, v in items:
                 if not isinstance(k, str):
                     self._refuse(path, value, f"a dict key of type {type(k).__name__}")
-                out[k] = self.encode(v, _join(path, k))
+                out[k] = self.encode(v, join_path(path, k))
             return out
-        if isinstance(value, (set, frozenset)):
+        if shape == SET:
             return self._encode_set(value, path)
-        if _is_dataclass_instance(value):
-            return {f: self.encode(getattr(value, f), _join(path, f)) for f in value.__dataclass_fields__}
-        self._refuse(path, value, f"a value of type {type(value).__name__}")
+        if isinstance(value, (list, tuple)):  # a NamedTuple too: by position, as any tuple
+            return [self.encode(v, join_path(path, str(i))) for i, v in items]
+        # A dataclass: its fields by name (a ClassVar or an InitVar is no field).
+        return {f: self.encode(v, join_path(path, f)) for f, v in items}
 
     def _encode_set(self, value: set[Any] | frozenset[Any], path: str) -> JSON:
         kinds = {type(v) for v in value}
         if len(kinds) > 1 or not kinds <= {str, int, float}:
             self._refuse(path, value, "a set of mixed or unsortable types")
+        if float in kinds and not all(math.isfinite(v) for v in value):
+            self._refuse(path, value, "a set holding a non-finite float")
         return sorted(value)
 
-    def _refuse(self, path: str, value: Any, what: str) -> Any:
+    def _refuse(self, path: str, value: Any, what: str) -> NoReturn:
         field = path or "(config)"
         raise IdentityError(
             f"step {self.step_name!r}: versioned field {field!r} holds {what}, which has no stable "
-            "encoding; use plain data (str, int, float, bool, None, list, dict, dataclass)"
+            "encoding; use plain data (str, int, float, bool, None, list, tuple, dict, set, dataclass, enum, path)"
         )

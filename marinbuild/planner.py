@@ -1,10 +1,22 @@
 """The plan: which steps a run covers, in what order, and what happens to each.
 
-Planning is pure. It takes the graph, the targets and a snapshot of stored statuses, and
-returns decisions; it never touches storage. A step that is up to date is not descended
-into: its identity already covers its ancestors, whose outputs may be gone.
+Planning is pure. It takes the step graph, the targets and a snapshot of stored statuses,
+and returns decisions; it never touches storage. A step that is up to date is not
+descended into: its identity already covers its ancestors, whose outputs may be gone.
 
->>> # plan = make_plan(graph, ["train/*"], statuses={}, force=[], force_all=False)
+The plan is a ``networkx.DiGraph`` (:attr:`Plan.graph`): its nodes are the planned steps'
+names carrying their :class:`~marinbuild.graph.Node` as ``"node"``, its edges run from a
+dependency to its dependant, and :attr:`Plan.order` is a topological order of it.
+Selection, closure and the descendants of a forced step are networkx queries on the
+step graph.
+
+>>> from marinbuild.graph import build_graph
+>>> from marinbuild.steps import step
+>>> a = step("a", cmd="true")
+>>> b = step("b", cmd="true", config={"a": a})
+>>> plan = make_plan(build_graph([a, b], "/p"), ["b"], statuses={})
+>>> plan.order, list(plan.graph.edges)
+(('a', 'b'), [('a', 'b')])
 """
 
 from __future__ import annotations
@@ -13,31 +25,43 @@ import difflib
 import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from marinbuild.errors import TargetError
 from marinbuild.graph import Node, StepGraph
 from marinbuild.staleness import Action, Decision, decide
 from marinbuild.store.markers import StatusRecord
 
-__all__ = ["Plan", "closure", "make_plan", "select"]
+if TYPE_CHECKING:
+    import networkx as nx
+
+__all__ = ["Plan", "closure", "descendants", "make_plan", "select"]
 
 
 @dataclass(frozen=True)
 class Plan:
-    """Decisions for every step the targets need, in topological order."""
+    """Decisions for every step the targets need, in topological order.
 
-    graph: StepGraph
+    ``graph`` is the planned steps' ``networkx.DiGraph`` (read-only), edges from a
+    dependency to its dependant; ``order`` is a topological order of it.
+    """
+
+    graph: nx.DiGraph
     targets: tuple[str, ...]
     order: tuple[str, ...]
     decisions: Mapping[str, Decision]
 
     def node(self, name: str) -> Node:
-        return self.graph.nodes[name]
+        """The planned step ``name``'s graph node (identity, output path, dependencies)."""
+        node: Node = self.graph.nodes[name]["node"]
+        return node
 
     def to_run(self) -> list[str]:
+        """The steps that will run (or are waited for), in order."""
         return [n for n in self.order if self.decisions[n].action is not Action.SKIP]
 
     def counts(self) -> dict[str, int]:
+        """How many steps get each action."""
         out: dict[str, int] = {}
         for d in self.decisions.values():
             action = str(d.action)
@@ -49,14 +73,15 @@ def select(graph: StepGraph, patterns: Sequence[str]) -> tuple[str, ...]:
     """Step names matching ``patterns`` (names or globs); none means every declared step."""
     if not patterns:
         return graph.declared
+    dag = graph.dag
     chosen: dict[str, None] = {}
     for pattern in patterns:
-        if pattern in graph.nodes:
+        if pattern in dag:
             chosen[pattern] = None
             continue
-        matches = fnmatch.filter(graph.order, pattern) if any(c in pattern for c in "*?[") else []
+        matches = fnmatch.filter(dag, pattern) if any(c in pattern for c in "*?[") else []
         if not matches:
-            close = difflib.get_close_matches(pattern, list(graph.nodes), n=3, cutoff=0.5)
+            close = difflib.get_close_matches(pattern, list(dag), n=3, cutoff=0.5)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise TargetError(f"no step named {pattern!r}{hint}")
         chosen.update(dict.fromkeys(matches))
@@ -65,14 +90,26 @@ def select(graph: StepGraph, patterns: Sequence[str]) -> tuple[str, ...]:
 
 def closure(graph: StepGraph, targets: Iterable[str]) -> set[str]:
     """The targets and all their ancestors."""
-    out = set(targets)
-    stack = list(out)
-    while stack:
-        for dep in graph.nodes[stack.pop()].deps:
-            if dep not in out:
-                out.add(dep)
-                stack.append(dep)
+    import networkx as nx
+
+    wanted = set(targets)
+    if wanted.issuperset(graph.declared):
+        # Every step in the graph was discovered from a declared one: all of them.
+        return set(graph.nodes)
+    out: set[str] = set()
+    index = graph.index
+    for target in sorted(wanted, key=index.__getitem__, reverse=True):  # dependants first: they cover more
+        if target not in out:
+            out.add(target)
+            out |= nx.ancestors(graph.dag, target)
     return out
+
+
+def descendants(graph: StepGraph, name: str) -> set[str]:
+    """Every step downstream of ``name``."""
+    import networkx as nx
+
+    return set(nx.descendants(graph.dag, name))
 
 
 def make_plan(
@@ -85,6 +122,7 @@ def make_plan(
     """Decide every step the targets need; ``statuses`` maps output paths to stored status."""
     forced = _forced_reasons(graph, targets, force, force_all)
     nodes = graph.nodes
+    predecessors = graph.dag.predecessors
     skip = Action.SKIP
     decisions: dict[str, Decision] = {}
     stack = list(targets)
@@ -92,13 +130,29 @@ def make_plan(
         name = stack.pop()
         if name in decisions:
             continue
-        node = nodes[name]
-        decision = decide(statuses.get(node.output_path), forced.get(name))
+        decision = decide(statuses.get(nodes[name].output_path), forced.get(name))
         decisions[name] = decision
         if decision.action is not skip:
-            stack.extend(node.deps)
+            stack.extend(predecessors(name))
+    if len(decisions) == len(nodes):
+        return Plan(graph=graph.dag, targets=tuple(targets), order=graph.order, decisions=decisions)
     order = tuple(n for n in graph.order if n in decisions)
-    return Plan(graph=graph, targets=tuple(targets), order=order, decisions=decisions)
+    return Plan(graph=_subgraph(graph, order), targets=tuple(targets), order=order, decisions=decisions)
+
+
+def _subgraph(graph: StepGraph, order: tuple[str, ...]) -> nx.DiGraph:
+    """The planned steps' own frozen graph, nodes and edges in plan order.
+
+    (A networkx subgraph view would iterate its nodes in set order when it is small.)
+    """
+    import networkx as nx
+
+    nodes = graph.nodes
+    members = set(order)
+    sub = nx.DiGraph()
+    sub.add_nodes_from((n, {"node": nodes[n]}) for n in order)
+    sub.add_edges_from((d, n) for n in order for d in nodes[n].deps if d in members)
+    return nx.freeze(sub)
 
 
 def _forced_reasons(
@@ -115,12 +169,6 @@ def _forced_reasons(
         if name not in scope:
             continue
         reasons[name] = "forced"
-        for below in _descendants(graph, name) & scope:
+        for below in descendants(graph, name) & scope:
             reasons.setdefault(below, f"upstream {name} forced")
     return reasons
-
-
-def _descendants(graph: StepGraph, name: str) -> set[str]:
-    import networkx as nx
-
-    return set(nx.descendants(graph.dag, name))

@@ -15,21 +15,26 @@ Every ``step(...)`` executed while a Marinfile loads is *declared*: it is a defa
 from __future__ import annotations
 
 import contextvars
+import os
+import pathlib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from marinbuild.errors import StepDefinitionError
+from marinbuild.config_walk import LEAF_TYPES, SET, children, is_placeholder
+from marinbuild.errors import StepDefinitionError, UserError
 
 __all__ = [
     "ConfigScan",
+    "Mirrored",
     "OutputPathOf",
     "Step",
     "ThisOutputPath",
     "VersionedValue",
     "collect_declared",
     "declaring",
+    "mirrored",
     "output_path_of",
     "scan_config",
     "step",
@@ -43,6 +48,7 @@ class VersionedValue:
     """A config value that enters the step's identity. Build it with :func:`versioned`."""
 
     value: Any
+    __marinbuild_placeholder__: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,7 @@ class OutputPathOf:
 
     step: Step
     sub: str | None = None
+    __marinbuild_placeholder__: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,20 @@ class ThisOutputPath:
     """The output path of the step whose config holds it."""
 
     sub: str | None = None
+    __marinbuild_placeholder__: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class Mirrored:
+    """A config value standing for a local copy of ``source``. Build it with :func:`mirrored`.
+
+    The copying is :mod:`marinbuild.store.mirror`'s business; here it is only a placeholder.
+    """
+
+    source: str
+    versioned: bool = False
+    budget_gb: float | None = None
+    __marinbuild_placeholder__: ClassVar[bool] = True
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,6 +97,8 @@ class Step:
     max_retries_preemption: int | None = None
     max_retries_failure: int | None = None
     pip_dependency_groups: tuple[str, ...] = ()
+    # A config holding a step refers to its output: a placeholder, never walked into.
+    __marinbuild_placeholder__: ClassVar[bool] = True
 
     @property
     def kind(self) -> str:
@@ -107,6 +130,26 @@ def this_output_path(sub: str | None = None) -> ThisOutputPath:
     return ThisOutputPath(sub)
 
 
+def mirrored(path: str | os.PathLike[str] | VersionedValue, budget_gb: float | None = None) -> Mirrored:
+    """Copy ``path`` under the prefix before the step runs, and pass the copy's path instead.
+
+    Only ``mirrored(versioned(path))`` puts the path into the step's identity. See
+    :mod:`marinbuild.store.mirror` for where the copy goes and the size budget.
+
+    >>> mirrored("s3://data/corpus", budget_gb=50).budget_gb
+    50
+    """
+    is_versioned = isinstance(path, VersionedValue)
+    raw = path.value if isinstance(path, VersionedValue) else path
+    if isinstance(raw, pathlib.PurePath):
+        raw = str(raw)
+    if not isinstance(raw, str) or not raw:
+        raise UserError(f"mirrored() needs a path or URL string, got {type(raw).__name__}")
+    if budget_gb is not None and budget_gb < 0:
+        raise UserError(f"mirrored({raw!r}): budget_gb must not be negative")
+    return Mirrored(raw, is_versioned, budget_gb)
+
+
 _declared: contextvars.ContextVar[list[Step] | None] = contextvars.ContextVar(
     "marinbuild_declared", default=None
 )
@@ -129,7 +172,9 @@ class collect_declared:
         _declared.reset(self._token)
 
 
-_GOOD_NAME = re.compile(r"(?!\.\.?(?:/|$))[^/\s*?\[\]{}'\"\\]+(?:/(?!\.\.?(?:/|$))[^/\s*?\[\]{}'\"\\]+)*")
+_GOOD_NAME = re.compile(
+    r"(?!\.\.?(?:/|$))[^/\s*?\[\]{}'\"\\\x00-\x1f\x7f]+(?:/(?!\.\.?(?:/|$))[^/\s*?\[\]{}'\"\\\x00-\x1f\x7f]+)*"
+)
 
 
 def _check_name(name: object) -> str:
@@ -142,6 +187,8 @@ def _check_name(name: object) -> str:
     parts = name.split("/")
     if any(p in ("", ".", "..") for p in parts):
         raise StepDefinitionError(f"step name {name!r} must not contain '..', '.' or empty parts")
+    if any(c < " " or c == "\x7f" for c in name):
+        raise StepDefinitionError(f"step name {name!r} must not contain control characters (a NUL byte, say)")
     raise StepDefinitionError(f"step name {name!r} must not contain spaces, quotes, braces or glob characters")
 
 
@@ -179,7 +226,12 @@ def step(
         raise StepDefinitionError(f"step {name!r}: fn must be callable, got {type(fn).__name__}")
     if cmd is not None and not isinstance(cmd, str):
         raise StepDefinitionError(f"step {name!r}: cmd must be a string template")
+    if cmd is not None and "\0" in cmd:
+        raise StepDefinitionError(f"step {name!r}: the command template holds a NUL byte")
     env_pairs = tuple(sorted((str(k), str(v)) for k, v in env.items())) if env else ()
+    for k, v in env_pairs:
+        if "\0" in k or "\0" in v or "=" in k or not k:
+            raise StepDefinitionError(f"step {name!r}: env {k!r} is not a valid variable (no NUL byte, no '=')")
     groups = _check_groups(name, pip_dependency_groups) if pip_dependency_groups else ()
     # The frozen dataclass __init__ sets its 11 fields one object.__setattr__ call at a
     # time; filling the instance dict at once is 3x cheaper, and a Marinfile calls step()
@@ -214,17 +266,13 @@ def _check_groups(name: str, groups: Iterable[str]) -> tuple[str, ...]:
     return out
 
 
-_LEAVES = (str, int, float, bool, type(None))
-_LEAF_TYPES = frozenset(_LEAVES)
-
-
 @dataclass(frozen=True)
 class ConfigScan:
     """What one walk over a config finds, each with its dotted path.
 
     ``refs``: step references ``(path, step, sub)``; ``marked``: ``versioned(...)`` values
-    and other placeholders (classes with ``__marinbuild_placeholder__``), which are not
-    walked into except for the references a versioned value holds.
+    and ``mirrored(...)`` inputs, which are not walked into except for the references a
+    versioned value holds.
     """
 
     refs: tuple[tuple[str, Step, str | None], ...]
@@ -241,7 +289,7 @@ def scan_config(value: Any) -> ConfigScan:
     >>> scan_config({"x": [a, versioned(2)], "n": 1}).refs
     (('x.0', Step('a'), None),)
     """
-    if type(value) in _LEAF_TYPES:
+    if type(value) in LEAF_TYPES:
         return _NOTHING_FOUND
     refs: list[tuple[str, Step, str | None]] = []
     marked: list[tuple[str, Any]] = []
@@ -262,9 +310,48 @@ def _scan(
         _scan_items(v.items(), path, inside, refs, marked)
     elif t is list or t is tuple:
         _scan_items(enumerate(v), path, inside, refs, marked)
-    elif isinstance(v, _LEAVES):
+    elif t in LEAF_TYPES:
         return
-    elif isinstance(v, Step):
+    elif t is Step:
+        refs.append((path, v, None))
+    elif t is OutputPathOf:
+        refs.append((path, v.step, v.sub))
+    elif t is VersionedValue:
+        if not inside:
+            marked.append((path, v))
+        _scan(v.value, path, True, refs, marked)
+    elif isinstance(v, (Step, OutputPathOf, VersionedValue, ThisOutputPath)) and t not in _PLACEHOLDERS:
+        _scan_subclass(v, path, inside, refs, marked)
+    elif t is ThisOutputPath:
+        return
+    elif is_placeholder(v):
+        if not inside:
+            marked.append((path, v))
+    else:
+        found = children(v)
+        if found is None:
+            return
+        shape, items = found
+        if shape == SET:
+            before = (len(refs), len(marked))
+            _scan_items(items, path, inside, refs, marked)
+            if (len(refs), len(marked)) != before:
+                raise StepDefinitionError(
+                    f"config field {path or '(config)'!r} is a set holding step references or versioned "
+                    "values, whose order is not stable; use a list"
+                )
+        else:
+            _scan_items(items, path, inside, refs, marked)
+
+
+_PLACEHOLDERS = frozenset((Step, OutputPathOf, VersionedValue, ThisOutputPath))
+
+
+def _scan_subclass(
+    v: Any, path: str, inside: bool, refs: list[tuple[str, Step, str | None]], marked: list[tuple[str, Any]]
+) -> None:
+    """A subclass of a placeholder class counts as its base."""
+    if isinstance(v, Step):
         refs.append((path, v, None))
     elif isinstance(v, OutputPathOf):
         refs.append((path, v.step, v.sub))
@@ -272,15 +359,6 @@ def _scan(
         if not inside:
             marked.append((path, v))
         _scan(v.value, path, True, refs, marked)
-    elif getattr(v, "__marinbuild_placeholder__", False):
-        if not inside:
-            marked.append((path, v))
-    elif isinstance(v, dict):
-        _scan_items(v.items(), path, inside, refs, marked)
-    elif isinstance(v, (list, tuple)):
-        _scan_items(enumerate(v), path, inside, refs, marked)
-    elif is_dataclass_instance(v):
-        _scan_items(((f, getattr(v, f)) for f in v.__dataclass_fields__), path, inside, refs, marked)
 
 
 def _scan_items(
@@ -293,20 +371,10 @@ def _scan_items(
     """Walk the (key, value) children of a container; leaves are skipped before their path is made."""
     for k, item in items:
         ti = type(item)
-        if ti in _LEAF_TYPES:
+        if ti in LEAF_TYPES:
             continue
         sub = f"{path}.{k}" if path else str(k)
         if ti is Step:
             refs.append((sub, item, None))
         else:
             _scan(item, sub, inside, refs, marked)
-
-
-def join_path(path: str, key: str) -> str:
-    """``a.b`` + ``c`` → ``a.b.c``: the dotted paths that name config fields."""
-    return f"{path}.{key}" if path else key
-
-
-def is_dataclass_instance(value: Any) -> bool:
-    """True for a dataclass instance (not the class itself)."""
-    return hasattr(type(value), "__dataclass_fields__") and not isinstance(value, type)

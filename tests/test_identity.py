@@ -69,8 +69,8 @@ def test_override_output_path_keeps_downstream_identity():
         b = step("b", cmd="true", config={"a": a})
         return build_graph([b], "/p")
 
-    plain, moved = build(None), build("/elsewhere/a")
-    assert moved.nodes["a"].output_path == "/elsewhere/a"
+    plain, moved = build(None), build("/p/elsewhere/a")
+    assert moved.nodes["a"].output_path == "/p/elsewhere/a"
     assert moved.nodes["b"].identity == plain.nodes["b"].identity
 
 

@@ -18,26 +18,22 @@ Only ``mirrored(versioned(path))`` puts the path into the step's identity (encod
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import functools
 import json
 import os
-import pathlib
 import posixpath
 import re
-import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import xxhash
 
+from marinbuild.config_walk import walk
 from marinbuild.errors import UserError
-from marinbuild.steps import OutputPathOf, Step, VersionedValue, is_dataclass_instance
+from marinbuild.steps import Mirrored, VersionedValue, mirrored
 from marinbuild.store.retry import call_with_retries
-from marinbuild.store.storage import Storage, unlink_quietly
+from marinbuild.store.storage import Storage
 
 __all__ = ["DEFAULT_BUDGET_GB", "MirrorError", "Mirrored", "ensure_mirrored", "find_mirrored", "mirror_target",
            "mirrored"]
@@ -50,34 +46,6 @@ class MirrorError(UserError):
     """An input that cannot be mirrored: missing, or over its budget."""
 
 
-@dataclass(frozen=True)
-class Mirrored:
-    """A config value standing for a local copy of ``source``. Build it with :func:`mirrored`."""
-
-    source: str
-    versioned: bool = False
-    budget_gb: float | None = None
-    # Config walks treat it as one value, not as a dataclass to descend into.
-    __marinbuild_placeholder__: ClassVar[bool] = True
-
-
-def mirrored(path: str | os.PathLike[str] | VersionedValue, budget_gb: float | None = None) -> Mirrored:
-    """Copy ``path`` under the prefix before the step runs, and pass the copy's path instead.
-
-    >>> mirrored("s3://data/corpus", budget_gb=50).budget_gb
-    50
-    """
-    is_versioned = isinstance(path, VersionedValue)
-    raw = path.value if isinstance(path, VersionedValue) else path
-    if isinstance(raw, pathlib.PurePath):
-        raw = str(raw)
-    if not isinstance(raw, str) or not raw:
-        raise UserError(f"mirrored() needs a path or URL string, got {type(raw).__name__}")
-    if budget_gb is not None and budget_gb < 0:
-        raise UserError(f"mirrored({raw!r}): budget_gb must not be negative")
-    return Mirrored(raw, is_versioned, budget_gb)
-
-
 def mirror_target(prefix: str, source: str) -> str:
     """Where ``source`` is copied under ``prefix``."""
     bare = source.split("://", 1)[-1].strip("/")
@@ -87,24 +55,20 @@ def mirror_target(prefix: str, source: str) -> str:
 
 
 def find_mirrored(config: Any) -> list[Mirrored]:
-    """Every :class:`Mirrored` inside a config, in order, without repeats."""
-    found: dict[Mirrored, None] = {}
-    stack = [config]
-    while stack:
-        value = stack.pop()
+    """Every :class:`Mirrored` inside a config, in order, without repeats.
+
+    Another step's config is that step's business: a step reference is not entered
+    (walking it would revisit every ancestor); a versioned value is.
+    """
+    return list(dict.fromkeys(_mirrored_in(config)))
+
+
+def _mirrored_in(config: Any) -> Iterator[Mirrored]:
+    for _, value in walk(config):
         if isinstance(value, Mirrored):
-            found[value] = None
-        elif isinstance(value, (Step, OutputPathOf)):
-            continue  # another step's config is that step's business: walking it would revisit every ancestor
+            yield value
         elif isinstance(value, VersionedValue):
-            stack.append(value.value)
-        elif isinstance(value, dict):
-            stack.extend(reversed(list(value.values())))
-        elif isinstance(value, (list, tuple)):
-            stack.extend(reversed(value))
-        elif is_dataclass_instance(value):
-            stack.extend(reversed([getattr(value, f.name) for f in dataclasses.fields(value)]))
-    return list(found)
+            yield from _mirrored_in(value.value)
 
 
 def budget_gb(m: Mirrored) -> float:
@@ -159,22 +123,6 @@ def _listing(fs: Any, path: str) -> dict[str, int] | None:
 
 
 def _copy(src_fs: Any, src: str, storage: Storage, dest: str) -> None:
-    with src_fs.open(src, "rb") as reader, _writer(storage, dest) as writer:
-        shutil.copyfileobj(reader, writer, 1 << 22)
-
-
-@contextlib.contextmanager
-def _writer(storage: Storage, dest: str) -> Iterator[Any]:
-    if not storage.is_local:
-        with storage.fs.open(storage._p(dest), "wb") as f:  # one object appears when it closes
-            yield f
-        return
-    # Another runner may mirror the same input at once: write aside, then rename into place.
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    tmp = f"{dest}.tmp-{os.urandom(4).hex()}"
-    try:
-        with open(tmp, "wb") as f:
-            yield f
-        os.replace(tmp, dest)
-    finally:
-        unlink_quietly(tmp)
+    # One whole file appears at once (another runner may mirror the same input meanwhile).
+    with src_fs.open(src, "rb") as reader:
+        storage.copy_in(reader, dest)
