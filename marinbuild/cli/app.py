@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
@@ -25,7 +25,6 @@ from marinbuild.execution.admission import describe_request
 from marinbuild.execution.session import BackendChoice
 from marinbuild.planner import Plan, closure, select
 from marinbuild.project import open_project, plan_targets, probe
-from marinbuild.resources import Request
 from marinbuild.staleness import Action, diff_payloads
 from marinbuild.store.history import RunIndex, earlier_info
 from marinbuild.store.markers import UNREADABLE, read_info
@@ -176,7 +175,7 @@ def run(
     fresh_output: Annotated[bool, typer.Option("--fresh-output", help="Clear each step's output directory before it runs instead of keeping partial output.")] = False,
     cluster: ClusterOpt = None,
     max_retries_preemption: Annotated[int, typer.Option("--max-retries-preemption", min=0, help="Retries of a preempted TPU step (a step's own setting wins).")] = 100,
-    max_retries_failure: Annotated[int, typer.Option("--max-retries-failure", min=0, help="Retries of a failed TPU step (a step's own setting wins).")] = 0,
+    max_retries_failure: Annotated[int, typer.Option("--retries", "--max-retries-failure", min=0, help="Retries of a failed step, on every backend (a step's own max_retries_failure wins).")] = 0,
     no_sync: Annotated[bool, typer.Option("--no-sync", help="Do not copy the project directory to TPU hosts.")] = False,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
@@ -209,8 +208,9 @@ def run(
         explain=dry,
         dry=dry,
     )
+    _print_notes(planned)
     if dry:
-        _print_plan(planned.plan, planned.requests)
+        _print_plan(planned.plan, _with_environments(planned))
         return
     if not planned.plan.to_run():
         if not quiet:
@@ -254,7 +254,19 @@ def _reporter(quiet: bool, json_events: bool) -> Reporter:
     return LiveReporter(out.console)
 
 
-def _print_plan(plan: Plan, requests: dict[str, Request]) -> None:
+def _print_notes(planned: Any) -> None:
+    """What planning could not check, said once on stderr."""
+    for note in planned.fields.notes if planned.fields is not None else ():
+        err.print(f"marinbuild: note: {note}", markup=False)
+
+
+def _with_environments(planned: Any) -> dict[str, object]:
+    """The resources column, with the key of each step's Python environment after its request."""
+    envs = planned.fields.environments if planned.fields is not None else {}
+    return {n: f"{r} env={envs[n].short}" if n in envs else r for n, r in planned.requests.items()}
+
+
+def _print_plan(plan: Plan, requests: Mapping[str, object]) -> None:
     """A rich table on a terminal; plain columns into a pipe or a file."""
     if not sys.stdout.isatty():
         from marinbuild.cli.plan_view import plan_text
@@ -297,7 +309,9 @@ def plan(
         cluster=cluster,
         explain=not check,
     )
+    _print_notes(planned)
     the_plan, requests = planned.plan, planned.requests
+    environments = planned.fields.environments if planned.fields is not None else {}
     if check:
         raise typer.Exit(1 if the_plan.to_run() else 0)
     if dag is DagFormat.dot:
@@ -314,12 +328,13 @@ def plan(
                 "reason": the_plan.decisions[n].reason,
                 "dependencies": list(the_plan.node(n).deps),
                 "resources": describe_request(requests[n]),
+                "environment": environments[n].to_json() if n in environments else None,
             }
             for n in the_plan.order
         ]
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
     else:
-        _print_plan(the_plan, requests)
+        _print_plan(the_plan, _with_environments(planned))
 
 
 @app.command()
@@ -515,3 +530,6 @@ def main(argv: list[str] | None = None) -> None:
         err.print("marinbuild: interrupted", markup=False)
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+import marinbuild.cli.env  # noqa: E402, F401  (registers `marinbuild env`)
