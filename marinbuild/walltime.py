@@ -12,10 +12,11 @@ work. Two refinements: the estimate uses the most recent 100 runs, not the first
 limits follow a step whose cost changes; and stdev is taken as at least 5 % of the mean, so
 that eight runs of nearly equal length do not make a hard limit a hair above the mean.
 
-The history lives in one JSON file at an fsspec URL, normally
-``PREFIX/.marinbuild/walltime.json``. Each ``record`` re-reads the file, appends and
-writes it back (locally to a temporary file renamed over the old one, so a reader never
-sees half a file). Two runners recording at the same instant may lose one sample: the
+The history lives in one JSON file under the prefix, normally
+``PREFIX/.marinbuild/walltime.json``, read and written through the prefix's
+:class:`~marinbuild.store.storage.Storage` (so with its retries and its one atomic write:
+a reader never sees half a file). Each ``record`` re-reads the file, appends and writes it
+back. Two runners recording at the same instant may lose one sample: the
 last writer wins, which costs an estimate one data point and nothing else.
 """
 
@@ -23,17 +24,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import posixpath
 import statistics
-import tempfile
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
+from marinbuild.errors import MarinbuildError
 from marinbuild.resources import WTime
-
-if TYPE_CHECKING:
-    import fsspec
 
 __all__ = [
     "HARD_SIGMAS",
@@ -86,9 +82,10 @@ class WallTimeEstimator:
     """
 
     def __init__(self, url: str, max_samples: int = MAX_SAMPLES) -> None:
-        import fsspec  # only runs that use wall-time groups pay for it
+        from marinbuild.store.storage import Storage  # only runs that use wall-time groups pay for it
 
-        self._fs, self._path = fsspec.core.url_to_fs(url)
+        self._path = url[len("file://") :] if url.startswith("file://") else url
+        self._storage = Storage.for_prefix(posixpath.dirname(self._path) or ".")
         self._max_samples = max_samples
         self._groups: dict[str, list[float]] | None = None
 
@@ -125,7 +122,7 @@ class WallTimeEstimator:
             groups = self._load()
             groups[group] = [*groups.get(group, []), float(seconds)][-self._max_samples :]
             self._save(groups)
-        except OSError as e:
+        except (OSError, MarinbuildError) as e:
             _log.warning("wall-time history %s not updated: %s", self._path, e)
             return False
         self._groups = groups
@@ -139,16 +136,17 @@ class WallTimeEstimator:
         if self._groups is None:
             try:
                 self._groups = self._load()
-            except OSError as e:
+            except (OSError, MarinbuildError) as e:
                 _log.warning("wall-time history %s not read: %s", self._path, e)
                 self._groups = {}
         return self._groups
 
     def _load(self) -> dict[str, list[float]]:
-        """The stored history; missing or malformed is empty, a failed read raises OSError."""
+        """The stored history; missing or malformed is empty, a failed read raises."""
         try:
-            data = json.loads(self._fs.cat_file(self._path))
-        except (FileNotFoundError, ValueError):
+            text = self._storage.read_text(self._path)
+            data = json.loads(text) if text is not None else None
+        except ValueError:  # not JSON, not UTF-8
             return {}
         groups = data.get("groups") if isinstance(data, Mapping) else None
         if not isinstance(groups, Mapping):
@@ -160,27 +158,5 @@ class WallTimeEstimator:
         }
 
     def _save(self, groups: Mapping[str, list[float]]) -> None:
-        payload = json.dumps({"version": _VERSION, "groups": groups}, sort_keys=True, indent=1).encode()
-        parent = posixpath.dirname(self._path)
-        if parent:
-            self._fs.makedirs(parent, exist_ok=True)
-        if "file" in _protocols(self._fs):
-            _write_then_rename(self._path, payload)
-        else:
-            # Object stores replace an object whole, so a plain write is already atomic.
-            self._fs.pipe_file(self._path, payload)
-
-
-def _protocols(fs: fsspec.AbstractFileSystem) -> tuple[str, ...]:
-    return (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
-
-
-def _write_then_rename(path: str, payload: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".walltime-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        payload = json.dumps({"version": _VERSION, "groups": groups}, sort_keys=True, indent=1)
+        self._storage.write_atomic(self._path, payload)

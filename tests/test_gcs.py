@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from marinbuild.graph import build_graph
 from marinbuild.project import Project, probe
 from marinbuild.steps import step
-from marinbuild.store.conditional import _GcsStore, conditional_store
+from marinbuild.store.conditional import GcsConditionalStore, conditional_store
 from marinbuild.store.lease import Lease, LeaseRecord, LeaseSettings, Owner, lease_path, read_leases
 from marinbuild.store.markers import SUCCESS, read_statuses, write_status
 from marinbuild.store.storage import Storage
@@ -51,7 +51,7 @@ sink = make("sink", l4)
 def test_conditional_writes_speak_gcs_preconditions(gcs_emulator: Emulator, gcs_prefix: str) -> None:
     storage = Storage.for_prefix(gcs_prefix)
     store = conditional_store(storage)
-    assert isinstance(store, _GcsStore)
+    assert isinstance(store, GcsConditionalStore)
     path = lease_path(f"{gcs_prefix}/train-0123456789abcdef")
     assert store.read(path) is None
     v1 = store.create(path, '{"a": 1}')

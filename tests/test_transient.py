@@ -21,6 +21,7 @@ from marinbuild.marinfile import load_marinfile
 from marinbuild.project import Project, plan_targets
 from marinbuild.store import retry
 from marinbuild.store.conditional import conditional_store
+from marinbuild.store.fsspec_store import FsspecStorage
 from marinbuild.store.lease import LeaseSettings, lease_path
 from marinbuild.store.markers import SUCCESS, StatusRecord, info_path, status_path
 from marinbuild.store.retry import RetryPolicy, call_with_retries, is_transient
@@ -104,7 +105,7 @@ def patient(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def flaky_storage(rate: float, seed: int = 0) -> tuple[Storage, FlakyFileSystem]:
     flaky = FlakyFileSystem(MemoryFileSystem(), rate=rate, seed=seed)
-    return Storage(prefix=f"memory://flaky-{uuid.uuid4().hex[:8]}", fs=flaky), flaky
+    return FsspecStorage(f"memory://flaky-{uuid.uuid4().hex[:8]}", flaky), flaky
 
 
 def test_every_storage_operation_is_retried(patient: None, tmp_path: Path) -> None:
@@ -164,7 +165,7 @@ def test_a_run_completes_while_ten_percent_of_storage_operations_fail(patient: N
         claims.close()
     assert summary.ok and summary.done == 21, summary
     assert flaky.faults > 20
-    plain = Storage(prefix=storage.prefix, fs=MemoryFileSystem())
+    plain = FsspecStorage(storage.prefix, MemoryFileSystem())
     for node in graph.nodes.values():
         record = StatusRecord.from_json(plain.read_text(status_path(node.output_path)) or "")
         assert record is not None and record.status == SUCCESS

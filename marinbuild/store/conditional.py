@@ -43,14 +43,25 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import xxhash
 
-from marinbuild.store.retry import call_with_retries
+from marinbuild.store.retry import bounded, call_with_retries
 from marinbuild.store.storage import Storage, unlink_quietly, write_temporary
 
-__all__ = ["SETTLE", "ConditionalStore", "Versioned", "conditional_store"]
+if TYPE_CHECKING:
+    from marinbuild.store.fsspec_store import FsspecStorage
+
+__all__ = [
+    "SETTLE",
+    "ConditionalStore",
+    "GcsConditionalStore",
+    "LocalConditionalStore",
+    "SerializedConditionalStore",
+    "Versioned",
+    "conditional_store",
+]
 
 SETTLE = 0.2
 """Seconds a write to a store without preconditions is left to settle before it is read back."""
@@ -78,15 +89,39 @@ class ConditionalStore(Protocol):
         """Delete the file only if its version is still ``expected``."""
 
 
-def conditional_store(storage: Storage) -> ConditionalStore:
-    """The conditional writes of the store holding ``storage``'s prefix."""
-    if storage.is_local:
-        return _LocalStore()
-    protocol = storage.fs.protocol
-    protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
-    if "gs" in protocols or "gcs" in protocols:
-        return _GcsStore(storage)
-    return _SerializedStore(storage)
+def conditional_store(storage: Storage, deadline: float | None = None) -> ConditionalStore:
+    """The conditional writes of the store holding ``storage``'s prefix.
+
+    With ``deadline`` every read and write, retries included, ends within that many
+    seconds (:func:`~marinbuild.store.retry.bounded`): leases pass a time shorter than
+    their fence time, so that a hanging request cannot outlive the holder's claim.
+    """
+    store: ConditionalStore = storage.conditional()  # type: ignore[attr-defined]
+    return store if deadline is None else _Bounded(store, deadline)
+
+
+class _Bounded:
+    """A conditional store whose every operation ends within ``deadline`` seconds."""
+
+    def __init__(self, inner: ConditionalStore, deadline: float) -> None:
+        self.inner = inner
+        self.deadline = deadline
+
+    def read(self, path: str) -> Versioned | None:
+        with bounded(self.deadline):
+            return self.inner.read(path)
+
+    def create(self, path: str, text: str) -> str | None:
+        with bounded(self.deadline):
+            return self.inner.create(path, text)
+
+    def swap(self, path: str, expected: str, text: str) -> str | None:
+        with bounded(self.deadline):
+            return self.inner.swap(path, expected, text)
+
+    def delete(self, path: str, expected: str) -> bool:
+        with bounded(self.deadline):
+            return self.inner.delete(path, expected)
 
 
 def content_version(text: str) -> str:
@@ -102,8 +137,8 @@ def _settle(
 ) -> str | None:
     """Run a conditional write; when it was retried and then refused, check whether it landed.
 
-    ``client_retries``: the client library may have sent the write twice on its own (gcsfs
-    does), so a refusal is always checked.
+    ``client_retries``: the client library may have sent the write twice on its own, so a
+    refusal is always checked (no store here needs it since gcsfs makes each request once).
     """
     tries = 0
 
@@ -143,7 +178,7 @@ def _locked(path: str) -> Iterator[None]:
             os.close(fd)  # closing drops the lock
 
 
-class _LocalStore:
+class LocalConditionalStore:
     def read(self, path: str) -> Versioned | None:
         return call_with_retries(lambda: self._read(path), f"read {path}")
 
@@ -207,20 +242,20 @@ class _LocalStore:
 _serial = threading.RLock()
 
 
-class _SerializedStore:
+class SerializedConditionalStore:
     """Read-compare-write under a process-wide mutex: exact for ``memory://``.
 
     For another remote store this is best effort (two processes may both pass the
     comparison); docs/leases.md says which stores have real conditional writes.
     """
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: FsspecStorage) -> None:
         self.storage = storage
         self.fs = storage.fs
 
     def _read(self, path: str) -> Versioned | None:
         try:
-            text = self.fs.cat_file(self.storage._p(path)).decode("utf-8")
+            text = self.storage.call("cat_file", self.storage._p(path)).decode("utf-8")
         except FileNotFoundError:
             return None
         return Versioned(text, content_version(text))
@@ -239,7 +274,7 @@ class _SerializedStore:
             now = self._read(path)
             if (now.version if now is not None else None) != expected:
                 return None
-            self.fs.pipe_file(self.storage._p(path), text.encode("utf-8"))
+            self.storage.call("pipe_file", self.storage._p(path), text.encode("utf-8"))
         return content_version(text)
 
     def delete(self, path: str, expected: str) -> bool:
@@ -248,7 +283,7 @@ class _SerializedStore:
                 now = self._read(path)
                 if now is None or now.version != expected:
                     return False
-                self.fs.rm_file(self.storage._p(path))
+                self.storage.call("rm_file", self.storage._p(path))
                 return True
 
         return call_with_retries(once, f"delete {path}")
@@ -257,7 +292,7 @@ class _SerializedStore:
 # -- Google Cloud Storage -----------------------------------------------------------------
 
 
-class _GcsStore:
+class GcsConditionalStore:
     """Generation preconditions, sent through gcsfs's request helper.
 
     gcsfs exposes ``ifGenerationMatch=0`` (its ``mode="create"``) but not a match on a
@@ -266,7 +301,7 @@ class _GcsStore:
     metadata request returns the text and its generation together.
     """
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: FsspecStorage) -> None:
         self.storage = storage
         self.fs: Any = storage.fs
         self._enforced: bool | None = None
@@ -280,7 +315,7 @@ class _GcsStore:
             self._enforced = first is not None and self._post(probe, "0", "probe again") is None
             bucket, key = self._split(probe)
             with contextlib.suppress(FileNotFoundError):
-                self.fs.call("DELETE", "b/{}/o/{}", bucket, key)
+                self.storage.call("call", "DELETE", "b/{}/o/{}", bucket, key)
         return self._enforced
 
     def _split(self, path: str) -> tuple[str, str]:
@@ -290,14 +325,14 @@ class _GcsStore:
     def _read(self, path: str) -> Versioned | None:
         bucket, key = self._split(path)
         try:
-            meta = self.fs.call("GET", "b/{}/o/{}", bucket, key, json_out=True)
+            meta = self.storage.call("call", "GET", "b/{}/o/{}", bucket, key, json_out=True)
         except FileNotFoundError:
             return None
         generation = str(meta["generation"])
         text = (meta.get("metadata") or {}).get("lease")
         if text is None:  # written by something else: fetch that very generation's bytes
             try:
-                _, body = self.fs.call("GET", "b/{}/o/{}", bucket, key, alt="media", generation=generation)
+                _, body = self.storage.call("call", "GET", "b/{}/o/{}", bucket, key, alt="media", generation=generation)
             except FileNotFoundError:
                 return None
             text = body.decode("utf-8")
@@ -326,7 +361,8 @@ class _GcsStore:
             f"--==0==\nContent-Type: application/json\n\n"
         ).encode() + text.encode("utf-8") + b"\n--==0==--"
         try:
-            out = self.fs.call(
+            out = self.storage.call(
+                "call",
                 "POST",
                 f"{self.fs._location}/upload/storage/v1/b/{bucket}/o",
                 uploadType="multipart",
@@ -342,12 +378,10 @@ class _GcsStore:
         return str(out["generation"])
 
     def create(self, path: str, text: str) -> str | None:
-        return _settle(lambda: self._upload(path, "0", text), lambda: self._read(path), text, f"create {path}", True)
+        return _settle(lambda: self._upload(path, "0", text), lambda: self._read(path), text, f"create {path}")
 
     def swap(self, path: str, expected: str, text: str) -> str | None:
-        return _settle(
-            lambda: self._upload(path, expected, text), lambda: self._read(path), text, f"replace {path}", True
-        )
+        return _settle(lambda: self._upload(path, expected, text), lambda: self._read(path), text, f"replace {path}")
 
     def delete(self, path: str, expected: str) -> bool:
         bucket, key = self._split(path)
@@ -358,7 +392,7 @@ class _GcsStore:
                 if now is None or now.version != expected:
                     return False
             try:
-                self.fs.call("DELETE", "b/{}/o/{}", bucket, key, ifGenerationMatch=expected)
+                self.storage.call("call", "DELETE", "b/{}/o/{}", bucket, key, ifGenerationMatch=expected)
             except (FileNotFoundError, FileExistsError):
                 return False
             finally:

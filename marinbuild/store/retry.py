@@ -20,18 +20,20 @@ failed together do not retry together), and raises one
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import errno
 import functools
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 from marinbuild.errors import StorageError
 
-__all__ = ["DEFAULT_POLICY", "RetryPolicy", "call_with_retries", "is_transient", "retrying"]
+__all__ = ["DEFAULT_POLICY", "RetryPolicy", "bounded", "call_with_retries", "is_transient", "remaining", "retrying"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -57,10 +59,12 @@ class RetryPolicy:
     attempts: int = 6
     base: float = 0.05
     cap: float = 2.0
+    floor: float = 0.0
+    """Least fraction of the capped wait that is waited (0: full jitter)."""
 
     def delay(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
-        """Seconds to wait after failed attempt number ``attempt`` (1-based): full jitter."""
-        return rng() * min(self.cap, self.base * 2 ** (attempt - 1))
+        """Seconds to wait after failed attempt number ``attempt`` (1-based): jitter over the capped wait."""
+        return (self.floor + (1.0 - self.floor) * rng()) * min(self.cap, self.base * 2 ** (attempt - 1))
 
 
 def _policy_from_env() -> RetryPolicy:
@@ -70,6 +74,33 @@ def _policy_from_env() -> RetryPolicy:
 
 DEFAULT_POLICY = _policy_from_env()
 """Six attempts over at most about 4 s; ``MARINBUILD_STORAGE_ATTEMPTS`` changes the count."""
+
+
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("storage_deadline", default=None)
+
+
+@contextlib.contextmanager
+def bounded(seconds: float) -> Iterator[None]:
+    """Every storage operation inside the block, retries included, ends within ``seconds``.
+
+    Used around lease reads and writes: a renewal that hangs longer than the fence time
+    would let a holder go on working after a waiter took its lease over. An operation still
+    running at the deadline is cancelled and raises :class:`~marinbuild.errors.StorageError`.
+    Nested blocks keep the earlier deadline.
+    """
+    end = time.monotonic() + seconds
+    outer = _deadline.get()
+    token = _deadline.set(end if outer is None else min(end, outer))
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def remaining() -> float | None:
+    """Seconds left before the deadline of the enclosing :func:`bounded` block; None outside one."""
+    end = _deadline.get()
+    return None if end is None else end - time.monotonic()
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -93,9 +124,17 @@ def call_with_retries(
     sleep: Callable[[float], None] = time.sleep,
     rng: Callable[[], float] = random.random,
 ) -> T:
-    """``fn()``, run again after transient errors; :class:`StorageError` naming ``what`` at the end."""
+    """``fn()``, run again after transient errors; :class:`StorageError` naming ``what`` at the end.
+
+    This is the only retry loop between marinbuild and a store: the clients below it make
+    one attempt per call (see :mod:`marinbuild.store.fsspec_store`). Inside :func:`bounded`
+    no attempt starts, and no wait lasts, past the deadline.
+    """
     policy = policy or DEFAULT_POLICY
     for attempt in range(1, policy.attempts + 1):
+        left = remaining()
+        if left is not None and left <= 0:
+            raise StorageError(f"{what} did not finish in time (attempt {attempt})")
         try:
             return fn()
         except Exception as e:
@@ -103,7 +142,11 @@ def call_with_retries(
                 raise
             if attempt == policy.attempts:
                 raise StorageError(f"{what} failed after {attempt} attempts: {type(e).__name__}: {e}") from e
-            sleep(policy.delay(attempt, rng))
+            wait = policy.delay(attempt, rng)
+            left = remaining()
+            if left is not None and wait >= left:
+                raise StorageError(f"{what} did not finish in time: {type(e).__name__}: {e}") from e
+            sleep(wait)
     raise AssertionError("unreachable")  # pragma: no cover
 
 

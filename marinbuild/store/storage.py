@@ -1,11 +1,12 @@
 """Where outputs live: a thin layer over an fsspec filesystem.
 
 Local paths are kept as plain absolute paths (no ``file://``) so that users see paths they
-can ``cd`` into; any other URL (``gs://``, ``memory://``) goes through its fsspec
-filesystem. Reads of many small files go through :meth:`Storage.read_many`, which asks a
-remote store with bounded parallel requests instead of one round trip after another. Every
-operation is retried after transient errors (:mod:`marinbuild.store.retry`); each one is safe to
-repeat because a write always puts a whole file.
+can ``cd`` into (:mod:`marinbuild.store.local`); any other URL (``gs://``, ``memory://``)
+goes through its fsspec filesystem (:mod:`marinbuild.store.fsspec_store`). Reads of many
+small files go through :meth:`Storage.read_many`, which asks a remote store with bounded
+parallel requests instead of one round trip after another. Every operation is retried
+after transient errors (:mod:`marinbuild.store.retry`); each one is safe to repeat because
+a write always puts a whole file.
 
 >>> s = Storage.for_prefix("memory://demo")
 >>> s.write_atomic(s.join(s.prefix, "a.txt"), "hi")
@@ -18,13 +19,10 @@ from __future__ import annotations
 import itertools
 import os
 import posixpath
-import shutil
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import BinaryIO, Protocol, runtime_checkable
 
 from marinbuild.errors import UserError
-from marinbuild.store.retry import call_with_retries, is_transient, retrying
 
 __all__ = ["DEFAULT_PREFIX", "Storage", "check_local_prefix", "resolve_prefix", "unlink_quietly", "write_temporary"]
 
@@ -72,33 +70,33 @@ def check_local_prefix(path: str, given: str | None = None, create: bool = False
             raise UserError(f"prefix {shown} cannot be created: {e.strerror or e}") from None
 
 
-@dataclass
-class Storage:
-    """Operations on the store holding one prefix."""
+@runtime_checkable
+class Storage(Protocol):
+    """Operations on the store holding one prefix: what every marker, lease, log and record uses.
+
+    Two implementations: :class:`~marinbuild.store.local.LocalStorage` (plain paths through
+    ``os``) and :class:`~marinbuild.store.fsspec_store.FsspecStorage` (any fsspec URL);
+    :meth:`for_prefix` picks one. Each operation is retried after transient errors by
+    :mod:`marinbuild.store.retry` and is safe to repeat: a write always puts a whole file.
+    """
 
     prefix: str
-    fs: Any
-    """The fsspec filesystem of a remote prefix; None for local disk, which is reached
-    through ``os`` directly (fsspec's import alone costs more than a no-op run's work)."""
+
+    @property
+    def is_local(self) -> bool:
+        """Whether paths are files on this machine (a step's log can then be written in place)."""
+        ...
 
     @classmethod
     def for_prefix(cls, prefix: str) -> Storage:
         """The storage of an already resolved prefix (see :func:`resolve_prefix`)."""
         if "://" not in prefix:
-            return cls(prefix=prefix, fs=None)
-        import fsspec
+            from marinbuild.store.local import LocalStorage
 
-        try:
-            fs, _ = fsspec.core.url_to_fs(prefix)
-        except ImportError as e:
-            raise UserError(f"prefix {prefix!r} needs a package that is not installed: {e}") from None
-        except ValueError as e:  # "Protocol not known"
-            raise UserError(f"prefix {prefix!r}: {e}") from None
-        return cls(prefix=prefix, fs=fs)
+            return LocalStorage(prefix)
+        from marinbuild.store.fsspec_store import FsspecStorage
 
-    @property
-    def is_local(self) -> bool:
-        return self.fs is None
+        return FsspecStorage.open(prefix)
 
     @staticmethod
     def join(base: str, *parts: str) -> str:
@@ -107,147 +105,49 @@ class Storage:
             return f"{base}{parts[0]}" if not base or base.endswith("/") else f"{base}/{parts[0]}"
         return posixpath.join(base, *parts)
 
-    def _p(self, path: str) -> str:
-        return path if self.is_local else self.fs._strip_protocol(path)
-
-    @retrying("read")
     def read_text(self, path: str) -> str | None:
         """The file's text, or None when it does not exist."""
-        if self.is_local:
-            try:
-                with open(path, encoding="utf-8") as f:
-                    return f.read()
-            except (FileNotFoundError, NotADirectoryError):
-                return None
-        try:
-            return self.fs.cat_file(self._p(path)).decode("utf-8")
-        except FileNotFoundError:
-            return None
+        ...
 
     def read_many(self, paths: Iterable[str]) -> dict[str, str]:
         """Texts of the files that exist among ``paths``; remote stores are asked in parallel."""
-        paths = list(paths)
-        if self.is_local:
-            return call_with_retries(lambda: _read_local_files(paths), f"read {len(paths)} files under {self.prefix}")
-        if not paths:
-            return {}
-        stripped = {self._p(p): p for p in paths}
-        texts: dict[str, str] = {}
-        todo = list(stripped)
+        ...
 
-        def attempt() -> None:
-            # Only the files whose read failed for a transient reason are asked again.
-            nonlocal todo
-            got = self.fs.cat(todo, on_error="return")
-            again = []
-            for key, value in got.items():
-                if isinstance(value, bytes):
-                    texts[stripped[key]] = value.decode("utf-8")
-                elif is_transient(value):
-                    again.append(key)
-                elif not isinstance(value, (FileNotFoundError, KeyError)):
-                    raise value
-            todo = again
-            if again:
-                raise ConnectionError(f"{len(again)} of the reads failed for a transient reason")
+    def write_atomic(self, path: str, text: str | bytes) -> None:
+        """Write a whole file so that readers never see a part of it: the one atomic write."""
+        ...
 
-        call_with_retries(attempt, f"read {len(paths)} files under {self.prefix}")
-        return texts
+    def write_many(self, files: Mapping[str, str | bytes]) -> None:
+        """:meth:`write_atomic` of several files, overlapped where the store allows."""
+        ...
 
-    @retrying("write")
-    def write_atomic(self, path: str, text: str) -> None:
-        """Write a whole file so that readers never see a part of it.
-
-        Locally the new content is written to a temporary file and renamed into place.
-        An existing file is unlinked first: renaming over an existing file makes ext4
-        flush the data synchronously (``auto_da_alloc``), five times the cost of the
-        rename itself, and that cost is paid per marker. In between, a reader sees no
-        file, which every caller treats as "not done yet".
-        """
-        data = text.encode("utf-8")
-        if self.is_local:
-            tmp = write_temporary(os.path.dirname(path), data)
-            try:
-                unlink_quietly(path)
-                os.rename(tmp, path)
-            except BaseException:
-                unlink_quietly(tmp)
-                raise
-            return
-        # One PUT of the whole object: object stores never expose a partial object.
-        self.fs.pipe_file(self._p(path), data)
-
-    @retrying("create folder")
     def makedirs(self, path: str) -> None:
-        if self.is_local:
-            os.makedirs(path, exist_ok=True)
+        """Create a folder (stores without folders need none)."""
+        ...
 
-    @retrying("check")
     def exists(self, path: str) -> bool:
-        if self.is_local:
-            return os.path.lexists(path)
-        return bool(self.fs.exists(self._p(path)))
+        """Whether anything is at ``path``."""
+        ...
 
-    @retrying("list")
     def list_names(self, folder: str) -> list[str]:
         """Names of the entries directly inside ``folder`` (empty when it does not exist)."""
-        if self.is_local:
-            try:
-                return os.listdir(folder)
-            except (FileNotFoundError, NotADirectoryError):
-                return []
-        try:
-            # A listing cached by the filesystem would hide what other runners wrote since.
-            self.fs.invalidate_cache(self._p(folder))
-            entries = self.fs.ls(self._p(folder), detail=False)
-        except FileNotFoundError:
-            return []
-        return [posixpath.basename(str(e).rstrip("/")) for e in entries]
+        ...
 
-    @retrying("remove")
     def remove(self, path: str) -> None:
         """Delete a file or a whole directory tree; missing is fine."""
-        if self.is_local:
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=False)
-            elif os.path.lexists(path):
-                os.unlink(path)
-            return
-        try:
-            self.fs.rm(self._p(path), recursive=True)
-        except FileNotFoundError:
-            pass
+        ...
 
-    @retrying("upload")
+    def remove_many(self, paths: Iterable[str]) -> None:
+        """Delete several files (not folders), overlapped where the store allows; missing is fine."""
+        ...
+
     def put_file(self, local_path: str, path: str) -> None:
         """Copy a local file into the store (a no-op when it is already that file)."""
-        if self.is_local:
-            if os.path.abspath(local_path) != os.path.abspath(path):
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(local_path, "rb") as src, open(path, "wb") as dst:
-                    dst.write(src.read())
-            return
-        self.fs.put_file(local_path, self._p(path))
+        ...
 
-
-def _read_local_files(paths: list[str]) -> dict[str, str]:
-    # One retry scope for the whole batch: a no-op run reads every status file, and a
-    # retry wrapper per file costs as much as the read itself.
-    # Raw descriptors: markers are small, and a text-mode file object costs more than the read.
-    out: dict[str, str] = {}
-    for p in paths:
-        try:
-            fd = os.open(p, os.O_RDONLY)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        try:
-            chunks = []
-            while chunk := os.read(fd, 65536):
-                chunks.append(chunk)
-        finally:
-            os.close(fd)
-        out[p] = b"".join(chunks).decode("utf-8")
-    return out
+    def copy_in(self, source: BinaryIO, path: str) -> None:
+        """Copy a stream into the store as one whole file: a reader sees all of it or nothing."""
+        ...
 
 
 _temporaries = itertools.count()

@@ -22,9 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-import fsspec
 import paramiko
-from fsspec.implementations.local import LocalFileSystem
 
 from marinbuild.backends.tpu.cluster import SshSettings
 from marinbuild.backends.tpu.preemption import (
@@ -48,6 +46,7 @@ from marinbuild.backends.tpu.ssh import (
     remote_path,
 )
 from marinbuild.backends.tpu.workdir_sync import PackedWorkdir, WorkdirSyncError, presence_check, upload_and_unpack
+from marinbuild.store.storage import Storage
 
 __all__ = ["TOKEN_VAR", "AttemptLogs", "Gang", "GangOutcome", "HostOutcome", "HostPlan"]
 
@@ -164,8 +163,9 @@ class AttemptLogs:
     """
 
     def __init__(self, output_path: str, staging_dir: str | Path) -> None:
-        self.fs, self.root = fsspec.core.url_to_fs(output_path)
-        self.local = isinstance(self.fs, LocalFileSystem)
+        self.storage = Storage.for_prefix(output_path)
+        self.root = output_path
+        self.local = self.storage.is_local
         self.staging = Path(staging_dir)
 
     @staticmethod
@@ -183,7 +183,7 @@ class AttemptLogs:
         logs = self.staging / "logs"
         if logs.is_dir():
             for f in sorted(logs.iterdir()):
-                self.fs.put_file(str(f), f"{self.root}/logs/{f.name}")
+                self.storage.put_file(str(f), Storage.join(self.root, "logs", f.name))
 
 
 @dataclass

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import secrets
 import tempfile
 import threading
@@ -26,9 +25,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
-
 from marinbuild.backends.tpu.cluster import Cluster, SliceSpec
 from marinbuild.backends.tpu.gang import TOKEN_VAR, AttemptLogs, Gang, GangOutcome, HostOutcome, HostPlan
 from marinbuild.backends.tpu.preemption import AttemptClass, is_preempted
@@ -36,6 +32,8 @@ from marinbuild.backends.tpu.ssh import export_env, resolve_target
 from marinbuild.backends.tpu.workdir_sync import PackedWorkdir, pack_workdir
 from marinbuild.errors import ClusterConfigError, StepDefinitionError, StorageError
 from marinbuild.redact import redact_env, scrub, secret_values
+from marinbuild.store.retry import RetryPolicy
+from marinbuild.store.storage import Storage
 
 __all__ = [
     "RETRY_BASE_DELAY_ENV",
@@ -189,7 +187,7 @@ def backoff_delay(retry: int, base: float | None = None) -> float:
     """
     if base is None:
         base = float(os.environ.get(RETRY_BASE_DELAY_ENV, _DEFAULT_BASE_DELAY_S))
-    return min(_MAX_DELAY_S, base * 2 ** (retry - 1)) * random.uniform(0.5, 1.0)
+    return RetryPolicy(base=base, cap=_MAX_DELAY_S, floor=0.5).delay(retry)
 
 
 def _iso(t: float) -> str:
@@ -212,8 +210,8 @@ class _Record:
     """``attempts.json`` in the output directory, kept across runs of the same step."""
 
     def __init__(self, job: TpuJob, specs: list[SliceSpec], secrets_: tuple[str, ...]) -> None:
-        self.fs, self.root = fsspec.core.url_to_fs(job.output_path)
-        self.path = f"{self.root.rstrip('/')}/attempts.json"
+        self.storage = Storage.for_prefix(job.output_path)
+        self.path = Storage.join(job.output_path, "attempts.json")
         self.head = {
             "step": job.name,
             "command": scrub(job.command, secrets_),
@@ -222,10 +220,11 @@ class _Record:
         }
         self.previous: list[dict[str, Any]] = []
         try:
-            if self.fs.exists(self.path):
-                prior = json.loads(self.fs.cat_file(self.path))
+            text = self.storage.read_text(self.path)
+            if text is not None:
+                prior = json.loads(text)
                 self.previous = [a for a in prior.get("attempts", []) if isinstance(a, dict)]
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, StorageError):
             self.previous = []  # an unreadable record is replaced, not fatal
 
     @property
@@ -237,15 +236,8 @@ class _Record:
         doc = {**self.head, "attempts": self.previous + [a.to_json() for a in attempts]}
         data = (json.dumps(doc, indent=2) + "\n").encode()
         try:
-            self.fs.makedirs(self.root, exist_ok=True)
-            if isinstance(self.fs, LocalFileSystem):
-                tmp = f"{self.path}.{secrets.token_hex(4)}.tmp"
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, self.path)
-            else:
-                self.fs.pipe_file(self.path, data)
-        except OSError as e:
+            self.storage.write_atomic(self.path, data)
+        except (OSError, StorageError) as e:
             raise StorageError(f"cannot write {self.path}: {e}") from e
 
 

@@ -1,0 +1,116 @@
+"""An HTTP proxy on loopback that adds a fixed delay to every request: GCS latency on a laptop.
+
+Put it between marinbuild and the storage emulator (``STORAGE_EMULATOR_HOST`` pointing at
+the proxy) and every request pays ``--delay`` seconds before it is forwarded, as a request
+to a real bucket pays its round trip. Requests are forwarded concurrently, so a client that
+overlaps its requests gains what it would gain against GCS; one that waits for each answer
+before asking again pays the delay each time. The proxy counts what it forwarded.
+
+    python -m bench.latency_proxy --upstream http://127.0.0.1:9023 --port 9100 --delay 0.05
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
+
+_HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
+     "transfer-encoding", "upgrade", "content-length", "content-encoding", "host"}
+)
+
+
+def make_app(upstream: str, delay: float) -> web.Application:
+    """The proxy as an aiohttp application: each request waits ``delay`` s, then goes upstream."""
+    app = web.Application(client_max_size=1 << 30)
+    state: dict[str, ClientSession] = {}
+
+    async def start(app: web.Application) -> None:
+        # The emulator answers one request at a time: a few connections are all it can use.
+        state["session"] = ClientSession(
+            connector=TCPConnector(limit=64), timeout=ClientTimeout(total=300), auto_decompress=False
+        )
+
+    async def stop(app: web.Application) -> None:
+        await state["session"].close()
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        await asyncio.sleep(delay)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        async with state["session"].request(
+            request.method, upstream + request.rel_url.raw_path_qs, headers=headers, data=body or None,
+            allow_redirects=False,
+        ) as answer:
+            payload = await answer.read()
+            out_headers = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP_BY_HOP}
+            # An upload's Location points at the emulator itself: keep the client on the proxy.
+            if "Location" in out_headers:
+                out_headers["Location"] = out_headers["Location"].replace(upstream, f"http://{request.host}")
+            return web.Response(status=answer.status, headers=out_headers, body=payload)
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    app.router.add_route("*", "/{tail:.*}", forward)
+    return app
+
+
+@dataclass
+class Proxy:
+    """A proxy process started by :func:`start_proxy`."""
+
+    process: subprocess.Popen[bytes]
+    endpoint: str
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_proxy(upstream: str, delay: float) -> Proxy:
+    """Start the proxy in its own process on a free loopback port; return once it accepts."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.latency_proxy", "--upstream", upstream, "--port", str(port),
+         "--delay", str(delay)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError("the latency proxy exited at start")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return Proxy(process, f"http://127.0.0.1:{port}")
+        except OSError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError("the latency proxy did not start within 30 s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--upstream", required=True, help="where requests go, e.g. http://127.0.0.1:9023")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--delay", type=float, default=0.05, help="seconds added to each request (default 0.05)")
+    args = parser.parse_args()
+    web.run_app(make_app(args.upstream.rstrip("/"), args.delay), host="127.0.0.1", port=args.port, print=None)
+
+
+if __name__ == "__main__":
+    main()

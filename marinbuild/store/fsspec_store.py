@@ -1,0 +1,231 @@
+"""The storage of a prefix that is a URL (``gs://``, ``s3://``, ``memory://``): fsspec underneath.
+
+The only module, with :mod:`marinbuild.store.conditional`, that talks to fsspec. Three
+rules keep a remote store fast and bounded:
+
+* **One retry loop.** gcsfs retries every request up to six times with waits of up to
+  32 s on its own; under marinbuild's six attempts that nested into about three minutes
+  for one call, longer than a lease's fence time. A ``gs://`` prefix therefore gets a
+  gcsfs filesystem whose requests are made once (:func:`single_attempt`), and
+  :mod:`marinbuild.store.retry` is the only place that retries, with one backoff.
+* **Bounded when asked.** Inside :func:`marinbuild.store.retry.bounded` (every lease read
+  and write) an asynchronous filesystem's call is cancelled at the deadline.
+* **Overlapped.** Reads, writes and deletes of many files go out together
+  (:meth:`FsspecStorage.read_many`, :meth:`~FsspecStorage.write_many`,
+  :meth:`~FsspecStorage.remove_many`), never one round trip after another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import posixpath
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from marinbuild.errors import UserError
+from marinbuild.store.retry import call_with_retries, is_transient, remaining, retrying
+from marinbuild.store.storage import Storage
+
+if TYPE_CHECKING:
+    from marinbuild.store.conditional import ConditionalStore
+
+__all__ = ["FsspecStorage", "single_attempt"]
+
+_single_attempt_classes: dict[type, type] = {}
+
+
+def single_attempt(cls: type) -> type:
+    """A subclass of a gcsfs filesystem class whose requests are made once, never retried inside."""
+    if cls not in _single_attempt_classes:
+        undecorated = {
+            name: getattr(cls, name).__wrapped__
+            for name in ("_request", "_get_file_request", "_get_file_concurrent")
+            if hasattr(getattr(cls, name, None), "__wrapped__")
+        }
+        _single_attempt_classes[cls] = type(f"SingleAttempt{cls.__name__}", (cls,), undecorated)
+    return _single_attempt_classes[cls]
+
+
+class FsspecStorage(Storage):
+    """A prefix reached through an fsspec filesystem."""
+
+    def __init__(self, prefix: str, fs: Any) -> None:
+        self.prefix = prefix
+        self.fs = fs
+
+    def __repr__(self) -> str:
+        return f"FsspecStorage({self.prefix!r})"
+
+    @classmethod
+    def open(cls, prefix: str) -> FsspecStorage:
+        """The storage of a URL prefix; a missing package or unknown protocol is a :class:`UserError`."""
+        import fsspec
+
+        try:
+            fs, _ = fsspec.core.url_to_fs(prefix)
+        except ImportError as e:
+            raise UserError(f"prefix {prefix!r} needs a package that is not installed: {e}") from None
+        except ValueError as e:  # "Protocol not known"
+            raise UserError(f"prefix {prefix!r}: {e}") from None
+        if _is_gcs(fs):
+            fs = single_attempt(type(fs))(*fs.storage_args, **fs.storage_options)
+        return cls(prefix, fs)
+
+    @property
+    def is_local(self) -> bool:
+        return False
+
+    @property
+    def protocols(self) -> tuple[str, ...]:
+        protocol = self.fs.protocol
+        return (protocol,) if isinstance(protocol, str) else tuple(protocol)
+
+    def conditional(self) -> ConditionalStore:
+        """Generation preconditions on GCS; a process-wide mutex elsewhere (see :mod:`marinbuild.store.conditional`)."""
+        from marinbuild.store.conditional import GcsConditionalStore, SerializedConditionalStore
+
+        if _is_gcs(self.fs):
+            return GcsConditionalStore(self)
+        return SerializedConditionalStore(self)
+
+    def _p(self, path: str) -> str:
+        return str(self.fs._strip_protocol(path))
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``fs.<method>(*args, **kwargs)``, cancelled at the deadline of an enclosing ``bounded`` block."""
+        left = remaining()
+        if left is not None and getattr(self.fs, "async_impl", False):
+            kwargs["timeout"] = max(left, 0.001)  # consumed by fsspec's sync(), which cancels the call
+        return getattr(self.fs, method)(*args, **kwargs)
+
+    def gather(self, coroutines: list[Any]) -> list[Any]:
+        """Run coroutines of an asynchronous filesystem together; results or exceptions, in order."""
+        from fsspec.asyn import sync
+
+        async def together() -> list[Any]:
+            return await asyncio.gather(*coroutines, return_exceptions=True)
+
+        left = remaining()
+        return sync(self.fs.loop, together, timeout=left if left is None else max(left, 0.001))  # type: ignore[no-any-return]
+
+    @retrying("read")
+    def read_text(self, path: str) -> str | None:
+        try:
+            return bytes(self.call("cat_file", self._p(path))).decode("utf-8")
+        except FileNotFoundError:
+            return None
+
+    def read_many(self, paths: Iterable[str]) -> dict[str, str]:
+        paths = list(paths)
+        if not paths:
+            return {}
+        stripped = {self._p(p): p for p in paths}
+        texts: dict[str, str] = {}
+        todo = list(stripped)
+
+        def attempt() -> None:
+            # Only the files whose read failed for a transient reason are asked again.
+            nonlocal todo
+            got = self.call("cat", todo, on_error="return")
+            again = []
+            for key, value in got.items():
+                if isinstance(value, bytes):
+                    texts[stripped[key]] = value.decode("utf-8")
+                elif is_transient(value):
+                    again.append(key)
+                elif not isinstance(value, (FileNotFoundError, KeyError)):
+                    raise value
+            todo = again
+            if again:
+                raise ConnectionError(f"{len(again)} of the reads failed for a transient reason")
+
+        call_with_retries(attempt, f"read {len(paths)} files under {self.prefix}")
+        return texts
+
+    @retrying("write")
+    def write_atomic(self, path: str, text: str | bytes) -> None:
+        """One PUT of the whole object: object stores never expose a partial object."""
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        self.call("pipe_file", self._p(path), data)
+
+    def write_many(self, files: Mapping[str, str | bytes]) -> None:
+        if not files:
+            return
+        data = {self._p(p): (t.encode("utf-8") if isinstance(t, str) else t) for p, t in files.items()}
+        # pipe() of an asynchronous filesystem sends the objects together.
+        call_with_retries(lambda: self.call("pipe", data), f"write {len(data)} files under {self.prefix}")
+
+    @retrying("create folder")
+    def makedirs(self, path: str) -> None:
+        """Object stores have no folders: nothing to create."""
+
+    @retrying("check")
+    def exists(self, path: str) -> bool:
+        return bool(self.call("exists", self._p(path)))
+
+    @retrying("list")
+    def list_names(self, folder: str) -> list[str]:
+        try:
+            # A listing cached by the filesystem would hide what other runners wrote since.
+            self.fs.invalidate_cache(self._p(folder))
+            entries = self.call("ls", self._p(folder), detail=False)
+        except FileNotFoundError:
+            return []
+        return [posixpath.basename(str(e).rstrip("/")) for e in entries]
+
+    @retrying("remove")
+    def remove(self, path: str) -> None:
+        try:
+            self.call("rm", self._p(path), recursive=True)
+        except FileNotFoundError:
+            pass
+
+    def remove_many(self, paths: Iterable[str]) -> None:
+        todo = [self._p(p) for p in paths]
+        if not todo:
+            return
+        if not getattr(self.fs, "async_impl", False):
+            for p in todo:
+                call_with_retries(functools.partial(_rm_quietly, self.fs, p), f"remove {p}")
+            return
+
+        def attempt() -> None:
+            nonlocal todo
+            results = self.gather([self.fs._rm_file(p) for p in todo])
+            again = []
+            for p, result in zip(todo, results, strict=True):
+                if isinstance(result, BaseException) and not isinstance(result, FileNotFoundError):
+                    if not is_transient(result):
+                        raise result
+                    again.append(p)
+            todo = again
+            if again:
+                raise ConnectionError(f"{len(again)} of the deletes failed for a transient reason")
+
+        call_with_retries(attempt, f"remove {len(todo)} files under {self.prefix}")
+        for p in {posixpath.dirname(p) for p in todo}:
+            self.fs.invalidate_cache(p)
+
+    @retrying("upload")
+    def put_file(self, local_path: str, path: str) -> None:
+        self.call("put_file", local_path, self._p(path))
+
+    def copy_in(self, source: BinaryIO, path: str) -> None:
+        # Not retried here: the stream cannot be rewound by this layer; callers retry the copy.
+        with self.fs.open(self._p(path), "wb") as out:  # one object appears when it closes
+            while chunk := source.read(1 << 20):
+                out.write(chunk)
+
+
+def _rm_quietly(fs: Any, path: str) -> None:
+    try:
+        fs.rm_file(path)
+    except FileNotFoundError:
+        pass
+
+
+def _is_gcs(fs: Any) -> bool:
+    protocol = fs.protocol
+    protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
+    return "gs" in protocols or "gcs" in protocols
