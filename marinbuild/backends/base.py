@@ -56,6 +56,8 @@ class Outcome:
     returncode: int | None = None
     timed_out: bool = False
     cancelled: bool = False
+    host: str | None = None
+    """Where it ran, when not this machine (a Ray node)."""
 
     @property
     def duration(self) -> float:

@@ -59,6 +59,7 @@ from marinbuild.backends.local.backend import _describe_exit
 from marinbuild.backends.ray.cluster import Placement, require_ray
 from marinbuild.execution.step_records import RecordedOutcome, record
 from marinbuild.graph import Node, StepGraph
+from marinbuild.pyenv.launch import runtime_env_of, spec_of
 from marinbuild.store.lease import LeaseRecord, Owner, lease_path
 from marinbuild.store.markers import (
     FAILED,
@@ -150,6 +151,7 @@ class TaskResult:
     returncode: int | None = None
     attempt: int = 1
     recorded: bool = True
+    host: str | None = None
 
 
 class RayBackend:
@@ -227,6 +229,10 @@ class _RayRun:
     def submit(self) -> None:
         backend, job = self.backend, self.job
         options = dict(backend.placements[job.name].options)
+        environment = spec_of(job)
+        if environment is not None:
+            # Ray builds the environment on the node (and caches it there) before the task runs.
+            options["runtime_env"] = runtime_env_of(environment)
         self.started = time.time()
         self.ref = backend.task.options(
             **options, max_retries=backend.retries_for(job), retry_exceptions=False, name=job.name
@@ -272,7 +278,7 @@ class _RayRun:
             self.on_done(self._cancelled(reason, timed_out, ended))
             return
         kind = RecordedOutcome if result.recorded else Outcome
-        self.on_done(kind(result.ok, result.started, result.ended, result.error, result.returncode))
+        self.on_done(kind(result.ok, result.started, result.ended, result.error, result.returncode, host=result.host))
 
     def _cancelled(self, reason: str, timed_out: bool, ended: float) -> Outcome:
         return Outcome(
@@ -340,7 +346,7 @@ def execute(spec: TaskSpec) -> TaskResult:
     info = read_info(storage, out) or {}
     info["ray"] = {"node_id": _node_id(), "pid": os.getpid(), "attempt": attempt, "host": socket.gethostname()}
     record(storage, out, info, outcome, owner=owner)
-    return TaskResult(outcome.ok, started, ended, error, code, attempt=attempt)
+    return TaskResult(outcome.ok, started, ended, error, code, attempt=attempt, host=socket.gethostname())
 
 
 def _token(owner: str | None) -> str | None:

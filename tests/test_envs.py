@@ -1,0 +1,214 @@
+"""Per-step Python environments with real uv, real wheels and real runs of the command line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from marinbuild.errors import StepDefinitionError
+from marinbuild.pyenv.builder import MANIFEST, EnvBuildError, ensure, env_key
+from marinbuild.pyenv.inventory import cached_envs, prune
+from marinbuild.pyenv.spec import expand_groups
+
+from .helpers import cli_env, marinbuild, plan_json, status_of, write_marinfile
+from .wheels import direct_reference, make_wheel
+
+MARINFILE = """
+import os
+from marinbuild import step, this_output_path
+
+def use_tiny(cfg):
+    import sys
+    import tinypkg
+    with open(os.path.join(cfg["out"], "value.txt"), "w") as f:
+        f.write(f"{{tinypkg.VALUE}} {{sys.prefix}}")
+
+fn = step("fn", use_tiny, {{"out": this_output_path()}}, pip_dependency_groups=[{req!r}])
+sh = step("sh", cmd="python -c 'import tinypkg; print(tinypkg.VALUE)' > {{output}}/value.txt; echo $VIRTUAL_ENV >> {{output}}/value.txt",
+          pip_dependency_groups=[{req!r}])
+"""
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty environment cache of this test, for the test and the runners it starts."""
+    root = tmp_path / "envs"
+    monkeypatch.setenv("MARINBUILD_ENV_CACHE", str(root))
+    return root
+
+
+@pytest.fixture
+def wheel(tmp_path):
+    return make_wheel(tmp_path / "wheels")
+
+
+def ready_envs(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if (p / MANIFEST).is_file()) if root.exists() else []
+
+
+def leftovers(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if p.name.startswith(".tmp-")) if root.exists() else []
+
+
+def test_steps_import_a_package_the_runner_lacks(project, cache, wheel):
+    assert importlib.util.find_spec("tinypkg") is None  # the runner's own environment lacks it
+    write_marinfile(project, MARINFILE.format(req=direct_reference(wheel)))
+    result = marinbuild("run", cwd=project, env={"MARINBUILD_ENV_CACHE": str(cache)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = plan_json(project)
+    (env_dir,) = ready_envs(cache)  # both steps asked for the same set: one environment
+    fn_value = (Path(rows["fn"]["output_path"]) / "value.txt").read_text().split()
+    assert fn_value == ["42", str(env_dir)]  # the function ran under the environment's interpreter
+    sh_value = (Path(rows["sh"]["output_path"]) / "value.txt").read_text().split()
+    assert sh_value == ["42", str(env_dir)]  # the shell step found its python first on PATH
+    info = json.loads((Path(rows["fn"]["output_path"]) / ".marinbuild" / "info.json").read_text())
+    assert info["environment"]["key"] == env_dir.name
+    assert info["environment"]["requirements"] == [direct_reference(wheel)]
+    assert rows["fn"]["environment"]["key"] == env_dir.name  # plan shows it too
+
+
+def test_a_second_run_builds_nothing(project, cache, wheel):
+    write_marinfile(project, MARINFILE.format(req=direct_reference(wheel)))
+    assert marinbuild("run", cwd=project, env={"MARINBUILD_ENV_CACHE": str(cache)}).returncode == 0
+    (env_dir,) = ready_envs(cache)
+    manifest = (env_dir / MANIFEST).stat()
+    entries = sorted(p.name for p in cache.iterdir())
+    again = marinbuild("run", "-F", cwd=project, env={"MARINBUILD_ENV_CACHE": str(cache)})
+    assert again.returncode == 0, again.stderr
+    # The same folder, its manifest never rewritten, nothing new beside it.
+    assert ready_envs(cache) == [env_dir]
+    after = (env_dir / MANIFEST).stat()
+    assert (after.st_ino, after.st_mtime_ns) == (manifest.st_ino, manifest.st_mtime_ns)
+    assert sorted(p.name for p in cache.iterdir()) == entries
+    log = (Path(plan_json(project)["fn"]["output_path"]) / "logs" / "step.log").read_text()
+    assert log.count("uv venv") == 1  # only the first run's build wrote to the log
+
+
+def test_two_runners_needing_the_same_new_environment_build_it_once(project, cache, wheel):
+    write_marinfile(project, MARINFILE.format(req=direct_reference(wheel)))
+    env = cli_env({"MARINBUILD_ENV_CACHE": str(cache)})
+    # Different prefixes: no lease keeps the runners apart, only the environment is shared.
+    runners = [
+        subprocess.Popen([sys.executable, "-m", "marinbuild", "run", "--prefix", str(project / f"out{i}"), "fn"],
+                         cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]
+    for r in runners:
+        _, err = r.communicate(timeout=120)
+        assert r.returncode == 0, err
+    assert len(ready_envs(cache)) == 1
+    assert leftovers(cache) == []
+    logs = [next((project / f"out{i}").glob("fn-*/logs/step.log")).read_text() for i in range(2)]
+    assert sorted(log.count("uv venv") for log in logs) == [0, 1]
+    for i in range(2):
+        assert next((project / f"out{i}").glob("fn-*/value.txt")).read_text().startswith("42 ")
+
+
+def test_an_extra_of_the_project_pyproject(project, cache, wheel):
+    (project / "pyproject.toml").write_text(textwrap.dedent(f"""
+        [project]
+        name = "demo"
+        version = "0"
+        [project.optional-dependencies]
+        tiny = [{direct_reference(wheel)!r}]
+        both = ["demo[tiny]"]
+    """))
+    write_marinfile(project, """
+from marinbuild import step
+step("uses-extra", cmd="python -c 'import tinypkg' && echo ok > {output}/ok", pip_dependency_groups=["both"])
+""")
+    result = marinbuild("run", cwd=project, env={"MARINBUILD_ENV_CACHE": str(cache)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = Path(plan_json(project)["uses-extra"]["output_path"])
+    assert (out / "ok").read_text() == "ok\n"
+    assert expand_groups("uses-extra", ["both"], str(project / "pyproject.toml")) == (direct_reference(wheel),)
+
+
+def test_an_unknown_extra_is_refused_at_plan_time_naming_the_step_and_the_extras(project, cache):
+    (project / "pyproject.toml").write_text('[project]\nname = "demo"\n[project.optional-dependencies]\nrl = []\neval = []\n')
+    write_marinfile(project, """
+from marinbuild import step
+step("train", cmd="true", pip_dependency_groups=["rll"])
+""")
+    result = marinbuild("plan", cwd=project)
+    assert result.returncode == 2
+    line = result.stderr.strip()
+    assert "'train'" in line and "'rll'" in line and "extras: eval, rl" in line
+    assert "Traceback" not in result.stderr and len(line.splitlines()) == 1
+    assert not cache.exists()
+    with pytest.raises(StepDefinitionError, match=r"no pyproject\.toml"):
+        expand_groups("train", ["rl"], None)
+
+
+def test_an_unresolvable_requirement_fails_its_step_and_keep_going_finishes_the_rest(project, cache, wheel):
+    conflict = [direct_reference(wheel), "tinypkg>=2"]
+    write_marinfile(project, f"""
+from marinbuild import step
+step("broken", cmd="true", pip_dependency_groups={conflict!r})
+step("fine", cmd="echo done > {{output}}/done")
+""")
+    result = marinbuild("run", "-k", "-j", "1", cwd=project, env={"MARINBUILD_ENV_CACHE": str(cache)})
+    assert result.returncode == 1
+    rows = plan_json(project)
+    broken = status_of(rows["broken"]["output_path"])
+    assert broken["status"] == "FAILED"
+    assert "could not be built" in broken["error"] and "unsatisfiable" in broken["error"]
+    log = (Path(rows["broken"]["output_path"]) / "logs" / "step.log").read_text()
+    assert "tinypkg>=2" in log  # the resolver's last lines are in the step's log
+    assert (Path(rows["fine"]["output_path"]) / "done").read_text() == "done\n"
+    assert ready_envs(cache) == [] and leftovers(cache) == []  # nothing cached as good
+    attempts = json.loads((Path(rows["broken"]["output_path"]) / "attempts.json").read_text())["attempts"]
+    assert [a["class"] for a in attempts] == ["FAILED"]
+
+
+def test_ensure_fails_cleanly_and_reports_the_resolvers_last_lines(tmp_path, wheel):
+    with pytest.raises(EnvBuildError) as caught:
+        ensure([direct_reference(wheel), "tinypkg>=2"], root=tmp_path / "c")
+    assert "unsatisfiable" in caught.value.tail
+    assert [p.name for p in (tmp_path / "c").iterdir()] == [f"{env_key([direct_reference(wheel), 'tinypkg>=2'])}.lock"]
+
+
+def test_the_key_follows_the_bytes_of_a_referenced_wheel(tmp_path):
+    first = make_wheel(tmp_path / "w", code="VALUE = 1\n")
+    key = env_key([direct_reference(first)])
+    assert env_key([direct_reference(first)]) == key
+    make_wheel(tmp_path / "w", code="VALUE = 2\n")  # rebuilt under the same name and version
+    assert env_key([direct_reference(first)]) != key
+
+
+def test_env_build_list_and_prune(project, cache, wheel):
+    write_marinfile(project, MARINFILE.format(req=direct_reference(wheel)))
+    built = marinbuild("env", "build", cwd=project, env={"MARINBUILD_ENV_CACHE": str(cache)})
+    assert built.returncode == 0, built.stderr
+    (env_dir,) = ready_envs(cache)
+    assert f"{env_dir.name}  built" in built.stdout
+    again = marinbuild("env", "build", "sh", cwd=project, env={"MARINBUILD_ENV_CACHE": str(cache)})
+    assert f"{env_dir.name}  cached" in again.stdout
+    listed = marinbuild("env", "list", cwd=project, env={"MARINBUILD_ENV_CACHE": str(cache)})
+    assert env_dir.name in listed.stdout and "tinypkg @ file://" in listed.stdout
+    [entry] = cached_envs(cache)
+    assert entry.size > 0 and entry.requirements == (direct_reference(wheel),)
+    # Still used by the Marinfile: kept. Once no step asks for it: removed.
+    kept = marinbuild("env", "prune", cwd=project, env={"MARINBUILD_ENV_CACHE": str(cache)})
+    assert kept.returncode == 0 and "nothing to remove" in kept.stdout and env_dir.exists()
+    write_marinfile(project, 'from marinbuild import step\nstep("plain", cmd="true")\n')
+    pruned = marinbuild("env", "prune", cwd=project, env={"MARINBUILD_ENV_CACHE": str(cache)})
+    assert pruned.returncode == 0 and f"removed {env_dir}" in pruned.stdout
+    assert ready_envs(cache) == [] and leftovers(cache) == []
+    assert prune(set(), root=cache) == []
+
+
+def test_the_runners_packages_stay_importable_behind_the_environments_own(tmp_path, wheel):
+    env_dir = ensure([direct_reference(wheel)], root=tmp_path / "c")
+    probe = "import marinbuild, tinypkg, xxhash; print(tinypkg.VALUE)"
+    done = subprocess.run([str(env_dir / "bin" / "python"), "-c", probe], capture_output=True, text=True,
+                          cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "42\n"
