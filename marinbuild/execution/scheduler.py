@@ -12,7 +12,12 @@ whether a ready step starts now:
   the rest, and is re-checked every ``poll_interval`` seconds). A step whose lease is lost
   while it runs is cancelled, nothing of it is recorded, and it waits again.
 
-A failed step stops new starts unless ``keep_going``; its dependants never start.
+A failed step stops new starts unless ``keep_going``; its dependants never start. Any
+exception while preparing, launching or recording one step fails that step with its error
+(its marker says ``FAILED``, its resources and claim are given back); the run goes on.
+
+Readiness comes from the plan's networkx graph: a step is ready once every dependency
+that runs in this plan has succeeded.
 """
 
 from __future__ import annotations
@@ -137,12 +142,11 @@ class Scheduler:
         to_run = plan.to_run()
         self._index = {n: i for i, n in enumerate(plan.order)}
         members = set(to_run)
-        self._pending = {n: sum(1 for d in plan.node(n).deps if d in members) for n in to_run}
-        self._dependants: dict[str, list[str]] = {n: [] for n in to_run}
-        for n in to_run:
-            for d in plan.node(n).deps:
-                if d in members:
-                    self._dependants[d].append(n)
+        graph = plan.graph
+        self._pending = {n: sum(1 for d in graph.predecessors(n) if d in members) for n in to_run}
+        self._dependants: dict[str, list[str]] = {
+            n: [c for c in graph.successors(n) if c in members] for n in to_run
+        }
         self._ready: list[tuple[int, str]] = [(self._index[n], n) for n in to_run if self._pending[n] == 0]
         heapq.heapify(self._ready)
         self._waiting: dict[str, float] = {}  # leased elsewhere: name -> next check time
@@ -257,24 +261,31 @@ class Scheduler:
                 self.reporter.step_waiting(node.name, str(e))
             self._waiting[node.name] = time.monotonic() + self.options.poll_interval
             return
-        except MarinbuildError as e:
-            # A step that cannot be prepared (an input too big to mirror, say) fails alone.
-            self.admission.release(grant)
-            try:
-                record_failure(self.ctx, node, str(e))
-            finally:
-                self.claims.release(node)
-            self._failed(node.name, str(e), "")
+        except Exception as e:
+            # A step that cannot be prepared (an input too big to mirror, a value no command
+            # can hold, a bug) fails alone; the run goes on with the others.
+            self._not_started(node, grant, _describe(e))
             return
-        except Exception:
-            self.admission.release(grant)
-            self.claims.release(node)
-            raise
         name = node.name
-        backend = self.backend_for(node)
+        try:
+            backend = self.backend_for(node)
+            handle = backend.start(job, lambda outcome: self.events.put((name, outcome)))
+        except Exception as e:
+            self._not_started(node, grant, f"could not start: {_describe(e)}")
+            return
         self.reporter.step_started(name, node.output_path)
-        handle = backend.start(job, lambda outcome: self.events.put((name, outcome)))
         self.running[name] = _Active(node, job, info, grant, handle)
+
+    def _not_started(self, node: Node, grant: Grant, error: str) -> None:
+        """A step that failed before it started: its marker says FAILED, its grant and claim go back."""
+        self.admission.release(grant)
+        try:
+            record_failure(self.ctx, node, error)
+        except Exception as e:  # the store refused even that: the run still goes on
+            error = f"{error} (and its FAILED status could not be written: {_describe(e)})"
+        finally:
+            self.claims.release(node)
+        self._failed(node.name, error, "")
 
     def _finish(self, name: str, outcome: Outcome) -> None:
         active = self.running.pop(name)
@@ -285,6 +296,10 @@ class Scheduler:
             # Another runner holds the step now: its outcome, not ours, will be recorded.
             self.reporter.step_waiting(name, f"{e}; waiting for its new holder")
             self._waiting[name] = time.monotonic() + self.options.poll_interval
+            return
+        except Exception as e:
+            # The outcome could not be recorded: the step counts as failed, the run goes on.
+            self._failed(name, f"could not record its outcome: {_describe(e)}", active.job.log_file)
             return
         finally:
             self.claims.release(active.node)
@@ -320,3 +335,11 @@ class Scheduler:
             except KeyboardInterrupt:
                 continue
             self._handle(name, event)
+
+
+def _describe(e: BaseException) -> str:
+    """One line for an error: marinbuild's own say what is wrong; anything else names its type too."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if isinstance(e, MarinbuildError):
+        return text or type(e).__name__
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
