@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from marinbuild.backends.base import Job, Outcome
+from marinbuild.config_walk import LEAF_TYPES, MAPPING, RECORD, SET, children, describe_leaf, is_namedtuple
 from marinbuild.errors import LeaseLost, MarinbuildError, StorageError
 from marinbuild.graph import Node
 from marinbuild.pyenv.launch import ENV_EXTRA
@@ -125,7 +126,7 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
     _stored(f"create {out}", lambda: storage.makedirs(out))
     mirrors = {m.source: ensure_mirrored(m, storage) for m in find_mirrored(s.config)}
     config = resolve_config(s.config, out, ctx.outputs, mirrors)
-    command = render_command(s.cmd, config, out) if s.cmd is not None else None
+    command = render_command(s.cmd, config, out, s.name) if s.cmd is not None else None
     log_file = log_path(out) if storage.is_local else _local_log_file(node)
     env = step_environment(s, out, extra_env)
     environment = environment_of(s.name, s.pip_dependency_groups, ctx.marinfile)
@@ -364,20 +365,34 @@ def record(storage: Storage, output: str, info: dict[str, Any], outcome: Outcome
 
 
 def to_jsonable(value: Any) -> Any:
-    """A JSON-friendly rendering of a resolved config, for humans (not for identity)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [to_jsonable(v) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    try:
-        json.dumps(value)
-        return value
-    except TypeError:
-        return repr(value)
+    """A JSON-friendly rendering of a resolved config, for humans (not for identity).
+
+    Walked as every config is (:mod:`marinbuild.config_walk`): a dataclass or a
+    NamedTuple by its fields, a set sorted when it can be, an enum by its value, a path
+    as text; anything else that JSON cannot hold by its ``repr``.
+    """
+    found = children(value)
+    if found is None:
+        leaf = describe_leaf(value)
+        if leaf is None or type(leaf) in LEAF_TYPES:
+            return leaf
+        try:
+            json.dumps(leaf)
+            return leaf
+        except (TypeError, ValueError):
+            return repr(value)
+    shape, items = found
+    if shape in (MAPPING, RECORD):
+        return {str(k): to_jsonable(v) for k, v in items}
+    if is_namedtuple(value):
+        return {k: to_jsonable(v) for k, v in zip(type(value)._fields, value, strict=True)}
+    rendered = [to_jsonable(v) for _, v in items]
+    if shape == SET:
+        try:
+            return sorted(rendered)
+        except TypeError:
+            return rendered
+    return rendered
 
 
 def _describe_fn(fn: Any) -> str:
