@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from marinbuild.execution.reporting import NullReporter
+
 from .helpers import (
     cli_env,
     marinbuild,
@@ -210,7 +212,11 @@ def test_sigkill_of_the_tool_mid_step_leaves_no_success_and_next_run_reruns(proj
 
 def _sigint_as(disposition: str) -> Callable[[], None]:
     handler = signal.SIG_IGN if disposition == "ignored" else signal.SIG_DFL
-    return lambda: signal.signal(signal.SIGINT, handler) and None
+
+    def set_it() -> None:
+        signal.signal(signal.SIGINT, handler)
+
+    return set_it
 
 
 @pytest.mark.parametrize("inherited", ["default", "ignored"])
@@ -383,3 +389,116 @@ def test_a_prefix_that_cannot_be_created_is_one_line_naming_it_exit_2(project):
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"marinbuild: error: prefix '{prefix}' ")
     assert "internal error" not in line and not os.path.exists(prefix)
+
+
+BARRIER = """
+from marinbuild import step, Cores
+
+GATE = {gate!r}
+
+def meet(n):
+    # Each step waits (up to 20 s) until n steps have started: only n at once get through.
+    return (
+        f"touch {{GATE}}/started_$MARINBUILD_STEP; i=0; "
+        f"while [ $(ls {{GATE}} | wc -l) -lt {{n}} ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; "
+        f"[ $(ls {{GATE}} | wc -l) -ge {{n}} ] && echo met"
+    )
+
+{steps}
+"""
+
+
+def test_jobs_limits_steps_that_declare_nothing_not_the_core_count(project, tmp_path):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    steps = "\n".join(f'step("s{i}", cmd=meet(3))' for i in range(3))
+    write_marinfile(project, BARRIER.format(gate=str(gate), steps=steps))
+    # One core, -j 3: make would run three jobs at once, and so does marinbuild.
+    result = marinbuild("run", "--cores", "1", "-j", "3", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("[s0] met") == 1  # each step's output is printed, prefixed
+
+
+def test_jobs_leaves_steps_that_declare_resources_within_the_budget(project, tmp_path):
+    write_marinfile(
+        project,
+        f"""
+        from marinbuild import step, Cores
+        LOG = {str(tmp_path / "events.log")!r}
+        for i in range(3):
+            step(f"c{{i}}", cmd=f"echo c{{i}} start >> {{LOG}}; sleep 0.3; echo c{{i}} end >> {{LOG}}", resources=Cores(1))
+        """,
+    )
+    result = marinbuild("run", "--cores", "1", "-j", "3", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    events = (tmp_path / "events.log").read_text().split("\n")[:-1]
+    # One core: each declared step starts only after the one before ended.
+    assert [e.split()[1] for e in events] == ["start", "end"] * 3
+
+
+def test_a_bare_j_means_all_cores_and_dry_run_is_accepted(project, tmp_path):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    steps = "\n".join(f'step("s{i}", cmd=meet(2))' for i in range(2))
+    write_marinfile(project, BARRIER.format(gate=str(gate), steps=steps))
+    dry = marinbuild("run", "--dry-run", cwd=project)
+    assert dry.returncode == 0 and "2 to run" in dry.stdout
+    result = marinbuild("run", "--cores", "2", "-j", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+class _Waits(NullReporter):
+    def __init__(self) -> None:
+        self.counts: list[dict[str, int]] = []
+
+    def steps_waiting(self, counts: dict[str, int]) -> None:
+        self.counts.append(dict(counts))
+
+
+def test_the_run_says_how_many_ready_steps_wait_and_on_what(project, tmp_path):
+    import marinbuild
+
+    write_marinfile(
+        project,
+        """
+        from marinbuild import step, Cores
+        for i in range(3):
+            step(f"c{i}", cmd="sleep 0.2", resources=Cores(1))
+        """,
+    )
+    waits = _Waits()
+    summary = marinbuild.run(file=str(project / "Marinfile.py"), prefix=str(project / "out"), cores=1, reporter=waits)
+    assert summary.ok
+    assert {"cores": 2} in waits.counts and waits.counts[-1] == {}
+
+
+def test_live_view_line_names_what_steps_wait_on():
+    from marinbuild.cli.console import waiting_line
+
+    line = waiting_line({"cores": 2, "a lease held by another runner": 1, "a GPU": 1})
+    assert line == "waiting: 2 on cores, 1 on a GPU, 1 on a lease held by another runner"
+
+
+def test_step_output_is_printed_prefixed_and_a_failure_shows_its_log_tail(project):
+    write_marinfile(
+        project,
+        """
+        from marinbuild import step
+        def boom(cfg):
+            print("loading the data")
+            raise ValueError("the data is bad")
+        step("fn", boom)
+        step("sh", cmd="echo step one; echo 'error: no such file data.csv' >&2; exit 3")
+        """,
+    )
+    first = marinbuild("run", "-k", cwd=project)
+    assert first.returncode == 1
+    assert "[fn] loading the data" in first.stdout and "[sh] step one" in first.stdout
+    summary = first.stdout.split("0 done, 2 failed")[1]
+    assert "| error: no such file data.csv" in summary and "| ValueError: the data is bad" in summary
+    quiet = marinbuild("run", "-k", "-q", cwd=project)
+    assert "[sh]" not in quiet.stdout
+    # The summary shows this attempt's lines only, though the log keeps the first run's too.
+    assert quiet.stdout.count("| step one") == 1
+    silent = marinbuild("run", "-k", "--no-print-output", cwd=project)
+    assert "[sh]" not in silent.stdout and "| step one" in silent.stdout

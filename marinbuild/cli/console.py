@@ -18,7 +18,7 @@ from marinbuild.cli.plan_view import COLUMNS, MAX_ROWS, plan_view
 from marinbuild.execution.reporting import NullReporter, Summary
 from marinbuild.planner import Plan
 
-__all__ = ["LineReporter", "LiveReporter", "plan_table", "print_summary"]
+__all__ = ["LineReporter", "LiveReporter", "plan_table", "print_summary", "waiting_line"]
 
 
 def plan_table(plan: Plan, resources: Mapping[str, object] | None = None, max_rows: int = MAX_ROWS) -> Group:
@@ -45,11 +45,19 @@ def plan_table(plan: Plan, resources: Mapping[str, object] | None = None, max_ro
     return Group(*parts)
 
 
-def print_summary(console: Console, summary: Summary) -> None:
-    """The end of a run: counts, then each failed step with its error and log."""
+LOG_TAIL_LINES = 10
+"""Lines of a failed step's log shown in the end-of-run summary."""
+
+
+def print_summary(console: Console, summary: Summary, log_starts: Mapping[str, int] | None = None) -> None:
+    """The end of a run: counts, then each failed step with its error, the end of its log, and the log's path."""
+    from marinbuild.execution.output_stream import log_tail
+
     elapsed = time.time() - summary.started_at
+    elsewhere = len(summary.finished_elsewhere)
     line = (
-        f"{summary.done} done, {len(summary.failed)} failed, {summary.skipped} up to date"
+        f"{summary.done - elsewhere} done, {len(summary.failed)} failed, {summary.skipped} up to date"
+        + (f", {elsewhere} finished by another runner" if elsewhere else "")
         + (f", {summary.not_started} not started" if summary.not_started else "")
         + f" in {elapsed:.1f} s"
     )
@@ -59,7 +67,21 @@ def print_summary(console: Console, summary: Summary) -> None:
     console.print(Text(line, style=style))
     for f in summary.failed:
         console.print(Text(f"FAILED {f.name}: {f.error}", style="red"))
-        console.print(Text(f"       log: {f.log}", style="dim"))
+        since = (log_starts or {}).get(f.name, 0)  # this attempt's lines, not an earlier run's
+        for tail_line in log_tail(f.log, LOG_TAIL_LINES, since) if f.log else ():
+            console.print(Text(f"       | {tail_line}"))
+        if f.log:
+            console.print(Text(f"       log: {f.log}", style="dim"))
+
+
+def waiting_line(counts: Mapping[str, int]) -> str:
+    """How many ready steps wait, and on what.
+
+    >>> waiting_line({"cores": 3, "a lease held by another runner": 1})
+    'waiting: 3 on cores, 1 on a lease held by another runner'
+    """
+    parts = [f"{n} on {what}" for what, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if n]
+    return "waiting: " + ", ".join(parts)
 
 
 class LineReporter(NullReporter):
@@ -68,6 +90,12 @@ class LineReporter(NullReporter):
     def __init__(self, console: Console, quiet: bool = False) -> None:
         self.console = console
         self.quiet = quiet
+        self.log_starts: dict[str, int] = {}
+
+    def step_starting(self, name: str, log_file: str) -> None:
+        from marinbuild.execution.output_stream import log_size
+
+        self.log_starts[name] = log_size(log_file)
 
     def step_started(self, name: str, output: str) -> None:
         if not self.quiet:
@@ -89,7 +117,7 @@ class LineReporter(NullReporter):
             self.console.print(f"[dim]skip[/]  {name}: {reason}", highlight=False)
 
     def run_finished(self, summary: Summary) -> None:
-        print_summary(self.console, summary)
+        print_summary(self.console, summary, self.log_starts)
 
 
 class LiveReporter(LineReporter):
@@ -102,6 +130,7 @@ class LiveReporter(LineReporter):
         self.failed = 0
         self.started: dict[str, float] = {}
         self.waiting: dict[str, str] = {}
+        self.waiting_on: dict[str, int] = {}
         self.live = Live(self, console=console, refresh_per_second=4, transient=True)
 
     def __rich__(self) -> Group:
@@ -111,6 +140,8 @@ class LiveReporter(LineReporter):
             style="bold",
         )
         rows = [Text(f"  {now - t:6.1f} s  {n}") for n, t in list(self.started.items())[:20]]
+        if self.waiting_on:
+            rows.append(Text(f"  {waiting_line(self.waiting_on)}", style="yellow"))
         rows += [Text(f"  waiting  {n}: {why}", style="yellow") for n, why in list(self.waiting.items())[:5]]
         return Group(head, *rows)
 
@@ -124,6 +155,9 @@ class LiveReporter(LineReporter):
 
     def step_waiting(self, name: str, reason: str) -> None:
         self.waiting[name] = reason
+
+    def steps_waiting(self, counts: Mapping[str, int]) -> None:
+        self.waiting_on = dict(counts)
 
     def step_finished(self, name: str, duration: float) -> None:
         self.started.pop(name, None)

@@ -26,7 +26,7 @@ from marinbuild.execution.capacity import Capacity
 from marinbuild.resources import Cores, Gpus, Request, ResourceLike, Slices, as_request
 from marinbuild.units import format_bytes
 
-__all__ = ["THREAD_ENV_VARS", "Allocation", "Allocator", "check_fits"]
+__all__ = ["THREAD_ENV_VARS", "Allocation", "Allocator", "check_fits", "shortage"]
 
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
@@ -191,6 +191,26 @@ def _fit(req: Request, pool: Capacity) -> Request | str:
         token = min(req.tokens - pool.tokens)
         return f"needs token {token!r}, which is not offered (use --token {token} to offer it)"
     return fitted
+
+
+def shortage(request: ResourceLike, pool: Capacity) -> str:
+    """What ``request`` lacks in ``pool``, in a word or two ("cores", "memory", "a GPU"); "" if it fits.
+
+    >>> shortage(Cores(2), Capacity(cores=(0,)))
+    'cores'
+    """
+    reason = _fit(as_request(request), pool)
+    if isinstance(reason, Request):
+        return ""
+    for needle, word in (
+        ("asks for cpu", "cores"), ("asks for cores", "cores"), ("asks for ram", "memory"),
+        ("gpu", "a GPU"), ("GPU", "a GPU"), ("tpu", "a TPU slice"), ("token", "a token"),
+    ):
+        if needle in reason:
+            return word
+    if "resources." in reason:
+        return reason.split("resources.", 1)[1].split("=", 1)[0]
+    return "resources"
 
 
 def _pick(free: tuple[int, ...], n: int, wanted: tuple[int, ...] | None) -> tuple[int, ...] | None:

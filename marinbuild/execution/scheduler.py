@@ -25,12 +25,14 @@ from __future__ import annotations
 import heapq
 import queue
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from marinbuild.backends.base import Backend, Grant, Job, Outcome, Running
 from marinbuild.errors import LeaseLost, MarinbuildError
+from marinbuild.execution.admission import JOBS_WAIT, LEASE_WAIT
 from marinbuild.execution.reporting import Failure, Reporter, Summary
 from marinbuild.execution.step_records import DependencyBusy, RunContext, commit, prepare, record_failure
 from marinbuild.graph import Node
@@ -152,6 +154,8 @@ class Scheduler:
         self._waiting: dict[str, float] = {}  # leased elsewhere: name -> next check time
         self._told_waiting: dict[str, str] = {}  # the last reason reported, so a poll says nothing new
         self._blocked_since: dict[str, float] = {}
+        self._waiting_for: dict[str, str] = {}  # leased elsewhere, or a dependency redone elsewhere
+        self._told_counts: dict[str, int] = {}
         self._stopping = False
         self.summary.total = len(to_run)
         self.summary.skipped = len(plan.order) - len(to_run)
@@ -209,9 +213,12 @@ class Scheduler:
                 del self._waiting[name]
                 heapq.heappush(self._ready, (self._index[name], name))
         deferred: list[tuple[int, str]] = []
+        short_of: Counter[str] = Counter()
+        capped = False
         misses = 0
         while self._ready and misses < 64:
             if self.options.jobs is not None and len(self.running) >= self.options.jobs:
+                capped = True
                 break
             item = heapq.heappop(self._ready)
             name = item[1]
@@ -225,6 +232,7 @@ class Scheduler:
             grant = self.admission.try_acquire(node)
             if grant is None:
                 deferred.append(item)
+                short_of[self._waits_on(node)] += 1
                 misses += 1
                 since = self._blocked_since.setdefault(name, now)
                 if now - since >= self.options.starvation_limit:
@@ -244,10 +252,30 @@ class Scheduler:
                     self._told_waiting[name] = why
                     self.reporter.step_waiting(name, why)
                 self._waiting[name] = now + self.options.poll_interval
+                self._waiting_for[name] = LEASE_WAIT
                 continue
             self._launch(node, grant)
+        if self._ready:
+            # Not looked at in this pass: behind the -j limit, or behind the steps deferred.
+            short_of[JOBS_WAIT if capped else next(iter(short_of), JOBS_WAIT)] += len(self._ready)
         for item in deferred:
             heapq.heappush(self._ready, item)
+        self._tell_waiting(short_of)
+
+    def _waits_on(self, node: Node) -> str:
+        waits_on = getattr(self.admission, "waits_on", None)
+        return (waits_on(node) if waits_on is not None else "") or "resources"
+
+    def _tell_waiting(self, short_of: Counter[str]) -> None:
+        """Tell the reporter how many ready steps wait, and on what, when that changed."""
+        for name in self._waiting:
+            short_of[self._waiting_for.get(name, LEASE_WAIT)] += 1
+        counts = dict(short_of)
+        if counts != self._told_counts:
+            self._told_counts = counts
+            tell = getattr(self.reporter, "steps_waiting", None)
+            if tell is not None:
+                tell(counts)
 
     def _launch(self, node: Node, grant: Grant) -> None:
         try:
@@ -260,6 +288,7 @@ class Scheduler:
                 self._told_waiting[node.name] = str(e)
                 self.reporter.step_waiting(node.name, str(e))
             self._waiting[node.name] = time.monotonic() + self.options.poll_interval
+            self._waiting_for[node.name] = "a dependency redone elsewhere"
             return
         except Exception as e:
             # A step that cannot be prepared (an input too big to mirror, a value no command
@@ -267,6 +296,9 @@ class Scheduler:
             self._not_started(node, grant, _describe(e))
             return
         name = node.name
+        starting = getattr(self.reporter, "step_starting", None)
+        if starting is not None:
+            starting(name, job.log_file)  # before it can print: what it prints is followed from here
         try:
             backend = self.backend_for(node)
             handle = backend.start(job, lambda outcome: self.events.put((name, outcome)))

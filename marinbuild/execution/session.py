@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from marinbuild.backends.ray.cluster import Placement
     from marinbuild.backends.tpu.backend import RetryBudgets
     from marinbuild.backends.tpu.cluster import Cluster
+    from marinbuild.execution.output_stream import OutputFollower
     from marinbuild.execution.scheduler import Admission
     from marinbuild.graph import Node
     from marinbuild.resources import Request
@@ -74,6 +75,7 @@ class RunSettings:
     """How a run behaves; the command line's ``run`` options, one field each."""
 
     jobs: int | None = None
+    """Steps running at once; steps that declare no resources then take no core. 0: the core count."""
     keep_going: bool = False
     backend: str | None = None
     ray_address: str | None = None
@@ -271,18 +273,36 @@ class _Recorder(NullReporter):
     def run_started(self, total: int, skipped: int) -> None:
         self.inner.run_started(total, skipped)
 
+    follower: OutputFollower | None = None
+
+    def step_starting(self, name: str, log_file: str) -> None:
+        if self.follower is not None:
+            self.follower.follow(name, log_file)
+        starting = getattr(self.inner, "step_starting", None)
+        if starting is not None:
+            starting(name, log_file)
+
     def step_started(self, name: str, output: str) -> None:
         self.inner.step_started(name, output)
+
+    def steps_waiting(self, counts: Mapping[str, int]) -> None:
+        tell = getattr(self.inner, "steps_waiting", None)
+        if tell is not None:
+            tell(counts)
 
     def step_waiting(self, name: str, reason: str) -> None:
         self.inner.step_waiting(name, reason)
 
     def step_finished(self, name: str, duration: float) -> None:
         self.results[name] = (StepOutcome.RAN, None, None, duration)
+        if self.follower is not None:
+            self.follower.finish(name)  # its last lines before the line saying it is done
         self.inner.step_finished(name, duration)
 
     def step_failed(self, name: str, error: str, log: str) -> None:
         self.results[name] = (StepOutcome.FAILED, error, log, None)
+        if self.follower is not None:
+            self.follower.finish(name)
         self.inner.step_failed(name, error, log)
 
     def step_skipped(self, name: str, reason: str) -> None:
@@ -298,10 +318,12 @@ def execute(
     settings: RunSettings = RunSettings(),
     reporter: Reporter | None = None,
     echo: Callable[[str], None] = print,
+    on_output: Callable[[str, str], None] | None = None,
 ) -> RunSummary:
     """Run what the plan says must run; returns once every step is done, failed or blocked.
 
     ``echo`` prints the few lines a backend says outside the reporter's events (TPU hosts).
+    ``on_output(step, line)``, when given, receives every line a running step prints.
     Ctrl-C (and SIGTERM, where the caller maps it to KeyboardInterrupt) stops the run cleanly:
     running steps are cancelled and marked FAILED, and the summary says ``interrupted``.
     """
@@ -329,17 +351,27 @@ def execute(
         fresh_output=settings.fresh_output,
     )
     budget = parse_duration(settings.walltime) if settings.walltime is not None else None
-    admission: Admission = ResourceAdmission(planned.capacity, planned.requests, project.graph.prefix, walltime=budget)
+    # -j 0 (a bare -j): as many steps that declare nothing as the machine has cores.
+    jobs = len(planned.capacity.cores) or 1 if settings.jobs == 0 else settings.jobs
+    admission: Admission = ResourceAdmission(
+        planned.capacity, planned.requests, project.graph.prefix, walltime=budget, jobs=jobs
+    )
     runner, backend_for, admission = _backends(planned, settings, admission, echo)
     stale_success = _redone(project, plan) if planned.forced else None
     claims = LeaseClaims(project.storage, lease_settings, stale_success=stale_success)
     recorder = _Recorder(reporter or NullReporter())
-    options = RunOptions(jobs=settings.jobs, keep_going=settings.keep_going, poll_interval=lease_settings.poll)
+    if on_output is not None:
+        from marinbuild.execution.output_stream import OutputFollower
+
+        recorder.follower = OutputFollower(on_output)
+    options = RunOptions(jobs=jobs, keep_going=settings.keep_going, poll_interval=lease_settings.poll)
     scheduler = Scheduler(plan, ctx, runner, recorder, options, admission=admission, claims=claims, backend_for=backend_for)
     try:
         summary = scheduler.run()
     finally:
         claims.close()
+        if recorder.follower is not None:
+            recorder.follower.close()
     elsewhere = set(summary.finished_elsewhere)
     for n in to_run:
         outcome, error, log, duration = recorder.results.get(n, (StepOutcome.NOT_STARTED, None, None, None))
