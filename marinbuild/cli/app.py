@@ -157,11 +157,12 @@ def run(
     targets: TargetsArg = None,
     file: FileOpt = "Marinfile.py",
     prefix: PrefixOpt = None,
-    jobs: Annotated[int | None, typer.Option("-j", "--jobs", min=1, help="Steps running at once (default: as resources allow).")] = None,
+    jobs: Annotated[int | None, typer.Option("-j", "--jobs", min=0, help="Steps running at once; steps that declare no resources are then limited by -j alone (like make -j). A bare -j: as many as cores. Default: as resources allow (a step that declares nothing counts one core).")] = None,
     keep_going: Annotated[bool, typer.Option("-k", "--keep-going", help="Go on with independent steps after a failure.")] = False,
     force: ForceOpt = None,
     force_all: ForceAllOpt = False,
-    dry: Annotated[bool, typer.Option("--dry", "-n", help="Only show the plan (same as `marinbuild plan`).")] = False,
+    dry: Annotated[bool, typer.Option("--dry", "-n", "--dry-run", help="Only show the plan (same as `marinbuild plan`).")] = False,
+    print_output: Annotated[bool | None, typer.Option("--print-output/--no-print-output", help="Print what steps print, each line after [step] (default: yes, except with -q or --json).")] = None,
     json_events: Annotated[bool, typer.Option("--json", help="Report events as JSON lines.")] = False,
     cores: CoresOpt = None,
     mem: MemOpt = None,
@@ -225,16 +226,30 @@ def run(
     # A background job of a script starts with SIGINT ignored, and Python then leaves it
     # ignored: `kill -INT` would do nothing. The runner stops on it as on Ctrl-C.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if print_output is None:
+        print_output = not quiet and not json_events
     summary = session.execute(
         planned,
         settings,
         _reporter(quiet, json_events),
-        echo=lambda line: out.print(line, markup=False, highlight=False),
+        echo=(lambda line: None) if quiet else (lambda line: out.print(line, markup=False, highlight=False)),
+        on_output=_output_printer(json_events) if print_output else None,
     )
     if summary.interrupted:
         raise typer.Exit(130)
     if not summary.ok:
         raise typer.Exit(1)
+
+
+def _output_printer(json_events: bool) -> Callable[[str, str], None]:
+    """Where a step's printed lines go: ``[step] line`` on stdout, or JSON ``output`` events."""
+    if json_events:
+        def as_json(step: str, line: str) -> None:
+            sys.stdout.write(json.dumps({"event": "output", "time": time.time(), "step": step, "line": line}) + "\n")
+            sys.stdout.flush()
+
+        return as_json
+    return lambda step, line: out.print(f"[{step}] {line}", markup=False, highlight=False)
 
 
 def _machine(cores: int | None, mem: str | None, resources: list[str] | None, tokens: list[str] | None) -> Machine:
@@ -284,7 +299,7 @@ def plan(
     targets: TargetsArg = None,
     file: FileOpt = "Marinfile.py",
     prefix: PrefixOpt = None,
-    dry: Annotated[bool, typer.Option("--dry", "-n", help="Accepted for habit: plan never runs anything.")] = True,
+    dry: Annotated[bool, typer.Option("--dry", "-n", "--dry-run", help="Accepted for habit: plan never runs anything.")] = True,
     check: Annotated[bool, typer.Option("--check", "-q", help="Print nothing; exit 1 when anything would run (like make -q).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as a JSON list.")] = False,
     dag: Annotated[DagFormat | None, typer.Option("--dag", case_sensitive=False, help="Print the graph for Graphviz or Mermaid.")] = None,
@@ -454,7 +469,7 @@ def clean(
     any_orphans: Annotated[bool, typer.Option("--any-orphans", help="Like --orphans, for every NAME-HASH output under the prefix, whichever Marinfile wrote it.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Remove outputs even while a live runner holds their lease.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
-    dry: Annotated[bool, typer.Option("--dry", "-n", help="List what would be removed.")] = False,
+    dry: Annotated[bool, typer.Option("--dry", "-n", "--dry-run", help="List what would be removed.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Delete the targets' current outputs, or (--orphans) outputs of old identities; running ones are left alone."""
@@ -507,6 +522,24 @@ COMMANDS = _Commands()
 _UsageError: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
+def _bare_jobs(args: list[str]) -> list[str]:
+    """``-j`` without a number, as make and Snakemake take it, becomes ``--jobs=0`` (all cores).
+
+    >>> _bare_jobs(["run", "-j"]), _bare_jobs(["run", "-j", "train"]), _bare_jobs(["run", "-j", "4"])
+    (['run', '--jobs=0'], ['run', '--jobs=0', 'train'], ['run', '-j', '4'])
+    """
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
+        following = args[i + 1] if i + 1 < len(args) else None
+        if arg in ("-j", "--jobs") and (following is None or not following.isdigit()):
+            out.append("--jobs=0")
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``marinbuild`` console script (``argv``: instead of ``sys.argv[1:]``).
 
@@ -518,7 +551,8 @@ def main(argv: list[str] | None = None) -> None:
     # a sixth of its time. Collections stay, only rarer.
     gc.set_threshold(100_000, 50, 50)
     try:
-        code = app(args=argv, prog_name="marinbuild", standalone_mode=False)
+        args = _bare_jobs(list(sys.argv[1:] if argv is None else argv))
+        code = app(args=args, prog_name="marinbuild", standalone_mode=False)
     except _UsageError as error:
         e: Any = error  # click's UsageError: ctx, exit_code, format_message()
         if not e.format_message():  # bare `marinbuild`: the help was the answer
