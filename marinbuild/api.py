@@ -58,7 +58,7 @@ def plan(
     >>> s = marinbuild.step("hello", cmd="echo hi > {output}/hi.txt")
     >>> p = marinbuild.plan(steps=[s], prefix=tempfile.mkdtemp())
     >>> p.order, p.decisions["hello"].action.value
-    (['hello'], 'run')
+    (('hello',), 'run')
     """
     project = load(file, steps, prefix)
     machine = Machine(cores=cores, mem=mem, resources=tuple(resources), tokens=tuple(tokens))
