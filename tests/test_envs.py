@@ -212,3 +212,54 @@ def test_the_runners_packages_stay_importable_behind_the_environments_own(tmp_pa
                           cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert done.returncode == 0, done.stderr
     assert done.stdout == "42\n"
+
+
+# -- remote backends: TPU hosts over SSH (real sshd on loopback) and a real Ray cluster ------------
+
+REMOTE_MARINFILE = """
+import os, sys
+from marinbuild import step, ResourceConfig, this_output_path
+
+def on_host(cfg):
+    import tinypkg
+    worker = os.environ["MARINBUILD_WORKER_ID"]
+    with open(os.path.join(cfg["out"], f"fn{{worker}}.txt"), "w") as f:
+        f.write(f"{{tinypkg.VALUE}} {{sys.prefix}} {{os.environ['FOO']}} {{os.environ['OMP_NUM_THREADS']}}")
+
+tpu = ResourceConfig.with_tpu("v4-16", env_vars={{"FOO": "from-env-vars", "OMP_NUM_THREADS": "3"}})
+step("tpu/sh", cmd="python -c 'import tinypkg, sys; print(tinypkg.VALUE, sys.prefix)' > {{output}}/sh$MARINBUILD_WORKER_ID.txt",
+     pip_dependency_groups=[{req!r}], resources=tpu)
+step("tpu/fn", on_host, {{"out": this_output_path()}}, pip_dependency_groups=[{req!r}], resources=tpu)
+"""
+
+
+def host_envs(fleet, index: int) -> list[Path]:
+    return ready_envs(fleet.hosts[index].home / ".cache" / "marinbuild" / "envs")
+
+
+def test_the_environment_is_built_on_every_ssh_host_once(project, fleet, wheel, cache):
+    write_marinfile(project, REMOTE_MARINFILE.format(req=direct_reference(wheel)))
+    cluster = fleet.write_cluster(project / "cluster.toml", [("a", "v4-16", [0, 1])], python=sys.executable)
+    env = {"MARINBUILD_RETRY_BASE_DELAY": "0.05", "MARINBUILD_ENV_CACHE": str(cache)}
+    for h in (0, 1):  # earlier tests on the session's hosts must not have built it already
+        for old in host_envs(fleet, h):
+            subprocess.run(["rm", "-rf", str(old)], check=True)
+    result = marinbuild("run", "-j", "1", "--cluster", str(cluster), cwd=project, env=env, timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = plan_json(project, "--cluster", str(cluster))
+    key = rows["tpu/sh"]["environment"]["key"]
+    built = [host_envs(fleet, h) for h in (0, 1)]
+    assert [[p.name for p in b] for b in built] == [[key], [key]]  # each host its own, by the same hash
+    assert not ready_envs(cache)  # the runner built nothing for them
+    sh_out, fn_out = Path(rows["tpu/sh"]["output_path"]), Path(rows["tpu/fn"]["output_path"])
+    for w in (0, 1):
+        assert (sh_out / f"sh{w}.txt").read_text().split() == ["42", str(built[w][0])]
+        value, prefix, foo, threads = (fn_out / f"fn{w}.txt").read_text().split()
+        assert (value, prefix, foo, threads) == ("42", str(built[w][0]), "from-env-vars", "3")
+    stamps = [(b[0] / MANIFEST).stat().st_mtime_ns for b in built]
+    again = marinbuild("run", "-F", "-j", "1", "--cluster", str(cluster), cwd=project, env=env, timeout=240)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert [host_envs(fleet, h) for h in (0, 1)] == built
+    assert [(b[0] / MANIFEST).stat().st_mtime_ns for b in built] == stamps  # no work the second time
+    homes = [fleet.hosts[h].home / ".cache" / "marinbuild" / "envs" for h in (0, 1)]
+    assert all(leftovers(home) == [] for home in homes)

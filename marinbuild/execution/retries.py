@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from marinbuild.backends.base import Backend, Job, Outcome
+from marinbuild.errors import StorageError
 from marinbuild.store.storage import Storage
 
 __all__ = [
@@ -112,7 +113,7 @@ class AttemptLedger:
             text = self.storage.read_text(self.path)
             prior = json.loads(text) if text else {}
             self.previous = [a for a in prior.get("attempts", []) if isinstance(a, dict)]
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, StorageError):
             self.previous = []  # an unreadable ledger is replaced, not fatal
 
     @property

@@ -35,8 +35,8 @@ from marinbuild.backends.base import Job, Outcome
 from marinbuild.config_walk import LEAF_TYPES, MAPPING, RECORD, SET, children, describe_leaf, is_namedtuple
 from marinbuild.errors import LeaseLost, MarinbuildError, StorageError
 from marinbuild.graph import Node
-from marinbuild.pyenv.launch import ENV_EXTRA
-from marinbuild.pyenv.spec import environment_of
+from marinbuild.pyenv.launch import DECLARED_ENV_EXTRA, ENV_EXTRA
+from marinbuild.pyenv.spec import EnvSpec, environment_of
 from marinbuild.redact import redact_env
 from marinbuild.resolve import render_command, resolve_config
 from marinbuild.resources import ResourceConfig
@@ -164,9 +164,19 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
         command=command,
         cores=cores,
         timeout=timeout,
-        extra={ENV_EXTRA: environment} if environment is not None else {},
+        extra=_extra(s, environment),
     )
     return job, info
+
+
+def _extra(s: Step, environment: EnvSpec | None) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
+    if environment is not None:
+        extra[ENV_EXTRA] = environment
+    declared = frozenset(env_vars_of(s)) | {k for k, _ in s.env}
+    if declared:
+        extra[DECLARED_ENV_EXTRA] = declared
+    return extra
 
 
 def env_vars_of(s: Step) -> Mapping[str, str]:

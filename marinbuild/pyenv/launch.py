@@ -34,10 +34,13 @@ from marinbuild.pyenv import builder
 from marinbuild.pyenv.builder import EnvBuildError, ensure
 from marinbuild.pyenv.spec import EnvSpec
 
-__all__ = ["ENV_EXTRA", "EnvFailure", "WithEnvironments", "env_variables", "remote_prefix", "runtime_env_of", "spec_of"]
+__all__ = ["DECLARED_ENV_EXTRA", "ENV_EXTRA", "EnvFailure", "WithEnvironments", "env_variables", "remote_prefix", "runtime_env_of", "spec_of"]
 
 ENV_EXTRA = "environment"
 """The key of ``Job.extra`` holding the step's EnvSpec."""
+DECLARED_ENV_EXTRA = "declared_env"
+"""The key of ``Job.extra`` naming the variables the step itself set (``env_vars``, ``env=``):
+a backend that drops variables meant for this machine keeps these."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,17 +146,17 @@ class _EnvRun:
             handle.cancel(reason)
 
 
-def remote_prefix(spec: EnvSpec) -> str:
+def remote_prefix(spec: EnvSpec, python: str = "python3") -> str:
     """Shell lines that make a remote host build or find ``spec``'s environment and enter it.
 
-    The builder's source travels inline and runs under the host's ``python3``; it prints the
+    The builder's source travels inline and runs under the host's ``python``; it prints the
     environment's folder, which goes first on PATH. A host that cannot build it ends the
     step with exit status 3 and the resolver's last lines in its log.
     """
     source = inspect.getsource(builder)
     requirements = json.dumps(list(spec.requirements))
     return (
-        f"MARINBUILD_ENV_DIR=$(python3 -c {shlex.quote(source)} ensure {shlex.quote(requirements)}) || exit 3\n"
+        f"MARINBUILD_ENV_DIR=$({shlex.quote(python)} -c {shlex.quote(source)} ensure {shlex.quote(requirements)}) || exit 3\n"
         'export VIRTUAL_ENV="$MARINBUILD_ENV_DIR" PATH="$MARINBUILD_ENV_DIR/bin:$PATH"\n'
     )
 

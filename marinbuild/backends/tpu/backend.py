@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from marinbuild.backends.base import Job, Outcome
 from marinbuild.backends.tpu.cluster import Cluster
 from marinbuild.backends.tpu.retry_loop import TpuJob, run_tpu_step
+from marinbuild.pyenv.launch import DECLARED_ENV_EXTRA, remote_prefix, spec_of
 
 __all__ = ["RetryBudgets", "TpuDispatch"]
 
@@ -54,26 +55,45 @@ class TpuDispatch:
         self.retries_of = retries_of
         self.console = console
 
+    retries_itself = True
+    """Preemptions, failures and SSH trouble have budgets of their own here (no generic retries)."""
+
     def command_for(self, job: Job, slices: tuple[str, ...]) -> str:
         """What every host runs: the shell command, or the worker calling the function."""
         if job.command is not None:
             return job.command
-        python = self.cluster.slice(slices[0]).ssh.python if slices else "python3"
+        python = shlex.quote(self.cluster.slice(slices[0]).ssh.python if slices else "python3")
+        if spec_of(job) is not None:
+            python = '"$MARINBUILD_ENV_DIR"/bin/python'  # set by the setup lines (remote_prefix)
         # Synced, the project is the command's working directory on each host; not synced,
         # it must already be there at the same path (a shared filesystem).
         marinfile = os.path.basename(self.marinfile) if self.sync else self.marinfile
-        return shlex.join(
-            [python, "-m", "marinbuild.backends.worker", "--file", marinfile, "--step", job.name, "--prefix", self.prefix]
+        return f"{python} " + shlex.join(
+            ["-m", "marinbuild.backends.worker", "--file", marinfile, "--step", job.name, "--prefix", self.prefix]
         )
+
+    def setup_for(self, job: Job, slices: tuple[str, ...]) -> str:
+        """Lines each host runs first: building (or finding) the step's Python environment there."""
+        environment = spec_of(job)
+        if environment is None:
+            return ""
+        return remote_prefix(environment, self.cluster.slice(slices[0]).ssh.python if slices else "python3")
 
     def start(self, job: Job, on_done: Callable[[Outcome], None]) -> _TpuRun:
         preemption, failure = self.retries_of(job.name)
         slices = tuple(s for s in job.env.get("MARINBUILD_TPU_SLICES", "").split(",") if s)
-        env = {k: v for k, v in job.env.items() if not k.startswith(("OMP_", "MKL_", "OPENBLAS_", "NUMEXPR_"))}
+        # The thread counts admission derived for this machine mean nothing on the hosts;
+        # the same names set by the step itself (env_vars, env=) do.
+        declared = job.extra.get(DECLARED_ENV_EXTRA, ()) if job.extra else ()
+        env = {
+            k: v for k, v in job.env.items()
+            if k in declared or not k.startswith(("OMP_", "MKL_", "OPENBLAS_", "NUMEXPR_"))
+        }
         tpu_job = TpuJob(
             name=job.name,
             output_path=job.output_path,
             command=self.command_for(job, slices),
+            setup=self.setup_for(job, slices),
             env=env,
             slices=slices,
             max_retries_preemption=self.budgets.preemption if preemption is None else preemption,

@@ -14,7 +14,6 @@ describing its place in the gang; see :func:`host_env`.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import tempfile
@@ -30,10 +29,10 @@ from marinbuild.backends.tpu.gang import TOKEN_VAR, AttemptLogs, Gang, GangOutco
 from marinbuild.backends.tpu.preemption import AttemptClass, is_preempted
 from marinbuild.backends.tpu.ssh import export_env, resolve_target
 from marinbuild.backends.tpu.workdir_sync import PackedWorkdir, pack_workdir
-from marinbuild.errors import ClusterConfigError, StepDefinitionError, StorageError
+from marinbuild.errors import ClusterConfigError, StepDefinitionError
+from marinbuild.execution.retries import AttemptLedger
 from marinbuild.redact import redact_env, scrub, secret_values
 from marinbuild.store.retry import RetryPolicy
-from marinbuild.store.storage import Storage
 
 __all__ = [
     "RETRY_BASE_DELAY_ENV",
@@ -71,6 +70,9 @@ class TpuJob:
     max_retries_infra: int = 2
     """Retries of an attempt that failed for SSH or setup trouble (a host that never
     answered, a failed upload): a few, since a wrong port or a down host rarely heals."""
+    setup: str = ""
+    """Shell lines every host runs before ``command`` in the same shell (building the
+    step's Python environment); kept out of ``attempts.json``."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,13 @@ class Attempt:
         return {h.host: h.exit_code for h in self.hosts}
 
     @property
+    def exit_code(self) -> int | None:
+        """The ledger's one exit code: 0 on success, else the first failed host's."""
+        if self.classification is AttemptClass.SUCCESS:
+            return 0
+        return self.exit_codes.get(self.first_failed_host or "") if self.first_failed_host else None
+
+    @property
     def preempted_hosts(self) -> tuple[str, ...]:
         return tuple(h.host for h in self.hosts if is_preempted(h.observation()))
 
@@ -102,6 +111,8 @@ class Attempt:
             "started_at": _iso(self.started_at),
             "ended_at": _iso(self.ended_at),
             "duration_s": round(self.ended_at - self.started_at, 3),
+            "exit_code": self.exit_code,
+            "host": self.first_failed_host or (self.hosts[0].host if self.hosts else None),
             "first_failed_host": self.first_failed_host,
             "exit_codes": self.exit_codes,
             "preempted_hosts": list(self.preempted_hosts),
@@ -206,41 +217,6 @@ def _resolve_slices(job: TpuJob, cluster: Cluster) -> list[SliceSpec]:
     return specs
 
 
-class _Record:
-    """``attempts.json`` in the output directory, kept across runs of the same step."""
-
-    def __init__(self, job: TpuJob, specs: list[SliceSpec], secrets_: tuple[str, ...]) -> None:
-        self.storage = Storage.for_prefix(job.output_path)
-        self.path = Storage.join(job.output_path, "attempts.json")
-        self.head = {
-            "step": job.name,
-            "command": scrub(job.command, secrets_),
-            "env": redact_env(job.env),
-            "slices": [{"name": s.name, "tpu_type": s.tpu_type, "hosts": list(s.hosts)} for s in specs],
-        }
-        self.previous: list[dict[str, Any]] = []
-        try:
-            text = self.storage.read_text(self.path)
-            if text is not None:
-                prior = json.loads(text)
-                self.previous = [a for a in prior.get("attempts", []) if isinstance(a, dict)]
-        except (OSError, ValueError, AttributeError, StorageError):
-            self.previous = []  # an unreadable record is replaced, not fatal
-
-    @property
-    def next_number(self) -> int:
-        numbers = [a.get("attempt", 0) for a in self.previous]
-        return max((n for n in numbers if isinstance(n, int)), default=0) + 1
-
-    def write(self, attempts: list[Attempt]) -> None:
-        doc = {**self.head, "attempts": self.previous + [a.to_json() for a in attempts]}
-        data = (json.dumps(doc, indent=2) + "\n").encode()
-        try:
-            self.storage.write_atomic(self.path, data)
-        except (OSError, StorageError) as e:
-            raise StorageError(f"cannot write {self.path}: {e}") from e
-
-
 def run_tpu_step(
     job: TpuJob,
     cluster: Cluster,
@@ -271,7 +247,11 @@ def run_tpu_step(
         slice0.internal_addresses[0] if slice0.internal_addresses else targets[0][0].hostname
     )
     workers = len(slice0.hosts)
-    record = _Record(job, specs, secrets_)
+    record = AttemptLedger(job.output_path, job.name, head={
+        "command": scrub(job.command, secrets_),
+        "env": redact_env(job.env),
+        "slices": [{"name": s.name, "tpu_type": s.tpu_type, "hosts": list(s.hosts)} for s in specs],
+    })
     run_token = secrets.token_hex(6)
     attempts: list[Attempt] = []
     preemptions = failures = infra = 0
@@ -283,7 +263,7 @@ def run_tpu_step(
             packed = pack_workdir(workdir, os.path.join(tmp, "pack"))
         logs = AttemptLogs(job.output_path, os.path.join(tmp, "staging"))
         while True:
-            number = record.next_number + len(attempts)
+            number = record.next_number
             plans = [
                 HostPlan(
                     slice_name=spec.name,
@@ -310,7 +290,7 @@ def run_tpu_step(
             console(f"{prefix}attempt {number} on {', '.join(job.slices)}")
             outcome = Gang(
                 plans,
-                command=job.command,
+                command=job.setup + job.command,
                 logs=logs,
                 workdir=packed,
                 console=console,
@@ -324,7 +304,7 @@ def run_tpu_step(
             answered.update(h.host for h in outcome.hosts if h.answered)
             attempt = _attempt(number, outcome, secrets_)
             attempts.append(attempt)
-            record.write(attempts)
+            record.append(attempt.to_json())
             logs.publish()
             cls = attempt.classification
             console(f"{prefix}attempt {number}: {cls.value}: {attempt.message}")
