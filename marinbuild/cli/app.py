@@ -379,6 +379,11 @@ def status(
     problems.update({p: rec.error or p for p, rec in records.items() if rec.status == UNREADABLE})
     for line in sorted(set(problems.values())):
         err.print(f"marinbuild: warning: {line} (treated as unknown: the step will run)", markup=False)
+    if leases:
+        from marinbuild.store.lease import owner_alive
+
+        # A lease whose runner exited on this machine is no one's: plan runs the step again.
+        leases = {p: lease for p, lease in leases.items() if lease is None or owner_alive(lease.owner) is not False}
     rows: list[dict[str, Any]] = []
     for n in names:
         node = graph.nodes[n]
@@ -399,27 +404,48 @@ def status(
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
         return
-    from rich.markup import escape
-    from rich.table import Table
+    _print_status(rows)
 
-    table = Table(show_edge=False)
-    columns = ("step", "status", "duration", "finished", "output") + (("lease",) if leases else ())
-    for col in columns:
-        table.add_column(col, overflow="fold")
-    colors = {"SUCCESS": "green", "FAILED": "red", "RUNNING": "cyan", "NONE": "dim"}
+
+def _print_status(rows: list[dict[str, Any]]) -> None:
+    """Plain columns into a pipe or a file (never wrapped: `status | grep` sees whole paths); a table on a terminal."""
+    with_lease = any(r["status"] == "RUNNING" for r in rows)
+    with_error = any(r["error"] for r in rows)
+    columns = ("step", "status", "duration", "finished", "output") + (("lease",) if with_lease else ()) + (
+        ("error",) if with_error else ()
+    )
+    cells: list[tuple[str, ...]] = []
     for r in rows:
         dur = f"{r['duration']:.1f} s" if r["duration"] is not None else ""
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["time"])) if r["time"] else ""
-        cells = [r["name"], f"[{colors.get(r['status'], 'white')}]{escape(r['status'])}[/]", dur, when, escape(r["output_path"])]
-        if leases:
-            cells.append(escape(_lease_text(r["lease"])))
-        table.add_row(*cells)
+        row = [r["name"], r["status"], dur, when, r["output_path"]]
+        if with_lease:
+            row.append(_lease_text(r["lease"]) if r["status"] == "RUNNING" else "")
+        if with_error:
+            row.append((r["error"] or "").splitlines()[0] if r["error"] else "")
+        cells.append(tuple(row))
+    if not sys.stdout.isatty():
+        from marinbuild.cli.plan_view import columns_text
+
+        sys.stdout.write("".join(line + "\n" for line in columns_text([columns, *cells])))
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_edge=False)
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    colors = {"SUCCESS": "green", "FAILED": "red", "RUNNING": "cyan", "NONE": "dim"}
+    for row in cells:
+        styled = [Text(c) for c in row]
+        styled[1].stylize(colors.get(row[1], "white"))
+        table.add_row(*styled)
     out.print(table)
 
 
 def _lease_text(lease: dict[str, Any] | None) -> str:
     if lease is None:
-        return ""
+        return "none: its runner is gone (the next run redoes it)"
     since = time.strftime("%H:%M:%S", time.localtime(lease["since"])) if lease["since"] else "?"
     renewed = time.strftime("%H:%M:%S", time.localtime(lease["renewed"])) if lease["renewed"] else "?"
     return f"{lease['owner']} since {since}, renewed {renewed}"
