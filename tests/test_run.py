@@ -208,6 +208,10 @@ def test_sigkill_of_the_tool_mid_step_leaves_no_success_and_next_run_reruns(proj
     assert row["action"] == "run"
     # The step's process died with the runner instead of going on unsupervised.
     assert wait_dead(child)
+    # status agrees with plan: the lease left behind is no one's.
+    shown = json.loads(marinbuild("status", "--json", cwd=project).stdout)[0]
+    assert shown["status"] == "RUNNING" and shown["lease"] is None
+    assert "its runner is gone" in marinbuild("status", cwd=project).stdout
 
 
 def _sigint_as(disposition: str) -> Callable[[], None]:
@@ -502,3 +506,25 @@ def test_step_output_is_printed_prefixed_and_a_failure_shows_its_log_tail(projec
     assert quiet.stdout.count("| step one") == 1
     silent = marinbuild("run", "-k", "--no-print-output", cwd=project)
     assert "[sh]" not in silent.stdout and "| step one" in silent.stdout
+
+
+def test_status_into_a_pipe_is_plain_unwrapped_columns_with_an_error_column(project):
+    write_marinfile(
+        project,
+        """
+        from marinbuild import step
+        step("a_step_with_a_rather_long_name/for_paths", cmd="echo ok")
+        step("broken", cmd="echo 'no such file: data.csv' >&2; exit 3")
+        """,
+    )
+    marinbuild("run", "-k", cwd=project)
+    rows = plan_json(project)
+    result = marinbuild("status", cwd=project, env={"COLUMNS": "40"})
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["step", "status", "duration", "finished", "output", "error"]
+    ok = next(line for line in lines if line.startswith("a_step_with"))
+    assert rows["a_step_with_a_rather_long_name/for_paths"]["output_path"] in ok  # whole, on one line
+    broken = next(line for line in lines if line.startswith("broken"))
+    assert "FAILED" in broken and broken.endswith("exit status 3")
+    assert len(lines) == 3 and not any(ch in result.stdout for ch in "┃━│")

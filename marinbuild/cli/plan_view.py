@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from marinbuild.planner import Plan
 
-__all__ = ["COLUMNS", "MAX_ROWS", "PlanView", "plan_text", "plan_view"]
+__all__ = ["COLUMNS", "MAX_ROWS", "PlanView", "columns_text", "plan_text", "plan_view"]
 
 MAX_ROWS = 200
 """Above this many steps the plan shows counts and the first rows: rich needs seconds to
@@ -71,15 +71,16 @@ def plan_text(plan: Plan, resources: Mapping[str, object] | None = None) -> str:
     lines: list[str] = []
     if view.counts is not None:
         lines.append(f"{len(plan.order)} steps")
-        lines += _columns([("action", "reason", "steps"), *((a, r, str(c)) for a, r, c in view.counts)])
+        lines += columns_text([("action", "reason", "steps"), *((a, r, str(c)) for a, r, c in view.counts)])
         lines.append("")
         lines.append(f"first {len(view.rows)} steps:")
-    lines += _columns([COLUMNS, *view.rows])
+    lines += columns_text([COLUMNS, *view.rows])
     lines.append(view.totals)
     return "\n".join(lines) + "\n"
 
 
-def _columns(rows: list[tuple[str, ...]]) -> list[str]:
+def columns_text(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows as lines of left-aligned columns two spaces apart, trailing blanks trimmed."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
 
