@@ -511,15 +511,17 @@ def clean(
     if not victims:
         out.print("nothing to remove")
         return
+    # Without a terminal to ask on, list what would go (nothing is removed) before refusing.
+    cannot_ask = not dry and not yes and not sys.stdin.isatty()
     for p in victims:
-        out.print(("would remove " if dry else "remove ") + p, markup=False)
+        out.print(("would remove " if dry or cannot_ask else "remove ") + p, markup=False)
     if dry:
         return
-    if not yes:
-        if not sys.stdin.isatty():
-            raise UserError("refusing to delete without confirmation: pass --yes")
-        if not typer.confirm(f"Remove {len(victims)} output(s)?"):
-            raise typer.Exit(1)
+    if cannot_ask:
+        raise UserError(f"refusing to delete {len(victims)} output(s) without confirmation: nothing removed; pass --yes")
+    if not yes and not typer.confirm(f"Remove {len(victims)} output(s)?"):
+        err.print("marinbuild: nothing removed", markup=False)
+        raise typer.Exit(1)
     removed = 0
     for p in victims:
         why = remove_output(storage, p, force=force)
