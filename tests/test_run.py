@@ -528,3 +528,34 @@ def test_status_into_a_pipe_is_plain_unwrapped_columns_with_an_error_column(proj
     broken = next(line for line in lines if line.startswith("broken"))
     assert "FAILED" in broken and broken.endswith("exit status 3")
     assert len(lines) == 3 and not any(ch in result.stdout for ch in "┃━│")
+
+
+def test_clean_without_a_terminal_lists_what_would_go_and_removes_nothing(project):
+    pipeline(project)
+    assert marinbuild("run", "data", cwd=project).returncode == 0
+    out = plan_json(project)["data"]["output_path"]
+    result = subprocess.run(
+        [sys.executable, "-m", "marinbuild", "clean", "data"],
+        cwd=project, env=cli_env(), capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stdout == f"would remove {out}\n"
+    assert "nothing removed; pass --yes" in result.stderr and Path(out).is_dir()
+
+
+def test_clean_answered_no_says_nothing_was_removed(project):
+    import pty
+
+    pipeline(project)
+    assert marinbuild("run", "data", cwd=project).returncode == 0
+    out = plan_json(project)["data"]["output_path"]
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "marinbuild", "clean", "data"],
+        cwd=project, env=cli_env(), stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    os.close(terminal)
+    os.write(controller, b"n\n")
+    _, err = proc.communicate(timeout=60)
+    os.close(controller)
+    assert proc.returncode == 1 and "nothing removed" in err and Path(out).is_dir()
