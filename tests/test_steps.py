@@ -12,6 +12,8 @@ from marinbuild.graph import build_graph
 from marinbuild.resolve import render_command, resolve_config
 from marinbuild.steps import collect_declared
 
+from .helpers import marinbuild, write_marinfile
+
 
 @pytest.mark.parametrize("name", ["", "/abs", "a/../b", "..", "a//b", "has space", "glob*"])
 def test_bad_names_are_refused(name):
@@ -112,3 +114,41 @@ def test_a_config_nested_beyond_walking_is_one_clear_error():
     s = step("s", cmd="true", config={"deep": deep})
     with pytest.raises(StepDefinitionError, match="nested too deeply"):
         build_graph([s], "/p")
+
+
+def test_a_nul_byte_in_a_shell_steps_config_fails_that_step_alone(tmp_path):
+    write_marinfile(tmp_path, """
+        from marinbuild import step
+        step("bad", cmd="echo {v} > {output}/x", config={"v": "a\\0b"})
+        step("fine", cmd="echo ok > {output}/x")
+    """)
+    result = marinbuild("run", "-k", "--prefix", "out", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "bad: step 'bad': the command holds a NUL byte (config field 'v')" in result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    import marinbuild as library
+
+    after = library.plan(file=str(tmp_path / "Marinfile.py"), prefix=str(tmp_path / "out"))
+    assert after.decisions["fine"].action.value == "skip"  # it ran and succeeded
+    assert after.decisions["bad"].reason.startswith("failed before: step 'bad': the command holds a NUL byte")
+
+
+@pytest.mark.parametrize(
+    "marinfile, expected",
+    [
+        ('step("bad\\0name", cmd="true")', "must not contain control characters"),
+        ('step("s", cmd="echo {v!r}", config={"v": "x"})', "{v!r}: conversions (!r, !s, !a) would bypass shell quoting"),
+        ('step("s", cmd="echo {v._value}", config={"v": "x"})', "{v._value}: attribute access is not allowed"),
+        ('step("s", cmd="true", override_output_path="../outside")', "must stay inside the prefix (no '..')"),
+        ('step("a", cmd="true", override_output_path="same")\nstep("b", cmd="true", override_output_path="same")',
+         "steps 'a' and 'b' both write to"),
+    ],
+)
+def test_bad_steps_fail_the_plan_with_one_line_and_write_nothing(tmp_path, marinfile, expected):
+    write_marinfile(tmp_path, "from marinbuild import step\n" + marinfile + "\n")
+    for command in ("plan", "run"):
+        result = marinbuild(command, "--prefix", "out", cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and expected in lines[0], result.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "outside").exists()
