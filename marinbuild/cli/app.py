@@ -10,6 +10,7 @@ import enum
 import functools
 import gc
 import json
+import os
 import signal
 import sys
 import time
@@ -24,8 +25,8 @@ from marinbuild.errors import MarinbuildError, UserError
 from marinbuild.execution.admission import describe_request
 from marinbuild.execution.session import BackendChoice
 from marinbuild.planner import Plan, closure, select
-from marinbuild.project import open_project, plan_targets, probe
-from marinbuild.staleness import Action, diff_payloads
+from marinbuild.project import Project, open_project, plan_targets, probe
+from marinbuild.staleness import Action, Decision, diff_payloads
 from marinbuild.store.history import RunIndex, earlier_info
 from marinbuild.store.markers import UNREADABLE, read_info
 
@@ -39,7 +40,7 @@ app = typer.Typer(
     name="marinbuild",
     help="Build tool for ML experiments: steps with hashed configs, run in parallel, never twice.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 
@@ -106,6 +107,27 @@ MemOpt = Annotated[str | None, typer.Option("--mem", help="Memory this run may u
 ResourcesOpt = Annotated[list[str] | None, typer.Option("--resources", help="A custom counted resource NAME=N steps may ask for; repeatable.")]
 TokenOpt = Annotated[list[str] | None, typer.Option("--token", help="A token this run offers; repeatable.")]
 ClusterOpt = Annotated[str | None, typer.Option("--cluster", help="TPU cluster file (TOML); default: the Marinfile's DEFAULT_CLUSTER.")]
+
+
+def step_targets(project: Project, targets: list[str] | None) -> list[str]:
+    """The targets as step names or globs: an output path (``marinbuild-out/data-1f0e…``, or a
+    file inside one) stands for the step writing it; anything else is left for ``select``."""
+    wanted = list(targets or [])
+    nodes = project.graph.nodes
+    looks_like_path = [t for t in wanted if t not in nodes and ("/" in t or os.sep in t) and not any(c in t for c in "*?[")]
+    if not looks_like_path:
+        return wanted
+    local = project.storage.is_local
+    by_output = {node.output_path.rstrip("/"): name for name, node in nodes.items()}
+    out: list[str] = []
+    for t in wanted:
+        if t in looks_like_path:
+            path = os.path.abspath(t) if local and "://" not in t else t.rstrip("/")
+            while path and path not in by_output and os.path.dirname(path) != path:
+                path = os.path.dirname(path)  # a file inside an output names its step too
+            t = by_output.get(path, t)
+        out.append(t)
+    return out
 
 
 def handles_errors(fn: F) -> F:
@@ -200,7 +222,7 @@ def run(
     project = session.load(file, prefix=prefix)
     planned = session.plan_run(
         project,
-        targets or [],
+        step_targets(project, targets),
         force=force or [],
         force_all=force_all,
         machine=_machine(cores, mem, resources, token),
@@ -315,9 +337,10 @@ def plan(
     """Show what `run` would do, and why, without running or writing anything."""
     from marinbuild.execution import session
 
+    project = session.load(file, prefix=prefix)
     planned = session.plan_run(
-        session.load(file, prefix=prefix),
-        targets or [],
+        project,
+        step_targets(project, targets),
         force=force or [],
         force_all=force_all,
         machine=_machine(cores, mem, resources, token),
@@ -364,17 +387,11 @@ def status(
     """Each step's stored status, output path and last duration."""
     project = open_project(file, prefix)
     graph = project.graph
-    needed = closure(graph, select(graph, targets or []))  # once: per step it made status quadratic
+    needed = closure(graph, select(graph, step_targets(project, targets)))  # once: per step it made status quadratic
     names = [n for n in graph.order if n in needed]
-    records = probe(project, names)
-    running = [path for path, rec in records.items() if rec.status == "RUNNING"]
+    leases: dict[str, Any] = {}
     problems: dict[str, str] = {}
-    if running:
-        from marinbuild.store.lease import read_leases
-
-        leases = read_leases(project.storage, running, problems)
-    else:
-        leases = {}
+    records = probe(project, names, leases, problems)  # the leases of RUNNING steps come with it
     # A marker that cannot be used is named, never fatal: the step is simply planned to run.
     problems.update({p: rec.error or p for p, rec in records.items() if rec.status == UNREADABLE})
     for line in sorted(set(problems.values())):
@@ -459,21 +476,40 @@ def why(
     prefix: PrefixOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Why a step would (or would not) run: a field-level diff against its last run."""
+    """Why steps would (or would not) run: a field-level diff against each one's last run."""
     project = open_project(file, prefix)
+    names = select(project.graph, step_targets(project, targets))
+    the_plan = plan_targets(project, list(names))
+    index = RunIndex(project.storage, project.graph, list(names))
+    for i, name in enumerate(names):
+        if i:
+            out.print("")
+        _explain(project, name, the_plan.decisions[name], index)
+
+
+def _headline(name: str, action: Action, reason: str) -> str:
+    """The first line of `why`: the verdict, and the reason when it adds something.
+
+    >>> _headline("a", Action.SKIP, "up to date"), _headline("b", Action.WAIT, "waiting: leased by h:1")
+    ('a is up to date', 'b waits: leased by h:1')
+    """
+    if action is Action.SKIP:
+        return f"{name} is up to date" + ("" if reason == "up to date" else f": {reason}")
+    if action is Action.WAIT:
+        return f"{name} waits: {reason.removeprefix('waiting: ')}"
+    return f"{name} would run: {reason}"
+
+
+def _explain(project: Project, name: str, decision: Decision, index: RunIndex) -> None:
     graph = project.graph
-    (name,) = select(graph, [target])[:1]
-    the_plan = plan_targets(project, [name])
     node = graph.nodes[name]
-    decision = the_plan.decisions[name]
-    verb = "would run" if decision.action is Action.RUN else "is up to date" if decision.action is Action.SKIP else "waits"
-    out.print(f"{name} {verb}: {decision.reason}", markup=False)
+    out.print(_headline(name, decision.action, decision.reason), markup=False)
     out.print(f"  identity {node.identity}  output {node.output_path}", markup=False)
     own = read_info(project.storage, node.output_path)
     if own is not None:
         out.print("  this identity ran before (same versioned values and dependencies)", markup=False)
         return
-    info = earlier_info(project.storage, node, RunIndex(project.storage, graph, [name]))
+    info = earlier_info(project.storage, node, index)
     if info is None or not isinstance(info.get("identity_payload"), dict):
         out.print("  no earlier run of this step under the prefix", markup=False)
         return
@@ -503,7 +539,7 @@ def clean(
 
     project = open_project(file, prefix)
     storage = project.storage
-    names = None if orphans or any_orphans else select(project.graph, targets or [])
+    names = None if orphans or any_orphans else select(project.graph, step_targets(project, targets))
     chosen = plan_clean(storage, project.graph, names, project.marinfile.path, any_shape=any_orphans, force=force)
     for skipped in chosen.skipped:
         err.print(f"marinbuild: {skipped.line()}", markup=False)
