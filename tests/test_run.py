@@ -559,3 +559,33 @@ def test_clean_answered_no_says_nothing_was_removed(project):
     _, err = proc.communicate(timeout=60)
     os.close(controller)
     assert proc.returncode == 1 and "nothing removed" in err and Path(out).is_dir()
+
+
+def test_why_explains_every_step_a_glob_matches_and_says_up_to_date_once(project):
+    pipeline(project)
+    assert marinbuild("run", cwd=project).returncode == 0
+    result = marinbuild("why", "*a*", cwd=project)  # data and train
+    assert result.returncode == 0
+    heads = [line for line in result.stdout.splitlines() if line and not line.startswith(" ")]
+    assert heads == ["data is up to date", "train is up to date"]
+
+
+def test_an_output_path_or_a_file_in_it_is_a_target(project):
+    pipeline(project)
+    rows = plan_json(project)
+    data_out = Path(rows["data"]["output_path"])
+    rel = os.path.relpath(data_out, project)
+    planned = marinbuild("plan", "--json", rel + "/", cwd=project)
+    assert planned.returncode == 0, planned.stderr
+    assert [r["name"] for r in json.loads(planned.stdout)] == ["data"]
+    assert marinbuild("run", str(data_out / "rows.txt"), cwd=project).returncode == 0
+    assert status_of(str(data_out))["status"] == "SUCCESS"
+    assert status_of(rows["train"]["output_path"]) is None
+
+
+def test_shell_completion_is_offered():
+    result = subprocess.run(
+        [sys.executable, "-m", "marinbuild", "--show-completion", "bash"],
+        env=cli_env(), capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0 and "_MARINBUILD_COMPLETE" in result.stdout
