@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -243,3 +244,59 @@ def test_a_runner_cannot_be_given_an_expiry_waiters_would_not_honour(project: Pa
         result = marinbuild("run", "--lease-expiry", value, cwd=project)
         assert result.returncode == 2 and "lease expiry" in result.stderr, result.stderr
     assert not (project / "marinbuild-out").exists()
+
+
+LEASE_ENV = {"MARINBUILD_LEASE_HEARTBEAT": "0.5", "MARINBUILD_LEASE_EXPIRY": "3"}
+ONE = "from marinbuild import step\nstep('a', cmd='echo done > {output}/a.txt')\n"
+
+
+def _leased_elsewhere(project: Path, lease_text: str) -> Path:
+    """Step ``a`` left RUNNING under a lease from another host, as written there."""
+    write_marinfile(project, ONE)
+    assert marinbuild("run", cwd=project).returncode == 0
+    (out,) = (project / "marinbuild-out").glob("a-*")
+    (out / ".marinbuild" / "status").write_text(json.dumps({"status": "RUNNING", "time": 1.0}))
+    (out / ".marinbuild" / "lease").write_text(lease_text)
+    (out / "a.txt").unlink()
+    return out
+
+
+@pytest.mark.parametrize("expiry", ["NaN", "-Infinity", '"soon"', "0"])
+def test_a_waiting_runner_takes_over_a_lease_with_a_senseless_expiry(project: Path, expiry: str) -> None:
+    text = _lease_text(expiry=60.0).replace('"expiry": 60.0', f'"expiry": {expiry}')
+    out = _leased_elsewhere(project, text)
+    result = marinbuild("run", cwd=project, env=LEASE_ENV, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # It said whom it waited for, and, once the lease stayed unrenewed, when it would take over.
+    assert "wait  a: leased by elsewhere:4242 since 1970-01-01" in result.stdout, result.stdout
+    assert "taken over if not renewed for 3 s" in result.stdout
+    assert "taking over at " in result.stdout
+    assert (out / "a.txt").read_text() == "done\n"
+    assert status_of(str(out))["status"] == "SUCCESS"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("expiry", ["Infinity", "1e12", "1e309"])
+def test_a_waiting_runner_bounds_an_endless_expiry_and_says_so(project: Path, expiry: str) -> None:
+    from .helpers import start_marinbuild
+
+    text = _lease_text(expiry=60.0).replace('"expiry": 60.0', f'"expiry": {expiry}')
+    _leased_elsewhere(project, text)
+    runner = start_marinbuild("run", cwd=project, env=LEASE_ENV)
+    try:
+        stdout, _ = runner.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        runner.kill()
+        stdout, _ = runner.communicate()
+    # An hour is the most a lease can ask for: the waiting line names that bound.
+    assert "wait  a: leased by elsewhere:4242 since 1970-01-01" in stdout, stdout
+    assert "taken over if not renewed for 3600 s" in stdout
+
+
+@pytest.mark.parametrize("owner", [{"pid": -1}, {"pid": "4242"}, {"host": None}])
+def test_a_lease_naming_no_plausible_owner_is_taken_over_after_the_expiry(project: Path, owner: dict[str, object]) -> None:
+    base = {"host": "elsewhere", "pid": 4242, "started": "1", "nonce": "n", "machine": "m"}
+    out = _leased_elsewhere(project, _lease_text(owner={**base, **owner}))
+    result = marinbuild("run", cwd=project, env=LEASE_ENV, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "wait  a: leased by an unreadable lease" in result.stdout, result.stdout
+    assert status_of(str(out))["status"] == "SUCCESS"  # type: ignore[index]
