@@ -471,7 +471,7 @@ def _lease_text(lease: dict[str, Any] | None) -> str:
 @app.command()
 @handles_errors
 def why(
-    target: Annotated[str, typer.Argument(help="The step to explain.")],
+    targets: Annotated[list[str], typer.Argument(help="The steps to explain: names, globs or output paths.")],
     file: FileOpt = "Marinfile.py",
     prefix: PrefixOpt = None,
     verbose: VerboseOpt = False,
