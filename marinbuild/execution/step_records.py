@@ -286,7 +286,7 @@ def commit(
             storage.put_file(job.log_file, log_path(job.output_path))
         record(storage, job.output_path, info, outcome, owner=_owner())
     except (MarinbuildError, OSError) as e:
-        error = f"could not record {'SUCCESS' if outcome.ok else 'the failure'}: {_storage_problem(e)}"
+        error = f"could not record {'SUCCESS' if outcome.ok else 'the failure'} in {job.output_path}: {_storage_problem(e)}"
         _give_up_running(storage, job.output_path, info, error)
         return dataclasses.replace(outcome, ok=False, error=error)
     return outcome
