@@ -90,3 +90,71 @@ def test_usage_and_option_errors_are_one_line(project, args, expected):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], result.stderr
     assert snapshot(project) == before
+
+
+# -- a prefix that is full or read-only -----------------------------------------------------
+
+
+def _private_tmpfs_works() -> bool:
+    """Whether this machine lets a test mount a tmpfs in a mount namespace of its own."""
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /tmp"], capture_output=True)
+    return probe.returncode == 0
+
+
+needs_tmpfs = pytest.mark.skipif(not _private_tmpfs_works(), reason="cannot mount a private tmpfs here (unshare -rm)")
+
+
+def _in_small_prefix(project, script: str, size: str = "256k"):  # type: ignore[no-untyped-def]
+    """Run ``script`` (sh) with a fresh tmpfs of ``size`` mounted at ``$P``, in a private mount namespace."""
+    import subprocess
+    import sys
+
+    from .helpers import cli_env
+
+    prefix = project / "small-prefix"
+    prefix.mkdir()
+    env = cli_env({"P": str(prefix), "MB": f"{sys.executable} -m marinbuild"})
+    return subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o size={size} tmpfs "$P" && {script}'],
+        cwd=project, env=env, capture_output=True, text=True, timeout=120,
+    )
+
+
+@needs_tmpfs
+def test_a_full_prefix_fails_the_step_naming_the_path_and_leaves_it_not_running(project):
+    write_marinfile(project, "from marinbuild import step\nstep('fill', cmd='cat /dev/zero > {output}/fill 2>/dev/null; true')\n")
+    result = _in_small_prefix(
+        project,
+        '$MB run --prefix "$P" > "$P.out" 2> "$P.err"; echo "rc=$?"; cat "$P.out" "$P.err"; '
+        'echo; echo "status: $(cat "$P"/fill-*/.marinbuild/status 2>/dev/null || echo none)"',
+    )
+    out = result.stdout
+    assert "rc=1" in out, out + result.stderr
+    assert "internal error" not in out and "Traceback" not in out, out
+    assert "FAILED fill: could not record SUCCESS in " in out and "No space left on device" in out, out
+    assert str(project / "small-prefix") in out.split("FAILED fill:", 1)[1].splitlines()[0]
+    status = out.rsplit("status: ", 1)[1].strip()
+    assert "RUNNING" not in status, status  # FAILED if it fit, else no status at all
+
+
+@needs_tmpfs
+def test_a_read_only_prefix_is_one_line_naming_it(project):
+    write_marinfile(project, "from marinbuild import step\nstep('a', cmd='echo a > {output}/a.txt')\n")
+    result = _in_small_prefix(
+        project,
+        '$MB run --prefix "$P" -q >/dev/null && mount -o remount,ro "$P" && '
+        'cp "$P"/a-*/.marinbuild/status "$P.before"; '
+        '$MB run --prefix "$P" --force a > "$P.out" 2> "$P.err"; echo "rc=$?"; '
+        'echo "stderr: $(cat "$P.err")"; cmp "$P.before" "$P"/a-*/.marinbuild/status && echo unchanged',
+    )
+    out = result.stdout
+    assert "rc=2" in out, out + result.stderr
+    stderr = out.split("stderr: ", 1)[1].split("\n")
+    assert stderr[0].startswith("marinbuild: error: ") and str(project / "small-prefix") in stderr[0], out
+    assert "internal error" not in out and "Traceback" not in out
+    assert out.strip().endswith("unchanged")  # still the earlier SUCCESS: nothing half-written
