@@ -184,7 +184,8 @@ class LocalConditionalStore:
 
     def _read(self, path: str) -> Versioned | None:
         try:
-            with open(path, encoding="utf-8") as f:
+            # Bytes that are not UTF-8 read as U+FFFD: an unreadable lease, watched and taken over like any other.
+            with open(path, encoding="utf-8", errors="replace") as f:
                 text = f.read()
         except (FileNotFoundError, NotADirectoryError):
             return None
@@ -255,7 +256,7 @@ class SerializedConditionalStore:
 
     def _read(self, path: str) -> Versioned | None:
         try:
-            text = self.storage.call("cat_file", self.storage._p(path)).decode("utf-8")
+            text = self.storage.call("cat_file", self.storage._p(path)).decode("utf-8", errors="replace")
         except FileNotFoundError:
             return None
         return Versioned(text, content_version(text))
@@ -335,7 +336,7 @@ class GcsConditionalStore:
                 _, body = self.storage.call("call", "GET", "b/{}/o/{}", bucket, key, alt="media", generation=generation)
             except FileNotFoundError:
                 return None
-            text = body.decode("utf-8")
+            text = body.decode("utf-8", errors="replace")
         return Versioned(text, generation)
 
     def read(self, path: str) -> Versioned | None:

@@ -389,7 +389,7 @@ def waiting_reason(
     reason = f"leased by {holder}; taken over if not renewed for {expiry:g} s"
     if watch is not None and now - watch.since > 2 * settings.heartbeat:
         takeover = wall() + max(0.0, expiry - (now - watch.since))
-        reason += f" (unrenewed for {now - watch.since:.0f} s: taking over at {_clock_text(takeover)})"
+        reason += f" (not renewed lately: taking over at {_clock_text(takeover)})"
     return reason
 
 

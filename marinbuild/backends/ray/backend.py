@@ -138,6 +138,8 @@ class TaskSpec:
     command: str | None = None
     fresh_output: bool = False
     lease: TaskLease | None = None
+    environment: Mapping[str, Any] | None = None
+    """The step's Python environment as ``info.json`` records it (Ray installs it)."""
 
 
 @dataclass(frozen=True)
@@ -198,6 +200,7 @@ class RayBackend:
             command=job.command,
             fresh_output=step.fresh_output or self.fresh_output,
             lease=self.lease_for(job) if self.lease_for is not None else self._fence(storage, job),
+            environment=environment.to_json() if (environment := spec_of(job)) is not None else None,
         )
 
     def _fence(self, storage: Storage, job: Job) -> LeaseFence | None:
@@ -345,6 +348,8 @@ def execute(spec: TaskSpec) -> TaskResult:
     outcome = Outcome(ok=error is None, started=started, ended=ended, error=error, returncode=code)
     info = read_info(storage, out) or {}
     info["ray"] = {"node_id": _node_id(), "pid": os.getpid(), "attempt": attempt, "host": socket.gethostname()}
+    if spec.environment is not None:
+        info["environment"] = dict(spec.environment)
     record(storage, out, info, outcome, owner=owner)
     return TaskResult(outcome.ok, started, ended, error, code, attempt=attempt, host=socket.gethostname())
 
