@@ -20,6 +20,8 @@ from marinbuild.pyenv.spec import expand_groups
 from .helpers import cli_env, marinbuild, plan_json, status_of, write_marinfile
 from .wheels import direct_reference, make_wheel
 
+pytest_plugins = ["tests.fixtures_ray"]
+
 MARINFILE = """
 import os
 from marinbuild import step, this_output_path
@@ -263,3 +265,38 @@ def test_the_environment_is_built_on_every_ssh_host_once(project, fleet, wheel, 
     assert [(b[0] / MANIFEST).stat().st_mtime_ns for b in built] == stamps  # no work the second time
     homes = [fleet.hosts[h].home / ".cache" / "marinbuild" / "envs" for h in (0, 1)]
     assert all(leftovers(home) == [] for home in homes)
+
+
+RAY_MARINFILE = """
+import os
+from marinbuild import step, ResourceConfig, this_output_path
+
+def on_ray(cfg):
+    import tinypkg
+    with open(os.path.join(cfg["out"], "value.txt"), "w") as f:
+        f.write(f"{{tinypkg.VALUE}} {{os.environ['FOO']}} {{os.environ['MARINBUILD_ATTEMPT']}}")
+
+step("ray/fn", on_ray, {{"out": this_output_path()}}, pip_dependency_groups=[{req!r}],
+     resources=ResourceConfig.with_cpu(1, ram=None, env_vars={{"FOO": "from-env-vars"}}))
+step("ray/flaky", cmd='test "$MARINBUILD_ATTEMPT" != 1 && echo "$FOO" > {{output}}/ok',
+     resources=ResourceConfig.with_cpu(1, ram=None, env_vars={{"FOO": "second"}}), max_retries_failure=1)
+"""
+
+
+def test_the_environment_env_vars_and_retries_on_a_real_ray_cluster(ray_cluster, project, wheel, cache):
+    write_marinfile(project, RAY_MARINFILE.format(req=direct_reference(wheel)))
+    env = {**ray_cluster.env, "MARINBUILD_LEASE_POLL": "0.5", "MARINBUILD_RETRY_BASE_DELAY": "0.05",
+           "MARINBUILD_ENV_CACHE": str(cache), "FOO": "from-the-runner"}
+    result = marinbuild("run", "--backend", "ray", "--ray-address", ray_cluster.address, cwd=project, env=env,
+                        timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = plan_json(project)
+    fn_out, flaky_out = Path(rows["ray/fn"]["output_path"]), Path(rows["ray/flaky"]["output_path"])
+    assert (fn_out / "value.txt").read_text() == "42 from-env-vars 1"  # env_vars win over the runner's FOO
+    info = json.loads((fn_out / ".marinbuild" / "info.json").read_text())
+    assert info["ray"]["node_id"] and info["environment"]["key"] == rows["ray/fn"]["environment"]["key"]
+    assert not ready_envs(cache)  # Ray installed the requirements on its node, not the runner
+    assert (flaky_out / "ok").read_text() == "second\n"
+    attempts = json.loads((flaky_out / "attempts.json").read_text())["attempts"]
+    assert [(a["attempt"], a["class"], a["exit_code"]) for a in attempts] == [(1, "FAILED", 1), (2, "SUCCESS", 0)]
+    assert all(a["host"] for a in attempts) and attempts[0]["ended_at"] <= attempts[1]["started_at"]
