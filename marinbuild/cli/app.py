@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from marinbuild.cli import dag_text as dag_render
-from marinbuild.errors import MarinbuildError, UserError
+from marinbuild.errors import MarinbuildError, UserError, missing_extra
 from marinbuild.execution.admission import describe_request
 from marinbuild.execution.session import BackendChoice
 from marinbuild.planner import Plan, closure, select
@@ -148,6 +148,14 @@ def handles_errors(fn: F) -> F:
             raise typer.Exit(130) from None
         except (typer.Exit, typer.Abort):
             raise
+        except ImportError as e:
+            extra = missing_extra(e)
+            if extra is None:
+                raise _internal_error(e, verbose) from None
+            if verbose:
+                traceback.print_exc()
+            err.print(f"marinbuild: error: {extra}", markup=False)
+            raise typer.Exit(extra.exit_code) from None
         except OSError as e:
             if not e.filename:
                 raise _internal_error(e, verbose) from None
@@ -453,9 +461,9 @@ def _print_status(rows: list[dict[str, Any]]) -> None:
     for col in columns:
         table.add_column(col, overflow="fold")
     colors = {"SUCCESS": "green", "FAILED": "red", "RUNNING": "cyan", "NONE": "dim"}
-    for row in cells:
-        styled = [Text(c) for c in row]
-        styled[1].stylize(colors.get(row[1], "white"))
+    for shown in cells:
+        styled = [Text(c) for c in shown]
+        styled[1].stylize(colors.get(shown[1], "white"))
         table.add_row(*styled)
     out.print(table)
 

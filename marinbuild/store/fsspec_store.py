@@ -23,7 +23,7 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from marinbuild.errors import UserError
+from marinbuild.errors import UserError, missing_extra
 from marinbuild.store.retry import call_with_retries, is_transient, remaining, retrying
 from marinbuild.store.storage import Storage
 
@@ -65,7 +65,10 @@ class FsspecStorage(Storage):
         try:
             fs, _ = fsspec.core.url_to_fs(prefix)
         except ImportError as e:
-            raise UserError(f"prefix {prefix!r} needs a package that is not installed: {e}") from None
+            cause = e.__cause__ if isinstance(e.__cause__, ImportError) else e  # fsspec rewords gcsfs's
+            raise missing_extra(cause, f"prefix {prefix!r}") or UserError(
+                f"prefix {prefix!r} needs a package that is not installed: {e}"
+            ) from None
         except ValueError as e:  # "Protocol not known"
             raise UserError(f"prefix {prefix!r}: {e}") from None
         if _is_gcs(fs):
