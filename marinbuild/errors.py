@@ -21,17 +21,20 @@ unless ``-v`` is given.
 from __future__ import annotations
 
 __all__ = [
+    "EXTRAS",
     "ClusterConfigError",
     "CycleError",
     "IdentityError",
     "LeaseLost",
     "MarinbuildError",
     "MarinfileError",
+    "MissingExtra",
     "ResourceError",
     "StepDefinitionError",
     "StorageError",
     "TargetError",
     "UserError",
+    "missing_extra",
 ]
 
 
@@ -81,3 +84,28 @@ class StorageError(MarinbuildError):
 
 class LeaseLost(MarinbuildError):
     """This runner lost the lease of a step it was running."""
+
+
+EXTRAS = {"paramiko": "tpu", "gcsfs": "gcs", "jax": "jax", "jaxlib": "jax", "ray": "ray", "virtualenv": "ray"}
+"""Optional packages and the extra of ``marinbuild`` that installs each."""
+
+
+class MissingExtra(UserError):
+    """An optional package is not installed; the message names the extra that installs it."""
+
+
+def missing_extra(error: ImportError, needed_for: str = "this") -> MissingExtra | None:
+    """One line naming the extra for a missing optional package, or None for any other import error.
+
+    >>> print(missing_extra(ModuleNotFoundError("No module named 'paramiko'", name="paramiko"), "TPU steps"))
+    TPU steps need paramiko, which is not installed: pip install 'marinbuild[tpu]' (in a checkout: pip install -e '.[tpu]')
+    """
+    name = (getattr(error, "name", None) or "").split(".")[0]
+    extra = EXTRAS.get(name)
+    if extra is None:
+        return None
+    verb = "need" if needed_for.endswith("steps") else "needs"
+    return MissingExtra(
+        f"{needed_for} {verb} {name}, which is not installed: pip install 'marinbuild[{extra}]' "
+        f"(in a checkout: pip install -e '.[{extra}]')"
+    )

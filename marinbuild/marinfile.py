@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass
 from types import ModuleType
 
-from marinbuild.errors import MarinbuildError, MarinfileError
+from marinbuild.errors import MarinbuildError, MarinfileError, missing_extra
 from marinbuild.steps import Step, collect_declared
 
 __all__ = ["Marinfile", "load_marinfile"]
@@ -60,18 +60,32 @@ def load_marinfile(path: str) -> Marinfile:
             where = f"{e.filename or path}:{e.lineno}"
             raise MarinfileError(f"{where}: syntax error: {e.msg}") from None
         except MarinbuildError as e:
-            raise type(e)(f"{_where(e, path)}: {e}") from None
+            raise type(e)(f"{_where(e, path)}: {e}") from e
         except SystemExit as e:
             raise MarinfileError(f"{path}: the Marinfile called exit({e.code})") from None
         except Exception as e:
-            raise MarinfileError(f"{_where(e, path)}: {type(e).__name__}: {e}") from None
+            # Chained (`from e`): with -v the traceback goes on into the user's own modules.
+            extra = missing_extra(e, "this Marinfile") if isinstance(e, ImportError) else None
+            raise MarinfileError(f"{_where(e, path)}: {extra or f'{type(e).__name__}: {e}'}") from e
     return Marinfile(path=path, steps=tuple(declared), module=module)
 
 
 def _where(exc: BaseException, path: str) -> str:
-    """``file:line`` of the deepest frame in the Marinfile, else of the deepest frame."""
+    """``file:line`` of the deepest frame in the user's code, else of the deepest frame.
+
+    The user's code is the Marinfile and the modules beside it (not marinbuild's own, nor
+    installed packages): an error raised in a module the Marinfile imports is shown where
+    it was raised, not at the Marinfile's import line.
+    """
     frames = traceback.extract_tb(exc.__traceback__)
-    mine = [f for f in frames if os.path.abspath(f.filename) == path]
+    folder = os.path.dirname(path) + os.sep
+    own = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+    def users(filename: str) -> bool:
+        f = os.path.abspath(filename)
+        return f == path or (f.startswith(folder) and not f.startswith(own) and "site-packages" not in f)
+
+    mine = [f for f in frames if users(f.filename)]
     chosen = mine or frames
     if not chosen:
         return path

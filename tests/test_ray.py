@@ -511,6 +511,7 @@ def test_ray_backend_without_ray_installed_is_one_clear_error(tmp_path, project)
     result = marinbuild("run", cwd=project, env={"PYTHONPATH": f"{REPO}{os.pathsep}{fake.parent}"})
     assert result.returncode == 2
     assert result.stderr.strip() == (
-        "marinbuild: error: the Ray backend needs Ray, which is not installed: pip install 'marinbuild[ray]'"
+        "marinbuild: error: the Ray backend needs ray, which is not installed: pip install 'marinbuild[ray]' "
+        "(in a checkout: pip install -e '.[ray]')"
     )
     assert marinbuild("run", "--backend", "local", cwd=project).returncode == 0

@@ -589,3 +589,61 @@ def test_shell_completion_is_offered():
         env=cli_env(), capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0 and "_MARINBUILD_COMPLETE" in result.stdout
+
+
+HIDE = """
+import importlib.abc, sys
+
+class _Hidden(importlib.abc.MetaPathFinder):
+    # As if these optional packages were not installed.
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {hidden!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, _Hidden())
+"""
+
+
+def _without(tmp_path: Path, *packages: str) -> dict[str, str]:
+    folder = tmp_path / "hide"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(HIDE.format(hidden=set(packages)))
+    return {"PYTHONPATH": os.pathsep.join([str(folder), cli_env()["PYTHONPATH"]])}
+
+
+def _one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("marinbuild: error: ") and "internal error" not in line
+    return line
+
+
+def test_a_missing_optional_package_is_one_line_naming_its_extra(project, tmp_path):
+    from .helpers import copy_example
+
+    tpu = copy_example("tpu", tmp_path)
+    line = _one_error_line(marinbuild("run", "train", "--cluster", "cluster.toml", cwd=tpu, env=_without(tmp_path, "paramiko")))
+    assert "TPU steps need paramiko" in line and "pip install -e '.[tpu]'" in line
+
+    pipeline(project)
+    line = _one_error_line(marinbuild("plan", "--prefix", "gs://bucket/x", cwd=project, env=_without(tmp_path, "gcsfs")))
+    assert "needs gcsfs" in line and "'marinbuild[gcs]'" in line and "pip install -e '.[gcs]'" in line
+
+    line = _one_error_line(marinbuild("run", "--backend", "ray", cwd=project, env=_without(tmp_path, "ray")))
+    assert "the Ray backend needs ray" in line and "pip install -e '.[ray]'" in line
+
+    write_marinfile(project, "import jax\nfrom marinbuild import step\nstep('a', cmd='true')\n")
+    line = _one_error_line(marinbuild("plan", cwd=project, env=_without(tmp_path, "jax")))
+    assert "Marinfile.py:1: this Marinfile needs jax" in line and "pip install -e '.[jax]'" in line
+
+
+def test_an_error_in_a_module_the_marinfile_imports_is_shown_where_it_was_raised(project):
+    (project / "helper.py").write_text("def load():\n    raise ValueError('bad row 7')\n")
+    write_marinfile(project, "import helper\nfrom marinbuild import step\nhelper.load()\nstep('a', cmd='true')\n")
+    line = _one_error_line(marinbuild("plan", cwd=project))
+    assert f"{project / 'helper.py'}:2: ValueError: bad row 7" in line
+    verbose = marinbuild("plan", "-v", cwd=project)
+    assert verbose.returncode == 2
+    # -v: the whole traceback, the user's frames included.
+    assert 'helper.py", line 2, in load' in verbose.stderr and 'Marinfile.py", line 3' in verbose.stderr

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from marinbuild.errors import UserError
+from marinbuild.errors import UserError, missing_extra
 from marinbuild.execution.admission import ResourceAdmission, check_plan_fits, requests_of
 from marinbuild.execution.backend_fields import FieldCheck, backend_namer, check_fields
 from marinbuild.execution.capacity import Capacity, detect_capacity, parse_named_counts, with_overrides
@@ -397,7 +397,10 @@ def _backends(
     runner: Backend = _local_runner(planned)
     backend_for: Callable[[Node], Backend] | None = None
     if planned.cluster is not None:
-        from marinbuild.backends.tpu.backend import RetryBudgets
+        try:
+            from marinbuild.backends.tpu.backend import RetryBudgets
+        except ImportError as e:
+            raise missing_extra(e, "TPU steps") or e from None
 
         budgets = RetryBudgets(settings.max_retries_preemption, settings.max_retries_failure)
         backend_for = _tpu_backend_for(planned, runner, budgets, settings.sync, echo)

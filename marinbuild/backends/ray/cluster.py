@@ -32,7 +32,7 @@ from types import ModuleType
 from typing import Any
 
 from marinbuild.backends.base import Grant
-from marinbuild.errors import ResourceError, UserError
+from marinbuild.errors import ResourceError, UserError, missing_extra
 from marinbuild.execution.admission import ResourceAdmission
 from marinbuild.execution.allocator import Allocation
 from marinbuild.execution.capacity import Capacity
@@ -83,7 +83,10 @@ def require_ray() -> ModuleType:
     try:
         import ray
     except ImportError:
-        raise UserError("the Ray backend needs Ray, which is not installed: pip install 'marinbuild[ray]'") from None
+        # Whatever failed inside (a half-installed ray, say), the cure is the extra.
+        extra = missing_extra(ModuleNotFoundError(name="ray"), "the Ray backend")
+        assert extra is not None
+        raise extra from None
     return ray
 
 
