@@ -342,3 +342,45 @@ def test_killing_marinbuild_stops_the_remote_processes(fleet: FakeFleet, tmp_pat
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("in_git", [False, True])
+def test_the_local_prefix_and_step_outputs_are_never_synced(tmp_path: Path, in_git: bool) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "Marinfile.py").write_text("# the project\n")
+    (project / "data.txt").write_text("v1\n")
+    if in_git:  # no .gitignore: git itself would list the outputs
+        subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    first = pack_workdir(project, tmp_path / "p1", exclude=[project / "exp"])
+    for out in ("exp/train-1f0e", "marinbuild-out/eval-2a3b", "elsewhere/data-3c4d"):
+        (project / out / ".marinbuild").mkdir(parents=True)
+        (project / out / ".marinbuild" / "status").write_text('{"status": "SUCCESS"}')
+        (project / out / "checkpoint.bin").write_bytes(b"\0" * 1000)
+    (project / "exp" / ".marinbuild").mkdir()
+    (project / "exp" / ".marinbuild" / "walltime.json").write_text("{}")
+    assert list_project_files(project, exclude=[project / "exp"]) == ["Marinfile.py", "data.txt"]
+    # Outputs come and go from run to run; the project's digest stays, so nothing is sent again.
+    assert pack_workdir(project, tmp_path / "p2", exclude=[project / "exp"]).digest == first.digest
+
+
+def test_a_tpu_run_ships_the_project_but_not_its_outputs(fleet: FakeFleet, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "Marinfile.py").write_text(textwrap.dedent("""
+        from marinbuild import step, versioned, ResourceConfig
+        for i in range(2):
+            step(f"t{i}", cmd="find . -type f | sort > {output}/shipped.txt", config={"v": versioned(i)},
+                 resources=ResourceConfig.with_tpu("v4-8"))
+    """))
+    cluster = fleet.write_cluster(project / "cluster.toml", [("one", "v4-8", [0])], python=sys.executable)
+    env = {**dict(__import__("os").environ), "PYTHONPATH": str(REPO), "MARINBUILD_RETRY_BASE_DELAY": "0.05"}
+    for target in ("t0", "t1"):  # t1 runs after t0 left outputs (and markers) in ./marinbuild-out
+        result = subprocess.run([sys.executable, "-m", "marinbuild", "run", target, "--cluster", str(cluster)],
+                                cwd=project, env=env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+    outs = sorted((project / "marinbuild-out").glob("t*-*"))
+    shipped = (outs[1] / "shipped.txt").read_text().split()
+    assert shipped == ["./.marinbuild-complete", "./Marinfile.py", "./cluster.toml"]
+    attempts = [json.loads((o / "attempts.json").read_text())["attempts"] for o in outs]
+    assert [a[-1]["synced_hosts"] for a in attempts] == [1, 0]  # the same project: not sent again

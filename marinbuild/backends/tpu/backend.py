@@ -125,6 +125,8 @@ class _TpuRun:
                 workdir=workdir,
                 cancel=self.cancelled,
                 console=self.owner.console,
+                # A local prefix inside the project is never shipped: outputs are not code.
+                exclude=(self.owner.prefix,) if "://" not in self.owner.prefix else (),
             )
             ok, error = result.ok, result.error
             if not ok and error is None:

@@ -19,7 +19,7 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -30,9 +30,12 @@ from marinbuild.backends.tpu.preemption import AttemptClass, is_preempted
 from marinbuild.backends.tpu.ssh import export_env, resolve_target
 from marinbuild.backends.tpu.workdir_sync import PackedWorkdir, pack_workdir
 from marinbuild.errors import ClusterConfigError, StepDefinitionError
+from marinbuild.execution.accounting import HELD_EXTRA, attempt_extras
 from marinbuild.execution.retries import AttemptLedger
 from marinbuild.redact import redact_env, scrub, secret_values
 from marinbuild.store.retry import RetryPolicy
+from marinbuild.store.step_logs import attempt_header
+from marinbuild.tpu_types import tpu_topology
 
 __all__ = [
     "RETRY_BASE_DELAY_ENV",
@@ -224,6 +227,7 @@ def run_tpu_step(
     workdir: str | None,
     cancel: threading.Event,
     console: Callable[[str], None],
+    exclude: Sequence[str] = (),
 ) -> TpuResult:
     """Run ``job`` on its slices until it succeeds, is cancelled, or a budget runs out.
 
@@ -231,7 +235,8 @@ def run_tpu_step(
     and the result is CANCELLED).  A preempted attempt draws on
     ``max_retries_preemption``, a FAILED one on ``max_retries_failure``, an INFRA one
     (a host that never answered SSH, a failed upload) on ``max_retries_infra``;
-    a refused host key or login is never retried.  Bad input (unknown slice, invalid env
+    a refused host key or login is never retried.  ``workdir`` (when given) is packed and
+    synced to every host, less the folders in ``exclude`` (the run's local prefix).  Bad input (unknown slice, invalid env
     variable name) raises a :class:`marinbuild.errors.UserError` before any host is touched.
     """
     specs = _resolve_slices(job, cluster)
@@ -253,6 +258,8 @@ def run_tpu_step(
         "slices": [{"name": s.name, "tpu_type": s.tpu_type, "hosts": list(s.hosts)} for s in specs],
     })
     run_token = secrets.token_hex(6)
+    held = {"cores": 0, "tpu_type": specs[0].tpu_type, "slices": len(specs),
+            "tpu_chips": sum(tpu_topology(s.tpu_type).chips for s in specs), "tpu_hosts": sum(len(s.hosts) for s in specs)}
     attempts: list[Attempt] = []
     preemptions = failures = infra = 0
     answered: set[str] = set()  # hosts that answered SSH in an attempt: silence later is preemption
@@ -260,7 +267,7 @@ def run_tpu_step(
     with tempfile.TemporaryDirectory(prefix="marinbuild-tpu-") as tmp:
         packed: PackedWorkdir | None = None
         if workdir is not None:
-            packed = pack_workdir(workdir, os.path.join(tmp, "pack"))
+            packed = pack_workdir(workdir, os.path.join(tmp, "pack"), exclude)
         logs = AttemptLogs(job.output_path, os.path.join(tmp, "staging"))
         while True:
             number = record.next_number
@@ -298,13 +305,13 @@ def run_tpu_step(
                 cancel=cancel,
                 max_parallel=cluster.max_parallel,
                 secrets=secrets_,
-                log_header=f"=== marinbuild attempt {number} {_iso(time.time())} ===\n",
+                log_header=attempt_header(number, time.time(), "{host}", "tpu"),  # the gang fills in each host
                 answered_before=frozenset(answered),
             ).run()
             answered.update(h.host for h in outcome.hosts if h.answered)
             attempt = _attempt(number, outcome, secrets_)
             attempts.append(attempt)
-            record.append(attempt.to_json())
+            record.append({**attempt.to_json(), **attempt_extras({HELD_EXTRA: held}, "tpu")})
             logs.publish()
             cls = attempt.classification
             console(f"{prefix}attempt {number}: {cls.value}: {attempt.message}")

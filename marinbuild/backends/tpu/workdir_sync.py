@@ -4,8 +4,14 @@ The project is packed deterministically (sorted names, zeroed times and owners),
 same files always give the same digest; a host that already holds
 ``<remote_workdir>/<digest>`` is not sent it again::
 
-    packed = pack_workdir("examples/tpu", "/tmp/marinbuild-pack")
+    packed = pack_workdir("examples/tpu", "/tmp/marinbuild-pack", exclude=["examples/tpu/marinbuild-out"])
     packed.digest   # the same for the same files, whatever their times or owners
+
+What is packed: in a git work tree, the files git tracks or would track (``.gitignore``
+honoured); elsewhere every file. Never packed: the run's local prefix when it lies inside
+the project (outputs, markers, leases and logs change on every run, which would change the
+digest and ship every checkpoint to every host), any ``marinbuild-out`` folder and any step
+output (a folder holding ``.marinbuild/``), ``.git``, caches and virtual environments.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import secrets
 import shlex
 import subprocess
 import tarfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -37,6 +44,8 @@ __all__ = [
 
 COMPLETE_MARKER = ".marinbuild-complete"
 _SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+_OUTPUT_DIRS = {"marinbuild-out", ".marinbuild"}
+"""Folders of marinbuild's own outputs and markers: never part of the project shipped."""
 _DIGEST_LEN = 24
 
 
@@ -54,12 +63,14 @@ class PackedWorkdir:
     size: int
 
 
-def list_project_files(root: str | Path) -> list[str]:
+def list_project_files(root: str | Path, exclude: Iterable[str | Path] = ()) -> list[str]:
     """The project's files, relative and sorted: what git would track, else a plain walk.
 
     In a git work tree this is ``git ls-files -co --exclude-standard`` (tracked plus
     untracked-but-not-ignored), so ``.gitignore`` is honoured.  Elsewhere every file is
-    taken except under ``.git``, ``__pycache__`` and virtual environments.
+    taken except under ``.git``, ``__pycache__`` and virtual environments.  Either way,
+    nothing under ``exclude`` (the run's prefix), a ``marinbuild-out`` folder or a step
+    output (a folder holding ``.marinbuild/``) is taken.
     """
     root = Path(root)
     try:
@@ -71,11 +82,42 @@ def list_project_files(root: str | Path) -> list[str]:
     except (OSError, subprocess.CalledProcessError):
         names = set()
         for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
+            if ".marinbuild" in dirnames and Path(dirpath) != root:
+                dirnames[:] = []  # a step's output: none of it is project code
+                continue
+            dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS and d not in _OUTPUT_DIRS]
             rel = Path(dirpath).relative_to(root)
             names.update((rel / f).as_posix() for f in filenames if not f.endswith(".pyc"))
     # Tracked files deleted from the work tree and submodule directories are not files.
-    return sorted(n for n in names if (root / n).is_symlink() or (root / n).is_file())
+    files = [n for n in names if (root / n).is_symlink() or (root / n).is_file()]
+    skipped = _skipped_folders(root, exclude, files)
+    return sorted(n for n in files if not _under(n, skipped))
+
+
+def _skipped_folders(root: Path, exclude: Iterable[str | Path], files: list[str]) -> set[str]:
+    """Relative folders whose files are never packed: the excluded ones inside ``root``, and outputs."""
+    real_root = os.path.realpath(root)
+    skipped: set[str] = set()
+    for path in exclude:
+        rel = os.path.relpath(os.path.realpath(path), real_root)
+        # The project folder itself as the prefix: its step outputs are skipped below.
+        if rel != "." and not rel.startswith(".." + os.sep) and rel != "..":
+            skipped.add(Path(rel).as_posix())
+    for name in files:
+        parts = name.split("/")
+        for i, part in enumerate(parts[:-1]):
+            if part in _OUTPUT_DIRS:
+                # A step output is the folder holding .marinbuild/; marinbuild-out is itself one.
+                skipped.add("/".join(parts[: i if part == ".marinbuild" else i + 1]) or ".")
+                break
+    return skipped
+
+
+def _under(name: str, folders: set[str]) -> bool:
+    if "." in folders:
+        return True
+    parts = name.split("/")
+    return any("/".join(parts[:i]) in folders for i in range(1, len(parts)))
 
 
 class _HashingWriter(io.RawIOBase):
@@ -108,12 +150,12 @@ def _tar_member(root: Path, name: str) -> tuple[tarfile.TarInfo, IO[bytes] | Non
     return info, path.open("rb")
 
 
-def pack_workdir(root: str | Path, dest_dir: str | Path) -> PackedWorkdir:
-    """Pack ``root`` into ``dest_dir/<digest>.tar.gz`` and return where and what it is."""
+def pack_workdir(root: str | Path, dest_dir: str | Path, exclude: Iterable[str | Path] = ()) -> PackedWorkdir:
+    """Pack ``root`` (less ``exclude``, see :func:`list_project_files`) into ``dest_dir/<digest>.tar.gz``."""
     root = Path(root).resolve()
     dest = Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)
-    names = list_project_files(root)
+    names = list_project_files(root, exclude)
     tmp = dest / f".pack-{secrets.token_hex(6)}.tar.gz"
     with tmp.open("wb") as f:
         hashing = _HashingWriter(f)
