@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from marinbuild.graph import StepGraph, build_graph
 from marinbuild.marinfile import Marinfile, load_marinfile
@@ -20,8 +21,12 @@ from marinbuild.planner import Plan, closure, make_plan, select
 from marinbuild.staleness import Decision
 from marinbuild.steps import Step
 from marinbuild.store.history import explain_new_steps
+from marinbuild.store.index import index_of
 from marinbuild.store.markers import RUNNING, StatusRecord, read_statuses
 from marinbuild.store.storage import Storage, resolve_prefix
+
+if TYPE_CHECKING:
+    from marinbuild.store.lease import LeaseRecord
 
 __all__ = ["Project", "open_project", "plan_targets", "probe", "project_of_steps", "steps_instead_of_marinfile"]
 
@@ -80,19 +85,34 @@ def project_of_steps(steps: Sequence[Step], prefix: str | None) -> Project:
     return Project(marinfile, build_graph(marinfile.steps, resolved), Storage.for_prefix(resolved))
 
 
-def probe(project: Project, names: Sequence[str] | set[str]) -> dict[str, StatusRecord]:
-    """Stored status of the named steps, keyed by output path, in one batched read.
+def probe(
+    project: Project,
+    names: Sequence[str] | set[str],
+    leases: dict[str, LeaseRecord | None] | None = None,
+    problems: dict[str, str] | None = None,
+    listed: dict[str, set[str]] | None = None,
+) -> dict[str, StatusRecord]:
+    """Stored status of the named steps, keyed by output path, in a few batched requests.
 
-    A listing of each parent directory first rules out steps that never ran, so a fresh
-    plan reads no marker at all (on GCS a listing answers for up to 1,000 entries). The
-    leases of RUNNING steps are then read in one more batch: a step with a live lease is
-    marked ``leased_by`` its holder.
+    1. A listing of each parent folder rules out steps that never ran: a fresh plan reads
+       no marker at all (on GCS a listing answers for up to 1,000 entries).
+    2. One listing of the status summary (:mod:`marinbuild.store.index`) gives the status
+       of every step whose lone, sound entry names its identity.
+    3. The markers of the others (no entry, two entries, a FAILED one) are read in one batch.
+    4. The leases of RUNNING steps are read in one batch: a step with a live lease is marked
+       ``leased_by`` its holder; one whose RUNNING came from the summary without a live lease
+       has its marker read after all, since the summary may be behind it.
+
+    ``leases``, when given, receives the lease read for each step left RUNNING (None where
+    unreadable) and ``problems`` a line for each unusable lease, so that ``status`` need not
+    read them again; ``listed`` receives the listing of each parent folder (folder -> names).
     """
     graph, storage = project.graph, project.storage
-    outputs = [graph.nodes[n].output_path for n in names]
-    present: dict[str, set[str]] = {}
+    nodes = [graph.nodes[n] for n in names]
+    present: dict[str, set[str]] = listed if listed is not None else {}
     kept = []
-    for out in outputs:
+    for node in nodes:
+        out = node.output_path
         # Output paths are normalized (no trailing "/"); os.path.split costs 3x as much.
         folder, _, base = out.rpartition("/")
         if not folder and out.startswith("/"):
@@ -100,17 +120,45 @@ def probe(project: Project, names: Sequence[str] | set[str]) -> dict[str, Status
         if folder not in present:
             present[folder] = set(storage.list_names(folder))
         if base in present[folder]:
-            kept.append(out)
-    statuses = read_statuses(storage, kept, {graph.nodes[n].output_path: graph.nodes[n].identity for n in names} if kept else None)
+            kept.append(node)
+    if not kept:
+        return {}
+    identities = {node.output_path: node.identity for node in nodes}
+    summary = index_of(storage)
+    seen = summary.read()
+    statuses: dict[str, StatusRecord] = {}
+    unknown = []
+    for node in kept:
+        record = summary.believed(seen, node.output_path, node.identity) if seen else None
+        if record is None:
+            unknown.append(node.output_path)
+        else:
+            statuses[node.output_path] = record
+    if unknown:
+        statuses.update(read_statuses(storage, unknown, identities))
     running = [out for out, record in statuses.items() if record.status == RUNNING]
     if not running:
         return statuses
     from marinbuild.store.lease import owner_alive, read_leases  # leases matter only when a step may be running
 
-    for out, lease in read_leases(storage, running).items():
+    unbacked = []
+    found = read_leases(storage, running, problems)
+    for out in running:
+        lease = found.get(out)
         if lease is not None and owner_alive(lease.owner) is not False:
             statuses[out] = replace(statuses[out], leased_by=lease.describe())
+        elif out not in unknown:
+            unbacked.append(out)
+    if unbacked:
+        for out in unbacked:
+            del statuses[out]  # the marker says, and a missing one means no status at all
+        statuses.update(read_statuses(storage, unbacked, identities))
+    if leases is not None:
+        leases.update((out, found[out]) for out in running if out in found and statuses.get(out, _NONE).status == RUNNING)
     return statuses
+
+
+_NONE = StatusRecord("NONE", 0.0)
 
 
 def plan_targets(
@@ -123,12 +171,13 @@ def plan_targets(
     """Select targets, read their statuses and decide; reasons name changed fields."""
     graph = project.graph
     chosen = select(graph, targets)
-    statuses = probe(project, closure(graph, chosen))
+    listed: dict[str, set[str]] = {}
+    statuses = probe(project, closure(graph, chosen), listed=listed)
     plan = make_plan(graph, chosen, statuses, force, force_all)
     if not explain:
         return plan
     fresh = [n for n in plan.order if plan.decisions[n].reason == "new"]
-    changes = explain_new_steps(project.storage, graph, fresh) if fresh else {}
+    changes = explain_new_steps(project.storage, graph, fresh, listed) if fresh else {}
     if not changes:
         return plan
     decisions = dict(plan.decisions)

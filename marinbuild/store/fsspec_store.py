@@ -152,12 +152,44 @@ class FsspecStorage(Storage):
         data = text.encode("utf-8") if isinstance(text, str) else text
         self.call("pipe_file", self._p(path), data)
 
-    def write_many(self, files: Mapping[str, str | bytes]) -> None:
-        if not files:
-            return
+    def write_many(self, files: Mapping[str, str | bytes], remove: Iterable[str] = ()) -> None:
         data = {self._p(p): (t.encode("utf-8") if isinstance(t, str) else t) for p, t in files.items()}
-        # pipe() of an asynchronous filesystem sends the objects together.
-        call_with_retries(lambda: self.call("pipe", data), f"write {len(data)} files under {self.prefix}")
+        gone = [self._p(p) for p in remove]
+        if not getattr(self.fs, "async_impl", False):
+            for path, blob in data.items():
+                call_with_retries(functools.partial(self.fs.pipe_file, path, blob), f"write {path}")
+            for path in gone:
+                call_with_retries(functools.partial(_rm_quietly, self.fs, path), f"remove {path}")
+            return
+        self._together({p: functools.partial(self.fs._pipe_file, p, b) for p, b in data.items()},
+                       {p: functools.partial(self.fs._rm_file, p) for p in gone}, f"under {self.prefix}")
+
+    def _together(self, writes: Mapping[str, Any], removes: Mapping[str, Any], where: str) -> None:
+        """Run the coroutine makers of an asynchronous filesystem at once; retry only what failed transiently."""
+        todo = {**{("w", p): f for p, f in writes.items()}, **{("r", p): f for p, f in removes.items()}}
+        if not todo:
+            return
+
+        def attempt() -> None:
+            nonlocal todo
+            keys = list(todo)
+            results = self.gather([todo[k]() for k in keys])
+            again = {}
+            for k, result in zip(keys, results, strict=True):
+                if not isinstance(result, BaseException):
+                    continue
+                if k[0] == "r" and isinstance(result, FileNotFoundError):
+                    continue
+                if not is_transient(result):
+                    raise result
+                again[k] = todo[k]
+            todo = again
+            if again:
+                raise ConnectionError(f"{len(again)} of the writes and removals failed for a transient reason")
+
+        call_with_retries(attempt, f"write {len(writes)} and remove {len(removes)} files {where}")
+        for folder in {posixpath.dirname(p) for p in [*writes, *removes]}:
+            self.fs.invalidate_cache(folder)
 
     @retrying("create folder")
     def makedirs(self, path: str) -> None:
@@ -169,6 +201,8 @@ class FsspecStorage(Storage):
 
     @retrying("list")
     def list_names(self, folder: str) -> list[str]:
+        if _is_gcs(self.fs):
+            return self._list_gcs(folder)
         try:
             # A listing cached by the filesystem would hide what other runners wrote since.
             self.fs.invalidate_cache(self._p(folder))
@@ -176,6 +210,22 @@ class FsspecStorage(Storage):
         except FileNotFoundError:
             return []
         return [posixpath.basename(str(e).rstrip("/")) for e in entries]
+
+    def _list_gcs(self, folder: str) -> list[str]:
+        # One request per 1,000 names and nothing else: gcsfs's ls() also asks whether an
+        # empty folder is an object, and caches listings that other runners change.
+        bucket, key, _ = self.fs.split_path(self._p(folder))
+        under = f"{key.rstrip('/')}/" if key else ""
+        names: list[str] = []
+        token = None
+        while True:
+            page = self.call("call", "GET", "b/{}/o", bucket, delimiter="/", prefix=under, maxResults=1000,
+                             pageToken=token, json_out=True)
+            names += [p[len(under):].rstrip("/") for p in page.get("prefixes", ())]
+            names += [o["name"][len(under):] for o in page.get("items", ()) if o["name"] != under]
+            token = page.get("nextPageToken")
+            if not token:
+                return names
 
     @retrying("remove")
     def remove(self, path: str) -> None:
@@ -185,30 +235,7 @@ class FsspecStorage(Storage):
             pass
 
     def remove_many(self, paths: Iterable[str]) -> None:
-        todo = [self._p(p) for p in paths]
-        if not todo:
-            return
-        if not getattr(self.fs, "async_impl", False):
-            for p in todo:
-                call_with_retries(functools.partial(_rm_quietly, self.fs, p), f"remove {p}")
-            return
-
-        def attempt() -> None:
-            nonlocal todo
-            results = self.gather([self.fs._rm_file(p) for p in todo])
-            again = []
-            for p, result in zip(todo, results, strict=True):
-                if isinstance(result, BaseException) and not isinstance(result, FileNotFoundError):
-                    if not is_transient(result):
-                        raise result
-                    again.append(p)
-            todo = again
-            if again:
-                raise ConnectionError(f"{len(again)} of the deletes failed for a transient reason")
-
-        call_with_retries(attempt, f"remove {len(todo)} files under {self.prefix}")
-        for p in {posixpath.dirname(p) for p in todo}:
-            self.fs.invalidate_cache(p)
+        self.write_many({}, remove=paths)
 
     @retrying("upload")
     def put_file(self, local_path: str, path: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from marinbuild.graph import Node, StepGraph
@@ -25,14 +25,19 @@ _HASH = re.compile(r"^[0-9a-f]{16}$")
 class RunIndex:
     """Output directories under the prefix, grouped by step name, from one listing per folder."""
 
-    def __init__(self, storage: Storage, graph: StepGraph, names: Iterable[str]) -> None:
+    def __init__(
+        self, storage: Storage, graph: StepGraph, names: Iterable[str], listed: Mapping[str, Iterable[str]] | None = None
+    ) -> None:
         self.storage = storage
         self.graph = graph
         self._by_name: dict[str, list[str]] = {}
-        # One listing per folder that holds step outputs ("" is the prefix itself).
+        listed = listed or {}
+        # One listing per folder that holds step outputs ("" is the prefix itself), unless
+        # the caller listed it already (``listed``: folder -> names, from project.probe).
         for sub in {name.rpartition("/")[0] for name in names}:
             folder = posixpath.join(graph.prefix, sub) if sub else graph.prefix
-            for entry in storage.list_names(folder):
+            entries = listed[folder] if folder in listed else storage.list_names(folder)
+            for entry in entries:
                 head, _, tail = entry.rpartition("-")
                 if _HASH.match(tail):
                     step_name = f"{sub}/{head}" if sub else head
@@ -60,10 +65,12 @@ def earlier_info(storage: Storage, node: Node, index: RunIndex) -> dict[str, Any
     return best
 
 
-def explain_new_steps(storage: Storage, graph: StepGraph, names: Iterable[str]) -> dict[str, str]:
+def explain_new_steps(
+    storage: Storage, graph: StepGraph, names: Iterable[str], listed: Mapping[str, Iterable[str]] | None = None
+) -> dict[str, str]:
     """For steps that never ran under their identity: what changed since the step's last run."""
     names = list(names)
-    index = RunIndex(storage, graph, names)
+    index = RunIndex(storage, graph, names, listed)
     if not index:
         return {}  # nothing under the prefix ever ran
     out: dict[str, str] = {}

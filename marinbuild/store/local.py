@@ -71,9 +71,10 @@ class LocalStorage(Storage):
             unlink_quietly(tmp)
             raise
 
-    def write_many(self, files: Mapping[str, str | bytes]) -> None:
+    def write_many(self, files: Mapping[str, str | bytes], remove: Iterable[str] = ()) -> None:
         for path, text in files.items():
             self.write_atomic(path, text)
+        self.remove_many(remove)
 
     @retrying("create folder")
     def makedirs(self, path: str) -> None:

@@ -227,7 +227,9 @@ def read_status(storage: Storage, output: str, identity: str | None = None) -> S
 def write_status(storage: Storage, output: str, status: str, **fields: Any) -> StatusRecord:
     """Write a status marker whole; ``fields`` are the other :class:`StatusRecord` fields."""
     record = StatusRecord(status=status, time=time.time(), **fields)
-    storage.write_atomic(status_path(output), record.to_json())
+    from marinbuild.store.index import write_marker  # the status summary beside the markers
+
+    write_marker(storage, status_path(output), output, record)
     return record
 
 

@@ -117,8 +117,9 @@ class Storage(Protocol):
         """Write a whole file so that readers never see a part of it: the one atomic write."""
         ...
 
-    def write_many(self, files: Mapping[str, str | bytes]) -> None:
-        """:meth:`write_atomic` of several files, overlapped where the store allows."""
+    def write_many(self, files: Mapping[str, str | bytes], remove: Iterable[str] = ()) -> None:
+        """:meth:`write_atomic` of several files and removal of others (missing is fine), overlapped
+        where the store allows: callers use it only where any order of these is safe."""
         ...
 
     def makedirs(self, path: str) -> None:

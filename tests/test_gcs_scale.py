@@ -1,0 +1,204 @@
+"""Many steps on ``gs://`` in a few requests, counted at the emulator; a wrong summary never makes a step done.
+
+The status summary (``marinbuild/store/index.py``) lets one listing answer for every step;
+the per-step marker stays the source of truth. These tests count the requests of ``plan``,
+``status`` and a no-op ``run`` of 2,000 steps in three states, and then spoil the summary
+in every way the docs name (deleted, edited by hand, left by a runner killed before its
+marker) to show that nothing is taken as done that is not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import marinbuild
+from marinbuild.cli.app import app
+from marinbuild.project import open_project, probe
+from marinbuild.store.index import INDEX_DIR, entry_names
+from marinbuild.store.lease import LeaseRecord, Owner, lease_path
+from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, StatusRecord, status_path, write_status
+from marinbuild.store.storage import Storage
+
+from .helpers import write_marinfile
+
+if TYPE_CHECKING:
+    from .fixtures_gcs import Emulator
+
+pytest_plugins = ["tests.fixtures_gcs"]
+
+N = 2000
+
+MANY = f"""
+from marinbuild import step
+
+STEPS = [step(f"data/s{{i:05d}}", cmd="true") for i in range({N})]
+"""
+
+
+def populate(prefix: str, file: Path, state: str) -> None:
+    """Leave every step ``state`` as runners leave it (marker, summary entry, a live lease if RUNNING), in bulk."""
+    project = open_project(str(file), prefix)
+    storage = project.storage
+    files: dict[str, str] = {}
+    triples = []
+    now = time.time()
+    for node in project.graph.nodes.values():
+        record = StatusRecord(state, now, duration=0.5 if state == SUCCESS else None, name=node.name,
+                              identity=node.identity)
+        files[status_path(node.output_path)] = record.to_json()
+        triples.append((node.output_path, node.identity, record))
+        if state == RUNNING:
+            # Another host's runner: its liveness cannot be checked from here, only its lease.
+            lease = LeaseRecord(Owner("elsewhere", 1, "", "other"), now, now, expiry=3600)
+            files[lease_path(node.output_path)] = lease.to_json()
+    storage.remove(Storage.join(prefix, INDEX_DIR))
+    storage.write_many({**files, **{p: "" for p in entry_names(storage, triples)}})
+
+
+def count(emulator: Emulator, fn: Any) -> tuple[Any, int]:
+    before = emulator.requests()
+    result = fn()
+    time.sleep(0.2)  # the emulator logs a request once it has answered it
+    return result, emulator.requests() - before
+
+
+def status_rows(file: Path, prefix: str) -> list[dict[str, Any]]:
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(app, ["status", "-f", str(file), "--prefix", prefix, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def many(project: Path) -> Path:
+    return write_marinfile(project, MANY)
+
+
+def test_plan_status_and_noop_run_of_2000_steps_in_a_few_requests(
+    gcs_emulator: Emulator, gcs_prefix: str, many: Path
+) -> None:
+    file = str(many)
+    # Never run: one listing of the parent folder rules every step out.
+    plan, requests = count(gcs_emulator, lambda: marinbuild.plan(file=file, prefix=gcs_prefix))
+    assert plan.counts()["run"] == N and requests <= 3, requests
+    rows, requests = count(gcs_emulator, lambda: status_rows(many, gcs_prefix))
+    assert {r["status"] for r in rows} == {"NONE"} and requests <= 3, requests
+
+    # Done: the parent folder and the summary, one listing each (GCS pages them 1,000 names a request).
+    populate(gcs_prefix, many, SUCCESS)
+    plan, requests = count(gcs_emulator, lambda: marinbuild.plan(file=file, prefix=gcs_prefix))
+    assert plan.counts()["skip"] == N and requests <= 4, requests
+    rows, requests = count(gcs_emulator, lambda: status_rows(many, gcs_prefix))
+    assert {r["status"] for r in rows} == {SUCCESS} and {r["duration"] for r in rows} == {0.5}
+    assert requests <= 4, requests
+    summary, requests = count(gcs_emulator, lambda: marinbuild.run(file=file, prefix=gcs_prefix))
+    assert summary.ok and requests <= 4, requests
+
+    # RUNNING under another host's live lease: statuses from the summary, plus one read per lease.
+    populate(gcs_prefix, many, RUNNING)
+    plan, requests = count(gcs_emulator, lambda: marinbuild.plan(file=file, prefix=gcs_prefix))
+    assert "skip" not in plan.counts() and requests <= N + 4, requests  # waited for, never skipped
+    rows, requests = count(gcs_emulator, lambda: status_rows(many, gcs_prefix))
+    assert {r["status"] for r in rows} == {RUNNING} and all(r["lease"] for r in rows)
+    assert requests <= N + 4, requests  # the leases are read once, not again for the table
+
+
+FEW = """
+from marinbuild import step
+
+a = step("a", cmd="true")
+b = step("b", cmd="true")
+c = step("c", cmd="true")
+d = step("d", cmd="true")
+"""
+
+
+def test_a_deleted_summary_falls_back_to_the_markers(gcs_emulator: Emulator, gcs_prefix: str, project: Path) -> None:
+    file = str(write_marinfile(project, FEW))
+    proj = open_project(file, gcs_prefix)
+    for node in proj.graph.nodes.values():  # as a runner writes them: marker, then entry
+        write_status(proj.storage, node.output_path, RUNNING, name=node.name, identity=node.identity)
+        write_status(proj.storage, node.output_path, SUCCESS, duration=1.0, name=node.name, identity=node.identity)
+    assert len(proj.storage.list_names(Storage.join(gcs_prefix, INDEX_DIR))) == 4  # one SUCCESS entry each
+    plan, requests = count(gcs_emulator, lambda: marinbuild.plan(file=file, prefix=gcs_prefix))
+    assert plan.counts()["skip"] == 4 and requests <= 3
+
+    proj.storage.remove(Storage.join(gcs_prefix, INDEX_DIR))
+    plan, requests = count(gcs_emulator, lambda: marinbuild.plan(file=file, prefix=gcs_prefix))
+    assert plan.counts()["skip"] == 4  # the markers say so
+    assert requests >= 4 + 2  # each marker read: nothing was taken from the missing summary
+
+
+def test_a_summary_edited_by_hand_never_makes_a_step_done(gcs_emulator: Emulator, gcs_prefix: str, project: Path) -> None:
+    file = str(write_marinfile(project, FEW))
+    proj = open_project(file, gcs_prefix)
+    storage = proj.storage
+    nodes = proj.graph.nodes
+    index = Storage.join(gcs_prefix, INDEX_DIR)
+    done = StatusRecord(SUCCESS, time.time(), duration=1.0)
+
+    # a: never ran, yet a well-formed SUCCESS entry was made for it: its folder is missing.
+    storage.write_many({p: "" for p in entry_names(storage, [(nodes["a"].output_path, nodes["a"].identity, done)])})
+    # b: FAILED; its FAILED entry renamed to a SUCCESS one by hand (no valid check).
+    write_status(storage, nodes["b"].output_path, RUNNING, name="b", identity=nodes["b"].identity)
+    write_status(storage, nodes["b"].output_path, FAILED, error="boom", name="b", identity=nodes["b"].identity)
+    (failed,) = [n for n in storage.list_names(index) if n.endswith("@FAILED")]
+    storage.remove_many([Storage.join(index, failed)])
+    storage.write_atomic(Storage.join(index, failed.replace("@FAILED", "@SUCCESS@1.0@-@0123456789ab")), "")
+    # c: FAILED; a valid-looking SUCCESS entry of another identity.
+    write_status(storage, nodes["c"].output_path, FAILED, error="boom", name="c", identity=nodes["c"].identity)
+    storage.write_many({p: "" for p in entry_names(storage, [(nodes["c"].output_path, "0" * 16, done)])})
+    # d: done; its entry left alone, so the summary is still used where it is right.
+    write_status(storage, nodes["d"].output_path, SUCCESS, duration=1.0, name="d", identity=nodes["d"].identity)
+
+    plan = marinbuild.plan(file=file, prefix=gcs_prefix)
+    assert {n: d.action.value for n, d in plan.decisions.items()} == {"a": "run", "b": "run", "c": "run", "d": "skip"}
+    found = probe(proj, list(nodes))
+    assert nodes["a"].output_path not in found
+    assert found[nodes["b"].output_path].status == FAILED and found[nodes["c"].output_path].status == FAILED
+
+
+SLOW = """
+from marinbuild import step
+
+slow = step("slow", cmd="sleep 120")
+"""
+
+
+def test_a_runner_killed_before_its_marker_leaves_nothing_done(
+    gcs_emulator: Emulator, gcs_prefix: str, project: Path
+) -> None:
+    file = str(write_marinfile(project, SLOW))
+    proj = open_project(file, gcs_prefix)
+    node = proj.graph.nodes["slow"]
+    env = {**os.environ, **gcs_emulator.env, "MARINBUILD_LEASE_HEARTBEAT": "0.5", "MARINBUILD_LEASE_EXPIRY": "2"}
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "marinbuild", "run", "-q", "-f", file, "--prefix", gcs_prefix],
+        cwd=project, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while (text := proj.storage.read_text(status_path(node.output_path))) is None or RUNNING not in text:
+            assert runner.poll() is None and time.monotonic() < deadline, "the step never started"
+            time.sleep(0.1)
+    finally:
+        os.killpg(runner.pid, signal.SIGKILL)
+        runner.wait()
+    # As a runner that wrote the summary before the marker would have left it, check included.
+    early = StatusRecord(SUCCESS, time.time(), duration=1.0)
+    proj.storage.write_many({p: "" for p in entry_names(proj.storage, [(node.output_path, node.identity, early)])})
+
+    plan = marinbuild.plan(file=file, prefix=gcs_prefix)
+    assert plan.decisions["slow"].action.value == "run"
+    rows = status_rows(Path(file), gcs_prefix)
+    assert rows[0]["status"] == RUNNING  # what its marker says; the killed runner's lease is not live
