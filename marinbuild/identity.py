@@ -42,7 +42,7 @@ from marinbuild.steps import (
     versioned,
 )
 
-__all__ = ["canonical_json", "hash_payload", "identity_payload", "versioned"]
+__all__ = ["canonical_json", "code_digest", "hash_payload", "identity_payload", "source_digest", "versioned"]
 
 JSON = Any
 
@@ -77,12 +77,15 @@ def hash_payload(payload: JSON) -> str:
 
 
 def identity_payload(
-    name: str, config: Any, dep_ids: Mapping[Step, str], scan: ConfigScan | None = None
+    name: str, config: Any, dep_ids: Mapping[Step, str], scan: ConfigScan | None = None, code: str | None = None
 ) -> dict[str, JSON]:
     """The identity payload of a step named ``name`` with ``config``.
 
     ``dep_ids`` maps (at least) every step referenced in ``config`` to its ``NAME-IDENTITY``;
     ``scan`` is the config's :func:`~marinbuild.steps.scan_config`, when already made.
+    ``code`` (a step declared with ``hash_code=True``: its :func:`code_digest`) is added
+    under the key ``"code"``; without it the payload has no such key, so the identities of
+    every other step are what they always were.
     """
     scan = scan if scan is not None else scan_config(config)
     dependencies: dict[str, str] = {}
@@ -98,7 +101,43 @@ def identity_payload(
             elif isinstance(value, Mirrored) and value.versioned:
                 # mirrored(versioned(path)) is identified by its source, never by the copy's path.
                 versioned[path or "."] = encoder.encode(value, path)
-    return {"name": name, "versioned": versioned, "dependencies": dependencies}
+    payload: dict[str, JSON] = {"name": name, "versioned": versioned, "dependencies": dependencies}
+    if code is not None:
+        payload["code"] = code
+    return payload
+
+
+def source_digest(fn: Any) -> str | None:
+    """xxh3-64 of a function's own source text (dedented), or None when Python cannot show it.
+
+    Only the function's own lines count: an edit to a helper it calls is not seen.
+    """
+    import inspect
+    import textwrap
+
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return None
+    return xxhash.xxh3_64_hexdigest(textwrap.dedent(source).encode("utf-8"))
+
+
+def code_digest(step: Step) -> str:
+    """What ``hash_code=True`` puts into a step's identity: its command template or its function's source.
+
+    >>> from marinbuild.steps import step
+    >>> code_digest(step("s", cmd="echo hi", hash_code=True))
+    'cmd:echo hi'
+    """
+    if step.cmd is not None:
+        return f"cmd:{step.cmd}"
+    digest = source_digest(step.fn)
+    if digest is None:
+        raise IdentityError(
+            f"step {step.name!r}: hash_code=True needs the function's source, which Python cannot find "
+            f"for {getattr(step.fn, '__qualname__', step.fn)!r}; define it in a file, or drop hash_code"
+        )
+    return f"fn:{digest}"
 
 
 class _Encoder:

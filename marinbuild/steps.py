@@ -97,6 +97,8 @@ class Step:
     max_retries_preemption: int | None = None
     max_retries_failure: int | None = None
     pip_dependency_groups: tuple[str, ...] = ()
+    hash_code: bool = False
+    """Whether the command template (or the function's source) enters the identity."""
     # A config holding a step refers to its output: a placeholder, never walked into.
     __marinbuild_placeholder__: ClassVar[bool] = True
 
@@ -206,6 +208,7 @@ def step(
     max_retries_preemption: int | None = None,
     max_retries_failure: int | None = None,
     pip_dependency_groups: Iterable[str] | None = None,
+    hash_code: bool = False,
 ) -> Step:
     """Declare a step: ``fn(config)`` or the shell command ``cmd``.
 
@@ -213,7 +216,9 @@ def step(
     every substituted value is shell-quoted, a list becomes its quoted elements.
     ``pip_dependency_groups`` (extras of the project's ``pyproject.toml`` or PEP 508
     requirements) makes the step run in a Python environment holding them (see
-    :mod:`marinbuild.pyenv`).
+    :mod:`marinbuild.pyenv`). ``hash_code=True`` puts the command template (or the
+    function's own source text) into the step's identity, so that editing it reruns the
+    step; without it such an edit is only reported by ``plan`` and ``why``.
 
     >>> s = step("hello", cmd="echo {greeting} > {output}/hello.txt", config={"greeting": "hi"})
     >>> s.kind
@@ -250,6 +255,7 @@ def step(
         max_retries_preemption=max_retries_preemption,
         max_retries_failure=max_retries_failure,
         pip_dependency_groups=groups,
+        hash_code=bool(hash_code),
     )
     declared = _declared.get()
     if declared is not None:

@@ -22,8 +22,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from marinbuild.store.step_logs import HEADER_PREFIX
+
 __all__ = ["OutputFollower", "log_size", "log_tail"]
 
+_HEADER = HEADER_PREFIX.encode()
 _MAX_LINE = 64 * 1024
 """A line longer than this is passed on in pieces rather than held back."""
 
@@ -98,6 +101,8 @@ class OutputFollower:
             lines.append(followed.pending)
             followed.pending = b""
         for line in lines:
+            if line.startswith(_HEADER):
+                continue  # an attempt's header is for the log file, not the terminal
             try:
                 self.emit(step, line.decode(errors="replace").rstrip("\r"))
             except Exception:  # a closed terminal must not stop the run
@@ -133,4 +138,4 @@ def log_tail(path: str, lines: int = 10, since: int = 0, max_bytes: int = 16384)
     text = data.decode(errors="replace").splitlines()
     if start > since:
         text = text[1:]  # the first line read is probably cut
-    return [line.rstrip("\r") for line in text if line.strip()][-lines:]
+    return [line.rstrip("\r") for line in text if line.strip() and not line.startswith(HEADER_PREFIX)][-lines:]

@@ -32,6 +32,8 @@ from typing import Any
 
 from marinbuild.backends.base import Backend, Job, Outcome
 from marinbuild.errors import StorageError
+from marinbuild.execution.accounting import attempt_extras, backend_label
+from marinbuild.store.step_logs import write_header
 from marinbuild.store.storage import Storage
 
 __all__ = [
@@ -166,6 +168,7 @@ class _RetryRun:
         self.on_done = on_done
         self.ledger = AttemptLedger(job.output_path, job.name)
         self.budget = owner.budget_of(job.name)
+        self.backend = backend_label(owner.inner)
         self.failures = 0
         self.first_start: float | None = None
         self._lock = threading.Lock()
@@ -176,6 +179,7 @@ class _RetryRun:
     def launch(self) -> None:
         number = self.ledger.next_number
         job = dataclasses.replace(self.job, attempt=number, env={**self.job.env, ATTEMPT_VAR: str(number)})
+        write_header(job.log_file, number, "ray-node" if self.backend == "ray" else socket.gethostname(), self.backend)
         handle = self.owner.inner.start(job, lambda outcome: self._attempt_done(number, outcome))
         with self._lock:
             self._handle = handle
@@ -187,7 +191,7 @@ class _RetryRun:
         if self.first_start is None:
             self.first_start = outcome.started
         try:
-            self.ledger.append(attempt_entry(number, outcome))
+            self.ledger.append({**attempt_entry(number, outcome), **attempt_extras(self.job.extra, self.backend)})
         except Exception as e:  # a ledger that cannot be written must not hide the outcome
             _note(self.job.log_file, f"marinbuild: could not write {LEDGER}: {type(e).__name__}: {e}")
         with self._lock:

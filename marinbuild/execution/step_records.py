@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from marinbuild.backends.base import Job, Outcome
 from marinbuild.config_walk import LEAF_TYPES, MAPPING, RECORD, SET, children, describe_leaf, is_namedtuple
 from marinbuild.errors import LeaseLost, MarinbuildError, StorageError
+from marinbuild.execution.accounting import HELD_EXTRA, held_by
 from marinbuild.graph import Node
 from marinbuild.pyenv.launch import DECLARED_ENV_EXTRA, ENV_EXTRA
 from marinbuild.pyenv.spec import EnvSpec, environment_of
@@ -41,6 +42,7 @@ from marinbuild.redact import redact_env
 from marinbuild.resolve import render_command, resolve_config
 from marinbuild.resources import ResourceConfig
 from marinbuild.steps import Step
+from marinbuild.store.drift import code_record
 from marinbuild.store.lease import LeaseRecord, LeaseSettings, Owner, Verdict, Watch, judge, observe, read_leases
 from marinbuild.store.markers import (
     FAILED,
@@ -55,7 +57,8 @@ from marinbuild.store.markers import (
     write_status,
 )
 from marinbuild.store.mirror import ensure_mirrored, find_mirrored
-from marinbuild.store.storage import Storage
+from marinbuild.store.step_logs import start_run_log
+from marinbuild.store.storage import Storage, unlink_quietly
 
 __all__ = [
     "DependencyBusy",
@@ -128,8 +131,13 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
     config = resolve_config(s.config, out, ctx.outputs, mirrors)
     command = render_command(s.cmd, config, out, s.name) if s.cmd is not None else None
     log_file = log_path(out) if storage.is_local else _local_log_file(node)
+    if storage.is_local:
+        start_run_log(log_file)  # this run's attempts start a new log; the last run's is kept beside it
+    else:
+        unlink_quietly(log_file)  # a staging copy, uploaded when its run ended
     env = step_environment(s, out, extra_env)
     environment = environment_of(s.name, s.pip_dependency_groups, ctx.marinfile)
+    held = held_by(s.resources, cores)
     info: dict[str, Any] = {
         "name": s.name,
         "identity": node.identity,
@@ -144,6 +152,8 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
         "description": s.description,
         "environment": environment.to_json() if environment is not None else None,
         "env_vars": redact_env(env_vars_of(s)),
+        "held": held,
+        **code_record(s),  # what plan and why compare to tell drift (store/drift.py)
         "start_time": time.time(),
         **ctx.provenance,
     }
@@ -164,7 +174,7 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
         command=command,
         cores=cores,
         timeout=timeout,
-        extra=_extra(s, environment),
+        extra={**_extra(s, environment), HELD_EXTRA: held},
     )
     return job, info
 

@@ -405,7 +405,7 @@ class Gang:
         assert h.conn is not None
         log = self.logs.open(h.plan.slice_index, h.plan.worker_index)
         if self.log_header:
-            log.write(self.log_header.encode())
+            log.write(self.log_header.replace("{host}", h.plan.entry).encode())
             log.flush()
         try:
             h.launch_sent = True

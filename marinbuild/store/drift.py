@@ -1,0 +1,177 @@
+"""Drift: what changed in a step that its identity does not cover, and the root of a change upstream.
+
+A step's identity holds its versioned values and its dependencies, not its shell command,
+its function's code or its plain config fields. Editing one of those leaves the step up
+to date, which is what versioning means, but it must not pass in silence: each run
+records them in its info JSON (:func:`code_record`), and ``plan`` and ``why`` compare
+that record with the Marinfile as it is now (:func:`drift_notes`)::
+
+    note: train: command changed since the stored run; not part of the identity: --force it or make it versioned
+
+A step declared with ``step(..., hash_code=True)`` has its command or function source in
+its identity instead, so an edit reruns it and no note is needed.
+
+When a step would run because a dependency's identity changed, :func:`root_changes`
+follows the changed references upstream, run by stored run, to the values that changed
+(``train/model: lr 0.1 -> 0.2``) instead of stopping at the dependency's new hash.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from marinbuild.config_walk import children, describe_leaf, is_placeholder, walk
+from marinbuild.graph import Node, StepGraph
+from marinbuild.identity import source_digest
+from marinbuild.staleness import Change, diff_payloads
+from marinbuild.steps import Step
+from marinbuild.store.markers import info_path, read_info
+from marinbuild.store.storage import Storage
+
+__all__ = ["code_record", "drift_notes", "plain_fields", "root_changes", "step_drift"]
+
+_ADVICE = "not part of the identity: --force it or make it versioned"
+_REF = re.compile(r"^(?P<name>.+)-(?P<identity>[0-9a-f]{16})(?:/.*)?$")
+
+
+def plain_fields(config: Any) -> dict[str, Any]:
+    """The config's plain (unversioned, non-reference) leaves by dotted path, as JSON values.
+
+    A value whose text would differ on every run (a repr holding a memory address) is left
+    out: it would report a change that is none.
+
+    >>> from marinbuild.steps import versioned
+    >>> plain_fields({"lr": 0.1, "n": versioned(3), "opt": {"beta": [0.9, 0.99]}})
+    {'lr': 0.1, 'opt.beta.0': 0.9, 'opt.beta.1': 0.99}
+    """
+    out: dict[str, Any] = {}
+    for path, value in walk(config):
+        if is_placeholder(value) or children(value) is not None:
+            continue
+        leaf = describe_leaf(value)
+        try:
+            json.dumps(leaf)
+        except (TypeError, ValueError):
+            leaf = repr(value)
+            if " at 0x" in leaf:
+                continue
+        out[path or "(config)"] = leaf
+    return out
+
+
+def code_record(step: Step) -> dict[str, Any]:
+    """What a run records beside its output so that later plans can tell what drifted."""
+    return {
+        "command_template": step.cmd,
+        "function_source": source_digest(step.fn) if step.fn is not None else None,
+        "plain_config": plain_fields(step.config),
+    }
+
+
+def step_drift(step: Step, info: Mapping[str, Any]) -> list[str]:
+    """Notes for what differs between ``step`` now and the run that wrote ``info`` (none: nothing drifted).
+
+    A record that lacks a field (written before it existed) says nothing about it.
+    """
+    notes: list[str] = []
+    if not step.hash_code:
+        if step.cmd is not None and isinstance(info.get("command_template"), str) and info["command_template"] != step.cmd:
+            notes.append(f"command changed since the stored run; {_ADVICE}")
+        if step.fn is not None and isinstance(info.get("function_source"), str):
+            now = source_digest(step.fn)
+            if now is not None and now != info["function_source"]:
+                notes.append(f"function source changed since the stored run; {_ADVICE}")
+    stored = info.get("plain_config")
+    if isinstance(stored, dict):
+        current = plain_fields(step.config)
+        changed = [p for p in sorted(set(stored) | set(current)) if stored.get(p, _ABSENT) != current.get(p, _ABSENT)]
+        for path in changed[:5]:
+            old, new = _show(stored.get(path, _ABSENT)), _show(current.get(path, _ABSENT))
+            notes.append(f"plain field {path} changed since the stored run ({old} -> {new}); {_ADVICE}")
+        if len(changed) > 5:
+            notes.append(f"{len(changed) - 5} more plain fields changed since the stored run; {_ADVICE}")
+    return notes
+
+
+def drift_notes(storage: Storage, graph: StepGraph, names: Iterable[str]) -> dict[str, list[str]]:
+    """Drift notes of the named steps (those a plan leaves up to date), read in one batch."""
+    nodes = [graph.nodes[n] for n in names]
+    if not nodes:
+        return {}
+    texts = storage.read_many([info_path(node.output_path) for node in nodes])
+    out: dict[str, list[str]] = {}
+    for node in nodes:
+        text = texts.get(info_path(node.output_path))
+        try:
+            info = json.loads(text) if text else None
+        except ValueError:
+            info = None
+        if isinstance(info, dict):
+            notes = step_drift(node.step, info)
+            if notes:
+                out[node.name] = notes
+    return out
+
+
+def root_changes(storage: Storage, graph: StepGraph, node: Node, old_payload: Mapping[str, Any]) -> list[str]:
+    """The changes that make ``node`` differ from the run with ``old_payload``, followed upstream.
+
+    A changed dependency is replaced by what changed in it (found by comparing the
+    dependency's current payload with the one stored beside its old output), down to the
+    versioned values or code that changed: ``train/model: lr 0.1 -> 0.2``. A dependency
+    whose old run is gone is named as it is.
+    """
+    seen: set[str] = set()
+    return _roots(storage, graph, node, old_payload, seen, top=True)
+
+
+def _roots(
+    storage: Storage, graph: StepGraph, node: Node, old: Mapping[str, Any], seen: set[str], top: bool
+) -> list[str]:
+    out: list[str] = []
+    for change in diff_payloads(old, node.payload) + _code_change(old, node.payload):
+        if change.kind != "dependency":
+            out.append(_line(node.name, change))
+            continue
+        old_ref = _REF.match(str(change.old))
+        new_ref = _REF.match(str(change.new))
+        dep = graph.nodes.get(new_ref["name"]) if new_ref else None
+        if dep is None or old_ref is None or old_ref["name"] != dep.name:
+            out.append(f"{node.name}: {change.line()}")
+            continue
+        key = f"{dep.name}-{old_ref['identity']}"
+        if key in seen:
+            continue
+        seen.add(key)
+        prior = read_info(storage, Storage.join(graph.prefix, key))
+        if prior is None or not isinstance(prior.get("identity_payload"), dict):
+            out.append(f"{dep.name}: changed (identity {old_ref['identity']} -> {dep.identity}; its earlier run is gone)")
+            continue
+        found = _roots(storage, graph, dep, prior["identity_payload"], seen, top=False)
+        out.extend(found or [f"{dep.name}: identity {old_ref['identity']} -> {dep.identity}"])
+    return out
+
+
+def _code_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+    if old.get("code") == new.get("code"):
+        return []
+    return [Change("code", "code", old.get("code", "<absent>"), new.get("code", "<absent>"))]
+
+
+def _line(name: str, change: Change) -> str:
+    if change.kind == "code":
+        what = "command" if str(change.new).startswith("cmd:") or str(change.old).startswith("cmd:") else "function source"
+        return f"{name}: {what} changed (hash_code)"
+    return f"{name}: {change.path} {_show(change.old)} -> {_show(change.new)}"
+
+
+_ABSENT = "<absent>"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True)
