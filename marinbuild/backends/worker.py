@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 
 from marinbuild.errors import MarinbuildError, UserError
 from marinbuild.project import open_project
 from marinbuild.resolve import resolve_config
 
-__all__ = ["call_step", "main"]
+__all__ = ["FAILED_LINE", "call_step", "main"]
+
+FAILED_LINE = "marinbuild: step failed: "
+"""Starts the last line a failing step leaves on stderr: the runner quotes the rest as its error."""
 
 
 def call_step(file: str, name: str, prefix: str | None) -> None:
@@ -45,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     except MarinbuildError as e:
         print(f"marinbuild: error: {e}", file=sys.stderr)
         return e.exit_code
+    except Exception as e:  # the step's own failure: its traceback, then one line to quote
+        traceback.print_exc()
+        text = f"{type(e).__name__}: {e}".splitlines()[0] if str(e) else type(e).__name__
+        print(f"{FAILED_LINE}{text}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

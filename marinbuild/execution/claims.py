@@ -50,7 +50,8 @@ class LeaseClaims:
         self.storage = storage
         self.settings = settings or LeaseSettings.resolve()
         self.me = owner or Owner.current()
-        self._store = conditional_store(storage)
+        # Every lease read and write ends well within the fence time, retries included.
+        self._store = conditional_store(storage, deadline=self.settings.fence_after / 2)
         self._stale = dict(stale_success or {})
         self._leases: dict[str, Lease] = {}
         self._lost: dict[str, str] = {}

@@ -130,12 +130,21 @@ class _EnvRun:
         except Exception as e:  # a bug or a full disk must still end the step, not hang the run
             self.on_done(EnvFailure(ok=False, started=started, ended=time.time(), error=f"environment: {type(e).__name__}: {e}"))
             return
+        on_done = self.on_done if self.job.command is not None else self._quoting_the_step
         with self._lock:
             reason = self._reason
             if reason is None:
-                self._handle = self.owner.inner.start(self.owner.job_in(self.job, env_dir), self.on_done)
+                self._handle = self.owner.inner.start(self.owner.job_in(self.job, env_dir), on_done)
         if reason is not None:
             self.on_done(Outcome(ok=False, started=started, ended=time.time(), error=reason, cancelled=True))
+
+    def _quoting_the_step(self, outcome: Outcome) -> None:
+        """A function step's error as the step raised it, not the worker's exit status."""
+        if not outcome.ok and outcome.returncode == 1 and not outcome.cancelled:
+            line = _last_failure_line(self.job.log_file)
+            if line is not None:
+                outcome = dataclasses.replace(outcome, error=line)
+        self.on_done(outcome)
 
     def cancel(self, reason: str) -> None:
         with self._lock:
@@ -144,6 +153,20 @@ class _EnvRun:
             handle = self._handle
         if handle is not None:
             handle.cancel(reason)
+
+
+def _last_failure_line(log_file: str) -> str | None:
+    """What the worker said the step failed with (its last line), if it said so."""
+    from marinbuild.backends.worker import FAILED_LINE
+
+    try:
+        with open(log_file, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 8192))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = [ln for ln in tail.splitlines() if ln.startswith(FAILED_LINE)]
+    return lines[-1][len(FAILED_LINE):] if lines else None
 
 
 def remote_prefix(spec: EnvSpec, python: str = "python3") -> str:
