@@ -208,6 +208,8 @@ def run(
     max_retries_preemption: Annotated[int, typer.Option("--max-retries-preemption", min=0, help="Retries of a preempted TPU step (a step's own setting wins).")] = 100,
     max_retries_failure: Annotated[int, typer.Option("--retries", "--max-retries-failure", min=0, help="Retries of a failed step, on every backend (a step's own max_retries_failure wins).")] = 0,
     no_sync: Annotated[bool, typer.Option("--no-sync", help="Do not copy the project directory to TPU hosts.")] = False,
+    reviewed: Annotated[str | None, typer.Option("--plan", help="Run exactly the plan `marinbuild plan -o FILE` wrote; refuse when it no longer holds.")] = None,
+    print_commands: Annotated[bool, typer.Option("-p", "--print-commands", help="Print each shell step's command, resolved, as it starts.")] = False,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -228,6 +230,12 @@ def run(
         walltime=walltime,
     )
     project = session.load(file, prefix=prefix)
+    review = None
+    if reviewed is not None:
+        from marinbuild.cli.reviewed import load_review
+
+        review = load_review(reviewed, targets, force, force_all)
+        targets, force, force_all = list(review.targets), list(review.force), review.force_all
     planned = session.plan_run(
         project,
         step_targets(project, targets),
@@ -240,6 +248,10 @@ def run(
         dry=dry,
     )
     _print_notes(planned)
+    if review is not None:
+        from marinbuild.cli.reviewed import check_review
+
+        check_review(review, planned.plan, project.graph, lambda line: err.print(line, markup=False))
     if dry:
         _print_plan(planned.plan, _with_environments(planned))
         return
@@ -264,6 +276,7 @@ def run(
         _reporter(quiet, json_events),
         echo=(lambda line: None) if quiet else (lambda line: out.print(line, markup=False, highlight=False)),
         on_output=_output_printer(json_events) if print_output else None,
+        on_command=_command_printer(json_events) if print_commands else None,
     )
     if summary.interrupted:
         raise typer.Exit(130)
@@ -280,6 +293,17 @@ def _output_printer(json_events: bool) -> Callable[[str, str], None]:
 
         return as_json
     return lambda step, line: out.print(f"[{step}] {line}", markup=False, highlight=False)
+
+
+def _command_printer(json_events: bool) -> Callable[[str, str], None]:
+    """``run -p``: each shell step's resolved command as it starts, ``[step] $ command``."""
+    if json_events:
+        def as_json(step: str, command: str) -> None:
+            sys.stdout.write(json.dumps({"event": "command", "time": time.time(), "step": step, "command": command}) + "\n")
+            sys.stdout.flush()
+
+        return as_json
+    return lambda step, command: out.print(f"[{step}] $ {command}", markup=False, highlight=False)
 
 
 def _machine(cores: int | None, mem: str | None, resources: list[str] | None, tokens: list[str] | None) -> Machine:
@@ -340,9 +364,10 @@ def plan(
     resources: ResourcesOpt = None,
     token: TokenOpt = None,
     cluster: ClusterOpt = None,
+    output: Annotated[str | None, typer.Option("-o", "--output", help="Also write the plan to this file, for `marinbuild run --plan FILE`.")] = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Show what `run` would do, and why, without running or writing anything."""
+    """Show what `run` would do, and why, without running or writing anything (but the -o file)."""
     from marinbuild.execution import session
 
     project = session.load(file, prefix=prefix)
@@ -358,8 +383,17 @@ def plan(
     _print_notes(planned)
     the_plan, requests = planned.plan, planned.requests
     environments = planned.fields.environments if planned.fields is not None else {}
+    if output is not None:
+        from marinbuild.plan_review import plan_document, write_plan_file
+
+        write_plan_file(output, plan_document(the_plan, project.graph.prefix, force or [], force_all, project.marinfile.path))
     if check:
         raise typer.Exit(1 if the_plan.to_run() else 0)
+    from marinbuild.cli import plan_notes
+
+    for line in plan_notes.drift_lines(project, the_plan):
+        err.print(f"marinbuild: {line}", markup=False)
+    estimates = plan_notes.estimates(project, the_plan) if dag is None else {}
     if dag is DagFormat.dot:
         sys.stdout.write(dag_render.to_dot(the_plan))
     elif dag is DagFormat.mermaid:
@@ -375,12 +409,25 @@ def plan(
                 "dependencies": list(the_plan.node(n).deps),
                 "resources": describe_request(requests[n]),
                 "environment": environments[n].to_json() if n in environments else None,
+                "estimate": _estimate_json(estimates, n),
             }
             for n in the_plan.order
         ]
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
     else:
         _print_plan(the_plan, _with_environments(planned))
+        from marinbuild.cli.plan_view import columns_text
+
+        for line in plan_notes.estimate_lines(estimates, columns_text):
+            out.print(line, markup=False)
+    if output is not None:
+        err.print(f"marinbuild: plan written to {output}; run exactly it with: marinbuild run --plan {output}", markup=False)
+
+
+def _estimate_json(estimates: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    """A step's estimate in `plan --json`: null for a step that would not run or has no history."""
+    found = estimates.get(name)
+    return found.to_json() if found is not None else None
 
 
 @app.command()
@@ -514,8 +561,12 @@ def _explain(project: Project, name: str, decision: Decision, index: RunIndex) -
     out.print(_headline(name, decision.action, decision.reason), markup=False)
     out.print(f"  identity {node.identity}  output {node.output_path}", markup=False)
     own = read_info(project.storage, node.output_path)
+    from marinbuild.cli.plan_notes import why_extras
+
     if own is not None:
         out.print("  this identity ran before (same versioned values and dependencies)", markup=False)
+        for line in why_extras(project, name, own, own=True):
+            out.print(f"  {line}", markup=False)
         return
     info = earlier_info(project.storage, node, index)
     if info is None or not isinstance(info.get("identity_payload"), dict):
@@ -527,6 +578,8 @@ def _explain(project: Project, name: str, decision: Decision, index: RunIndex) -
         out.print(f"  {c.line()}", markup=False)
     if not changes:
         out.print("  no field differs", markup=False)
+    for line in why_extras(project, name, info, own=False):
+        out.print(f"  {line}", markup=False)
 
 
 @app.command()

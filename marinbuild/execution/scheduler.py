@@ -299,6 +299,10 @@ class Scheduler:
         starting = getattr(self.reporter, "step_starting", None)
         if starting is not None:
             starting(name, job.log_file)  # before it can print: what it prints is followed from here
+        if job.command is not None:
+            command_shown = getattr(self.reporter, "step_command", None)
+            if command_shown is not None:
+                command_shown(name, job.command)  # `run -p`: the resolved command, as it starts
         try:
             backend = self.backend_for(node)
             handle = backend.start(job, lambda outcome: self.events.put((name, outcome)))

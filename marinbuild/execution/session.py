@@ -274,6 +274,11 @@ class _Recorder(NullReporter):
         self.inner.run_started(total, skipped)
 
     follower: OutputFollower | None = None
+    on_command: Callable[[str, str], None] | None = None
+
+    def step_command(self, name: str, command: str) -> None:
+        if self.on_command is not None:
+            self.on_command(name, command)
 
     def step_starting(self, name: str, log_file: str) -> None:
         if self.follower is not None:
@@ -319,11 +324,13 @@ def execute(
     reporter: Reporter | None = None,
     echo: Callable[[str], None] = print,
     on_output: Callable[[str, str], None] | None = None,
+    on_command: Callable[[str, str], None] | None = None,
 ) -> RunSummary:
     """Run what the plan says must run; returns once every step is done, failed or blocked.
 
     ``echo`` prints the few lines a backend says outside the reporter's events (TPU hosts).
-    ``on_output(step, line)``, when given, receives every line a running step prints.
+    ``on_output(step, line)``, when given, receives every line a running step prints, and
+    ``on_command(step, command)`` each shell step's resolved command as it starts.
     Ctrl-C (and SIGTERM, where the caller maps it to KeyboardInterrupt) stops the run cleanly:
     running steps are cancelled and marked FAILED, and the summary says ``interrupted``.
     """
@@ -359,7 +366,7 @@ def execute(
     runner, backend_for, admission = _backends(planned, settings, admission, echo)
     stale_success = _redone(project, plan) if planned.forced else None
     claims = LeaseClaims(project.storage, lease_settings, stale_success=stale_success)
-    recorder = _Recorder(reporter or NullReporter())
+    recorder = _Recorder(reporter or NullReporter(), on_command=on_command)
     if on_output is not None:
         from marinbuild.execution.output_stream import OutputFollower
 
