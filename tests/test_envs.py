@@ -170,6 +170,32 @@ step("fine", cmd="echo done > {{output}}/done")
     assert [a["class"] for a in attempts] == ["FAILED"]
 
 
+def test_a_function_step_in_an_environment_fails_with_its_own_error_and_is_retried(project, cache, wheel):
+    write_marinfile(project, f"""
+import os
+from marinbuild import step
+
+def flaky(cfg):
+    import tinypkg
+    if os.environ["MARINBUILD_ATTEMPT"] == "1":
+        raise ValueError(f"bad data {{tinypkg.VALUE}}")
+    open(os.path.join(os.environ["MARINBUILD_OUTPUT"], "ok"), "w").close()
+
+step("flaky", flaky, pip_dependency_groups=[{direct_reference(wheel)!r}], max_retries_failure=1)
+step("broken", flaky, pip_dependency_groups=[{direct_reference(wheel)!r}])
+""")
+    result = marinbuild("run", "-k", cwd=project, env={"MARINBUILD_ENV_CACHE": str(cache),
+                                                       "MARINBUILD_RETRY_BASE_DELAY": "0.01"})
+    assert result.returncode == 1
+    rows = plan_json(project)
+    assert status_of(rows["broken"]["output_path"])["error"] == "ValueError: bad data 42"
+    flaky_out = Path(rows["flaky"]["output_path"])
+    assert (flaky_out / "ok").exists()
+    attempts = json.loads((flaky_out / "attempts.json").read_text())["attempts"]
+    assert [(a["class"], a["message"]) for a in attempts] == [("FAILED", "ValueError: bad data 42"), ("SUCCESS", "")]
+    assert len(ready_envs(cache)) == 1
+
+
 def test_ensure_fails_cleanly_and_reports_the_resolvers_last_lines(tmp_path, wheel):
     with pytest.raises(EnvBuildError) as caught:
         ensure([direct_reference(wheel), "tinypkg>=2"], root=tmp_path / "c")
