@@ -326,3 +326,31 @@ def test_the_environment_env_vars_and_retries_on_a_real_ray_cluster(ray_cluster,
     attempts = json.loads((flaky_out / "attempts.json").read_text())["attempts"]
     assert [(a["attempt"], a["class"], a["exit_code"]) for a in attempts] == [(1, "FAILED", 1), (2, "SUCCESS", 0)]
     assert all(a["host"] for a in attempts) and attempts[0]["ended_at"] <= attempts[1]["started_at"]
+
+
+def test_a_host_without_uv_gets_it_once_and_then_builds(project, fleet, wheel, tmp_path):
+    # The host's Python cannot import the uv package and no uv is on its PATH (sshd's default),
+    # so the host installs uv from PyPI (the one download this test makes).
+    hidden = tmp_path / "hide-uv"
+    hidden.mkdir()
+    (hidden / "uv.py").write_text('raise ImportError("uv is hidden on this host")\n')
+    python = tmp_path / "python-without-uv"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={hidden} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    write_marinfile(project, f"""
+from marinbuild import step, ResourceConfig
+step("tpu/sh", cmd="python -c 'import tinypkg'",
+     pip_dependency_groups=[{direct_reference(wheel)!r}], resources=ResourceConfig.with_tpu("v4-8"))
+""")
+    cluster = fleet.write_cluster(project / "cluster.toml", [("a", "v4-8", [2])], python=str(python))
+    cache = fleet.hosts[2].home / ".cache" / "marinbuild" / "envs"
+    subprocess.run(["rm", "-rf", str(cache)], check=True)
+    result = marinbuild("run", "--cluster", str(cluster), cwd=project, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    brought = cache / ".uv" / "bin" / "uv"
+    assert brought.is_file()  # installed from PyPI into the host's cache, once
+    assert len(ready_envs(cache)) == 1
+    stamp = brought.stat().st_mtime_ns
+    again = marinbuild("run", "-F", "--cluster", str(cluster), cwd=project, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert brought.stat().st_mtime_ns == stamp
