@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +78,8 @@ def find_pyproject(folder: str) -> str | None:
 
 @functools.lru_cache(maxsize=16)
 def _read_pyproject(path: str, mtime_ns: int) -> tuple[str | None, Mapping[str, tuple[str, ...]]]:
+    import tomllib  # only plans with environments read a pyproject.toml
+
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
