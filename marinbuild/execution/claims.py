@@ -11,7 +11,18 @@ For each ready step the scheduler asks :meth:`LeaseClaims.try_claim`:
 While steps run, one heartbeat thread renews their leases. A renewal that finds another
 owner, or renewals failing for longer than the fence period, mark the step lost and call
 the ``on_lost`` callback given to :meth:`LeaseClaims.watch` (the scheduler then cancels the
-step); :meth:`LeaseClaims.lost` re-reads the lease right before anything is committed.
+step); :meth:`LeaseClaims.lost` re-reads the lease right before anything is committed. Any
+exception in a renewal (a full disk, a read-only file, bytes that are not UTF-8) counts
+as a failed renewal; the heartbeat goes on.
+
+Every successful renewal publishes the step's deadline (:mod:`marinbuild.backends.deadlines`),
+which something outside the runner enforces, so that a runner that stops renewing (even
+one suspended, running nothing) has its steps killed before anyone can take them over. A
+lease found in another's hands makes the deadline *now*.
+
+Taking over a lease whose owner ran on this machine first kills whatever is left of the
+previous attempt (found by its step token, :mod:`marinbuild.backends.local.containment`),
+and waits while anything survives.
 
 >>> from marinbuild.store.storage import Storage
 >>> claims = LeaseClaims(Storage.for_prefix("memory://claims-doc"))
@@ -23,10 +34,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 
+from marinbuild.backends.deadlines import Deadline, deadlines
+from marinbuild.backends.local.containment import kill_token, step_token
 from marinbuild.errors import MarinbuildError
 from marinbuild.graph import Node
 from marinbuild.store.conditional import conditional_store
-from marinbuild.store.lease import Heartbeat, Lease, LeaseSettings, Owner, lease_path
+from marinbuild.store.lease import Heartbeat, Lease, LeaseRecord, LeaseSettings, Owner, lease_path, owner_alive
 from marinbuild.store.markers import StatusRecord, read_status
 from marinbuild.store.storage import Storage
 
@@ -69,7 +82,12 @@ class LeaseClaims:
             self._forget(node.name)
             return "done", finished
         lease = self._lease_of(node)
-        attempt = lease.try_acquire()
+        try:
+            attempt = lease.try_acquire()
+        except MarinbuildError:
+            raise
+        except Exception as e:  # an unreadable lease file: the step waits, the run goes on
+            return "wait", f"its lease {lease.path} cannot be used ({type(e).__name__}: {e})"
         if not attempt.acquired:
             return "wait", attempt.why
         finished = self._finished_elsewhere(node)
@@ -78,6 +96,7 @@ class LeaseClaims:
             return "done", finished
         with self._guard:
             self._lost.pop(node.name, None)
+        self._publish(node.output_path, lease)
         self._heartbeat.start()
         return "go", attempt.why if attempt.took_over is not None else ""
 
@@ -91,7 +110,7 @@ class LeaseClaims:
             return True
         try:
             return not lease.verify()
-        except MarinbuildError:
+        except Exception:
             return True  # ownership cannot be confirmed, so nothing may be committed
 
     def release(self, node: Node) -> None:
@@ -99,9 +118,10 @@ class LeaseClaims:
         lease = self._forget(node.name)
         if lease is None:
             return
+        deadlines.withdraw(node.output_path)
         try:
             lease.release()
-        except MarinbuildError:
+        except Exception:  # left to expire; the step is over
             pass
 
     def close(self) -> None:
@@ -113,14 +133,16 @@ class LeaseClaims:
         for lease in leases:
             try:
                 lease.release()
-            except MarinbuildError:
+            except Exception:
                 pass
 
     def _lease_of(self, node: Node) -> Lease:
         with self._guard:
             lease = self._leases.get(node.name)
             if lease is None:
-                lease = Lease(self._store, lease_path(node.output_path), self.me, self.settings)
+                output = node.output_path
+                lease = Lease(self._store, lease_path(output), self.me, self.settings,
+                              clear_previous=lambda record: _clear_previous(record, output))
                 self._leases[node.name] = lease
             return lease
 
@@ -142,14 +164,44 @@ class LeaseClaims:
         for name, lease in held:
             try:
                 if lease.renew():
+                    self._publish(lease_output(lease), lease)
                     continue
                 reason = "another runner holds its lease now"
-            except MarinbuildError as e:
+                deadlines.publish(lease_output(lease), Deadline.within(0.0))  # it may run there already
+            except Exception as e:  # whatever went wrong, this renewal failed
                 if not lease.fenced():
                     continue  # keep trying until the fence period is over
-                reason = f"its lease could not be renewed for {self.settings.fence_after:g} s ({e})"
+                why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+                reason = f"its lease could not be renewed for {self.settings.fence_after:g} s ({why})"
             with self._guard:
                 if self._leases.get(name) is not lease:
                     continue  # released meanwhile: the step is over
                 self._lost[name] = reason
-            self._on_lost(name, reason)
+            try:
+                self._on_lost(name, reason)
+            except Exception:
+                pass  # the deadline already published stops the step whatever happens here
+
+    def _publish(self, output: str, lease: Lease) -> None:
+        left = lease.time_left()
+        if left is not None:
+            deadlines.publish(output, Deadline.within(left))
+
+
+def lease_output(lease: Lease) -> str:
+    """The output path a lease covers (its file is ``OUTPUT/.marinbuild/lease``)."""
+    return lease.path.rsplit("/", 2)[0]
+
+
+def _clear_previous(record: LeaseRecord, output: str) -> str | None:
+    """Kill what is left of the step's previous attempt on this machine; what survived, or None.
+
+    Only an owner on this machine can be checked: elsewhere its own guardian and deadline
+    are what stops it.
+    """
+    if owner_alive(record.owner) is None:
+        return None
+    survivors = kill_token(step_token(output, record.owner.pid, record.owner.started))
+    if not survivors:
+        return None
+    return f"{len(survivors)} of its step's processes survived SIGKILL (pids {', '.join(map(str, survivors[:5]))})"

@@ -35,8 +35,10 @@ import json
 import math
 import os
 import socket
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -90,6 +92,15 @@ class LeaseSettings:
     def fence_after(self) -> float:
         """Seconds without a successful renewal after which a holder gives its step up."""
         return max(self.heartbeat, self.expiry - self.heartbeat)
+
+    @property
+    def kill_after(self) -> float:
+        """Seconds after the last successful renewal was sent by which the step must be dead.
+
+        Halfway between the holder's fence (its own SIGTERM) and the earliest takeover: the
+        guardian outside the runner SIGKILLs whatever is left then.
+        """
+        return (self.fence_after + self.expiry) / 2
 
     @classmethod
     def resolve(
@@ -431,6 +442,7 @@ class Lease:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         alive: Callable[[Owner], bool | None] = owner_alive,
+        clear_previous: Callable[[LeaseRecord], str | None] = lambda record: None,
     ) -> None:
         self.store = store
         self.path = path
@@ -439,6 +451,7 @@ class Lease:
         self._clock = clock
         self._wall = wall
         self._alive = alive
+        self._clear_previous = clear_previous
         self._held: _Held | None = None
         self._watch: Watch | None = None
         self._lock = threading.Lock()  # state changes only: renewals run on the heartbeat thread
@@ -479,6 +492,11 @@ class Lease:
             return self._took(seen.version, record, sent, "acquired (it already named this runner)")
         if verdict is Verdict.HELD:
             return Attempt(False, waiting_reason(holder, record, self._watch, now, self.settings, self._wall), holder=record)
+        if record is not None:
+            # Its processes may live on after their runner (a zombie, a guardian still killing).
+            survivors = self._clear_previous(record)
+            if survivors is not None:
+                return Attempt(False, f"{holder} is gone but {survivors}; waiting for them to exit", holder=record)
         fresh = self._fresh_record()
         version = self.store.swap(self.path, seen.version, fresh.to_json())
         if version is None:
@@ -517,6 +535,13 @@ class Lease:
                 return self._held is not None  # released meanwhile: release cleans up
             self._held = _Held(version, record, sent) if version is not None else None
             return version is not None
+
+    def time_left(self) -> float | None:
+        """Seconds until the work under this lease must have stopped (None when not held)."""
+        held = self._held
+        if held is None:
+            return None
+        return held.renewed_at + self.settings.kill_after - self._clock()
 
     def fenced(self) -> bool:
         """True once renewals have failed for too long to be sure nobody took over."""
@@ -574,7 +599,10 @@ class Heartbeat:
         next_due = time.monotonic() + self.interval
         while not self._stop.wait(max(0.0, next_due - time.monotonic())):
             next_due = time.monotonic() + self.interval
-            self.tick()
+            try:
+                self.tick()
+            except Exception:  # the tick counts its own failures; this thread must not end
+                traceback.print_exc(file=sys.stderr)
 
     def stop(self) -> None:
         self._stop.set()

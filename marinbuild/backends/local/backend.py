@@ -4,9 +4,15 @@ A function step runs in a forked child of the driver: no new interpreter starts,
 loaded Marinfile is already there, and a crash in the step cannot take the driver down.
 A shell step is started with ``posix_spawn`` (no copy of the driver's page tables), in a
 session of its own. Every step leads its own process group, so cancelling it kills the
-children it started, and is adopted by the runner's guardian (:mod:`.guardian`), so no
-step outlives the runner that holds its lease. One thread reaps every step and runs
-their timers (:mod:`.reaper`).
+children it started. One thread reaps every step and runs their timers (:mod:`.reaper`).
+
+No step runs unguarded. Each is started held at a gate (a pipe it reads before anything
+else), handed to the runner's guardian process (:mod:`.guardian`) with its process group,
+its token and its lease's deadline, and only then let through: a runner killed at any
+instant leaves either a step that never ran (the gate reads end-of-file and it exits) or
+one its guardian kills. When a step ends, whatever it left behind goes too: its process
+group, and every process carrying its token (:mod:`.containment`), even one that left the
+group.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ import traceback
 from collections.abc import Callable
 
 from marinbuild.backends.base import Job, Outcome
+from marinbuild.backends.deadlines import Deadline, deadlines
+from marinbuild.backends.local.containment import TOKEN_VAR, kill_token, step_token
 from marinbuild.backends.local.guardian import shared_guardian
 from marinbuild.backends.local.reaper import Timer, shared_reaper
 
@@ -41,6 +49,16 @@ _DEFAULT_SIGNALS = tuple(
 )
 
 
+_GATE_FD = 9
+"""The descriptor a shell step reads its go-ahead from (single digits are portable in sh)."""
+_GATE = f"read -r marinbuild_gate <&{_GATE_FD} || exit 125; exec {_GATE_FD}<&-; unset marinbuild_gate\n"
+"""A shell step's first line: wait until the runner has handed it to the guardian. End of
+file means the runner died first: the step exits without running anything."""
+_NO_GATE = 125
+
+_gates: set[int] = set()  # write ends of open gates, closed in a forked step
+
+
 def _die_with_parent() -> None:
     if _libc is not None:
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -51,7 +69,7 @@ def _shell_argv(command: str, workdir: str) -> list[str]:
     cwd = os.getcwd()
     if workdir != cwd and os.path.realpath(workdir) != cwd:
         command = f"cd -- {shlex.quote(workdir)} || exit 125\n{command}"
-    return ["/bin/sh", "-c", command]
+    return ["/bin/sh", "-c", _GATE + command]
 
 
 class LocalBackend:
@@ -87,35 +105,62 @@ class _LocalRun:
         self._lock = threading.Lock()
         self._timer: Timer | None = None
         self._err_r = -1
+        self.token = step_token(job.output_path)
+        self._since = 0.0
+        self._deadline: Deadline | None = None
+        self._unsubscribe: Callable[[], None] = lambda: None
 
     def launch(self) -> None:
         self.started = time.time()
+        self._since = time.monotonic()
         os.makedirs(os.path.dirname(self.job.log_file), exist_ok=True)
-        if self.job.command is not None:
-            self._launch_command()
-            # The shell is still starting up (over a millisecond) when this returns, well
-            # before it can run the command and start anything that would inherit the mask.
-            _pin(self.pid, self.job.cores)
-        else:
-            self._launch_function()  # the forked child pins itself
-        shared_guardian().adopt(self.pid)
-        reaper = shared_reaper()
-        if self.job.timeout is not None:
-            self._timer = reaper.call_later(self.job.timeout, self._on_timeout)
-        reaper.watch(self.pid, self._exited)
+        gate_r, gate_w = os.pipe()
+        os.set_inheritable(gate_r, True)  # dup2 onto itself (it may be fd 9) would keep close-on-exec
+        _gates.add(gate_w)
+        try:
+            try:
+                if self.job.command is not None:
+                    self._launch_command(gate_r)
+                    # The shell waits at its gate: nothing it runs has inherited the mask yet.
+                    _pin(self.pid, self.job.cores)
+                else:
+                    self._launch_function(gate_r)  # the forked child pins itself
+            finally:
+                os.close(gate_r)
+            self._guard()
+            reaper = shared_reaper()
+            if self.job.timeout is not None:
+                self._timer = reaper.call_later(self.job.timeout, self._on_timeout)
+            reaper.watch(self.pid, self._exited)
+            os.write(gate_w, b"go\n")  # only now: the guardian knows the step
+        finally:
+            _gates.discard(gate_w)
+            os.close(gate_w)
 
-    def _launch_command(self) -> None:
+    def _guard(self) -> None:
+        # Listen before reading the latest, so that no renewal falls in between.
+        guardian = shared_guardian()
+        self._unsubscribe = deadlines.subscribe(self.job.output_path, self._extend)
+        self._deadline = deadlines.latest(self.job.output_path)
+        guardian.adopt(self.token, self.pid, self._deadline)
+
+    def _extend(self, deadline: Deadline) -> None:
+        self._deadline = deadline
+        shared_guardian().extend(self.token, deadline)
+
+    def _launch_command(self, gate: int) -> None:
         assert self.job.command is not None
         log = os.open(self.job.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         try:
             self.pid = os.posix_spawn(
                 "/bin/sh",
                 _shell_argv(self.job.command, self.job.workdir),
-                {**self.environ, **self.job.env},
+                {**self.environ, **self.job.env, TOKEN_VAR: self.token},
                 file_actions=[
                     (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                     (os.POSIX_SPAWN_DUP2, log, 1),
                     (os.POSIX_SPAWN_DUP2, log, 2),
+                    (os.POSIX_SPAWN_DUP2, gate, _GATE_FD),
                 ],
                 setsid=True,
                 setsigdef=_DEFAULT_SIGNALS,
@@ -124,15 +169,16 @@ class _LocalRun:
         finally:
             os.close(log)
 
-    def _launch_function(self) -> None:
+    def _launch_function(self, gate: int) -> None:
         err_r, err_w = os.pipe()
         log_fd = os.open(self.job.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # or the child would write the driver's buffered text again
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child
             os.close(err_r)
-            _child_main(self.job, log_fd, err_w)
+            _child_main(self.job, log_fd, err_w, gate, parent, self.token)
         os.close(err_w)
         os.close(log_fd)
         try:
@@ -154,9 +200,14 @@ class _LocalRun:
             reason, timed_out = self._reason, self._timed_out
         if self._timer is not None:
             self._timer.cancel()
-        # Whatever the step left behind in its group goes with it.
+        # Whatever the step left behind goes with it: its group, and what left the group.
         _killpg(self.pid, signal.SIGKILL)
-        shared_guardian().release(self.pid)
+        kill_token(self.token, since_pid=self.pid, since=self._since)
+        self._unsubscribe()
+        shared_guardian().release(self.token)
+        deadline = self._deadline
+        if reason is None and code == -signal.SIGKILL and deadline is not None and deadline.remaining() <= 0:
+            reason = "killed: its lease was not renewed before its deadline (was the runner suspended?)"
         ended = time.time()
         if code == 0 and reason is None:
             outcome = Outcome(ok=True, started=self.started, ended=ended, returncode=0)
@@ -221,13 +272,22 @@ def _describe_exit(code: int) -> str:
     return f"exit status {code}"
 
 
-def _child_main(job: Job, log_fd: int, err_w: int) -> None:  # pragma: no cover - child process
+def _child_main(job: Job, log_fd: int, err_w: int, gate: int, parent: int, token: str) -> None:  # pragma: no cover
     code = 1
     try:
         os.setpgid(0, 0)
         _die_with_parent()
-        _pin(0, job.cores)
         shared_guardian().close_in_child()
+        for fd in list(_gates):
+            os.close(fd)  # other steps' gates: their end of file must not wait for this step
+        _gates.clear()
+        # The runner may have died before the death signal was set: then it never comes.
+        if os.getppid() != parent or os.read(gate, 16) == b"":
+            code = _NO_GATE
+            return
+        os.close(gate)
+        os.environ[TOKEN_VAR] = token
+        _pin(0, job.cores)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         null = os.open(os.devnull, os.O_RDONLY)

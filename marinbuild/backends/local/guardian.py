@@ -1,25 +1,33 @@
-"""A guardian process that kills the runner's steps when the runner dies, however it dies.
+"""A guardian process that kills the runner's steps when the runner dies or stops renewing.
 
-A step must not outlive the runner holding its lease: nobody would renew the lease, and
-a second runner taking it over would run the step twice at once. The kernel can kill a
-child when its parent dies (``PR_SET_PDEATHSIG``), but only the child can ask for it: a
-shell step had to be started through ``setpriv``, an extra program that doubled the CPU
-cost of starting a trivial step (0.85 → 1.8 ms measured), and the step's own children
-were not covered.
+A step must not outlive the runner holding its lease, nor its lease: nobody would renew
+it, and a second runner taking it over would run the step twice at once. The guardian is
+the part that makes sure of it from outside the runner, so that it still works when the
+runner is SIGKILLed, crashes, or is suspended (SIGSTOP, Ctrl-Z), when nothing in the
+runner runs at all.
 
-Instead each runner starts one small guardian process, in a session of its own so that
-Ctrl-C in the terminal does not reach it, and tells it through a pipe which process
-groups it starts (``+PGID``) and reaps (``-PGID``). The kernel closes the pipe when the
-runner exits, even on SIGKILL; the guardian then kills every group still listed, so the
-whole group of a step dies, grandchildren included. A step forked for a function still
-sets the death signal itself, which covers the instant between its start and its
-registration.
+Each runner starts one small guardian process, in a session of its own so that Ctrl-C or
+Ctrl-Z in the terminal does not reach it, and tells it through a pipe about each step:
+
+* ``+TOKEN PGID MONO WALL``: a step, its process group and its deadline (see
+  :mod:`marinbuild.backends.deadlines`), sent *before* the step may run;
+* ``=TOKEN MONO WALL``: a later deadline, after each successful renewal of its lease;
+* ``-TOKEN``: the step was reaped and its leftovers killed: forget it.
+
+The guardian SIGKILLs a step's process group, and every process carrying its token
+(:mod:`.containment`: those that left the group), when its deadline passes, and every
+step still listed when the pipe reaches its end: the kernel closes the runner's end when
+the runner exits, however it exits.
+
+The runner watches its guardian (the reaper waits on it like on a step) and starts a new
+one at once if it dies, telling it every step still running.
 
 Example::
 
     guardian = shared_guardian()
-    guardian.adopt(pid)      # right after starting a step in its own session
-    guardian.release(pid)    # after reaping it
+    guardian.adopt(token, pgid, deadline)   # after spawning a step, before letting it run
+    guardian.extend(token, later)           # after each renewal of the step's lease
+    guardian.release(token)                 # after reaping it
 """
 
 from __future__ import annotations
@@ -28,63 +36,142 @@ import os
 import sys
 import threading
 
+from marinbuild.backends.deadlines import Deadline
+from marinbuild.backends.local.containment import TOKEN_VAR
+from marinbuild.backends.local.reaper import shared_reaper
+
 __all__ = ["Guardian", "shared_guardian"]
 
 # Run with -I -S: no site packages to import, so it starts in a few milliseconds.
 _GUARDIAN = r"""
-import os, signal, sys
-for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+import os, select, signal, sys, time
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP, signal.SIGPIPE):
     signal.signal(sig, signal.SIG_IGN)
-groups, pending = set(), b""
+VAR = sys.argv[3].encode()
 fd = int(sys.argv[2])
+steps, pending = {}, b""
+
+def scan(token):
+    needle = b"\0" + VAR + b"=" + token + b"\0"
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open("/proc/" + name + "/environ", "rb") as f:
+                    if needle in b"\0" + f.read() + b"\0":
+                        found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+def kill(token, pgid):
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+    for _ in range(50):
+        left = scan(token)
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.002)
+
 while True:
+    now_m, now_w = time.monotonic(), time.time()
+    for token in [t for t, (_, m, w) in steps.items() if m <= now_m or w <= now_w]:
+        kill(token, steps.pop(token)[0])
+    timeout = None
+    if steps:
+        # Wake at least every second: a wall clock that jumped (a VM thawed) is noticed soon.
+        timeout = max(0.0, min(1.0, min(min(m - now_m, w - now_w) for _, m, w in steps.values())))
+    if not select.select([fd], [], [], timeout)[0]:
+        continue
     chunk = os.read(fd, 65536)
     if not chunk:
         break
     *lines, pending = (pending + chunk).split(b"\n")
     for line in lines:
-        (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
-for pgid in groups:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except OSError:
-        pass
+        kind, words = line[:1], line[1:].split()
+        if kind == b"+":
+            steps[words[0]] = (int(words[1]), float(words[2]), float(words[3]))
+        elif kind == b"=" and words[0] in steps:
+            steps[words[0]] = (steps[words[0]][0], float(words[1]), float(words[2]))
+        elif kind == b"-":
+            steps.pop(words[0], None)
+for token, (pgid, _, _) in steps.items():
+    kill(token, pgid)
 """
 
 
 class Guardian:
-    """The runner's end of the pipe to its guardian process."""
+    """The runner's end of the pipe to its guardian process, and the steps it was told of."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pipe = -1
         self._pid = 0
+        self._steps: dict[str, tuple[int, Deadline]] = {}
+        self.restarts = 0
+        """How many times a guardian that died was replaced."""
 
-    def adopt(self, pgid: int) -> None:
-        """Have the process group ``pgid`` killed if this runner dies before releasing it."""
-        with self._lock:
-            if self._pipe < 0 or not _alive(self._pid):
-                self._start()
-            self._send(f"+{pgid}\n")
+    @property
+    def pid(self) -> int:
+        """The guardian process now (0 before the first step)."""
+        return self._pid
 
-    def release(self, pgid: int) -> None:
-        """The group ``pgid`` was reaped: forget it (its number may be reused)."""
+    def adopt(self, token: str, pgid: int, deadline: Deadline | None = None) -> None:
+        """Have ``pgid`` and ``token`` killed if this runner dies, or once ``deadline`` passes.
+
+        Returns once the guardian will hear of it whatever happens to this process next:
+        the line is in the pipe, which the guardian reads to its end.
+        """
+        deadline = deadline or Deadline.never()
         with self._lock:
-            if self._pipe >= 0:
-                self._send(f"-{pgid}\n")
+            self._steps[token] = (pgid, deadline)
+            self._send(f"+{token} {pgid} {deadline.words()}\n")
+
+    def extend(self, token: str, deadline: Deadline) -> None:
+        """The step's lease was renewed: it may run until ``deadline``."""
+        with self._lock:
+            if token in self._steps:
+                self._steps[token] = (self._steps[token][0], deadline)
+                self._send(f"={token} {deadline.words()}\n")
+
+    def release(self, token: str) -> None:
+        """The step was reaped and its leftovers killed: forget it (its pgid may be reused)."""
+        with self._lock:
+            if self._steps.pop(token, None) is not None and self._pipe >= 0:
+                self._send(f"-{token}\n")
 
     def _send(self, line: str) -> None:
-        os.write(self._pipe, line.encode())  # far below PIPE_BUF: one atomic write
+        if self._pipe < 0:
+            self._start()
+        try:
+            os.write(self._pipe, line.encode())  # far below PIPE_BUF: one atomic write
+        except BrokenPipeError:
+            self._restart()  # it died and the reaper has not said so yet; the new one hears everything
+
+    def _restart(self) -> None:
+        self.restarts += 1
+        self._start()
+        # One write per step: each line is atomic, and the guardian reads lines as they come.
+        for token, (pgid, deadline) in self._steps.items():
+            os.write(self._pipe, f"+{token} {pgid} {deadline.words()}\n".encode())
 
     def _start(self) -> None:
         if self._pipe >= 0:
             os.close(self._pipe)
+            self._pipe = -1
         read_end, write_end = os.pipe()  # neither end is inherited through exec
         try:
             os.set_inheritable(read_end, True)
-            self._pid = os.posix_spawn(
+            pid = os.posix_spawn(
                 sys.executable,
-                [sys.executable, "-I", "-S", "-c", _GUARDIAN, "marinbuild-guardian", str(read_end)],
+                [sys.executable, "-I", "-S", "-c", _GUARDIAN, "marinbuild-guardian", str(read_end), TOKEN_VAR],
                 os.environ,
                 setsid=True,
                 file_actions=[
@@ -97,22 +184,26 @@ class Guardian:
             raise
         finally:
             os.close(read_end)
-        self._pipe = write_end
+        self._pipe, self._pid = write_end, pid
+        shared_reaper().watch(pid, lambda status: self._died(pid))
+
+    def _died(self, pid: int) -> None:
+        # From the reaper's thread: the guardian is gone (the OOM killer, a stray kill -9).
+        with self._lock:
+            if pid != self._pid:
+                return  # an earlier one, already replaced
+            if self._pipe >= 0:
+                os.close(self._pipe)
+                self._pipe = -1
+            if self._steps:
+                self._restart()
 
     def close_in_child(self) -> None:
         """In a forked step: let go of the pipe, so that only the runner keeps it open."""
         if self._pipe >= 0:
             os.close(self._pipe)
             self._pipe = -1
-
-
-def _alive(pid: int) -> bool:
-    # Reaps the guardian if it died (it is our child), so it can be started again.
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return False
-    return done == 0
+        self._steps = {}
 
 
 _shared = Guardian()

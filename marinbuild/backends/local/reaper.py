@@ -94,6 +94,14 @@ class _EpollReaper:
             pass  # a wake-up is already pending
 
     def _serve(self) -> None:
+        # This thread reaps every step and runs the timers that stop them: nothing may end it.
+        while True:
+            try:
+                self._serve_once()
+            except Exception:
+                traceback.print_exc(file=sys.stderr)
+
+    def _serve_once(self) -> None:
         while True:
             with self._lock:
                 timeout = max(0.0, self._timers[0][0] - time.monotonic()) if self._timers else -1.0
@@ -112,7 +120,10 @@ class _EpollReaper:
             pid, on_exit = self._watched.pop(fd)
         self._epoll.unregister(fd)
         os.close(fd)
-        _, status = os.waitpid(pid, 0)
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:  # reaped elsewhere: the exit status is lost, not the callback
+            status = 255 << 8
         _call(lambda: on_exit(status))
 
     def _run_due_timers(self) -> None:
@@ -132,7 +143,10 @@ class _ThreadReaper:
 
     def watch(self, pid: int, on_exit: Callable[[int], None]) -> None:
         def wait() -> None:
-            _, status = os.waitpid(pid, 0)
+            try:
+                _, status = os.waitpid(pid, 0)
+            except ChildProcessError:
+                status = 255 << 8
             _call(lambda: on_exit(status))
 
         threading.Thread(target=wait, name=f"wait-{pid}", daemon=True).start()

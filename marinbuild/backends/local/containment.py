@@ -1,0 +1,123 @@
+"""Finding and killing every process a local step started, wherever it went.
+
+A step runs in a process group of its own, but a child may leave it (``setsid``,
+``Popen(process_group=0)``, a daemon). Every process of a step therefore carries
+``MARINBUILD_STEP_TOKEN`` in its environment, inherited by whatever it starts; the token
+names the runner process (pid and start time, as its lease's owner does) and the step's
+output path, so both the runner and a runner taking the step over compute the same one.
+Finding the token in ``/proc/PID/environ`` finds a process that left the group, as the
+TPU teardown does on its hosts.
+
+A full scan reads every process's environment (about 8 ms for 100 processes on a busy
+2-core machine), so the scan after each step looks only at the pids handed out since the
+step started: every descendant of a step was created after it, and Linux hands out pids
+in increasing order until it wraps around.
+
+A process that empties its own environment and leaves the group escapes; cgroups would
+catch it, but they are rarely writable for an unprivileged runner and are not used.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import signal
+import time
+
+__all__ = ["TOKEN_VAR", "kill_token", "last_pid", "processes_with", "runner_prefix", "step_token"]
+
+TOKEN_VAR = "MARINBUILD_STEP_TOKEN"
+
+# Beyond this the pid counter may have gone all the way round: look at every process.
+_NARROW_FOR = 600.0
+
+
+def runner_prefix(pid: int, started: str) -> str:
+    """The start of every token of the runner ``pid`` started at ``started`` (clock ticks)."""
+    return f"{pid}.{started or 'x'}."
+
+
+def step_token(output_path: str, pid: int | None = None, started: str | None = None) -> str:
+    """The token of the step writing ``output_path``, run by ``pid`` (this process by default)."""
+    if pid is None:
+        pid, started = os.getpid(), _own_start()
+    digest = hashlib.sha256(output_path.encode()).hexdigest()[:20]
+    return runner_prefix(pid, started or "") + digest
+
+
+@functools.cache
+def _own_start() -> str:
+    return _start_of(os.getpid()) or ""
+
+
+def _start_of(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def last_pid() -> int | None:
+    """The pid most recently handed out in this pid namespace, where the kernel says."""
+    try:
+        with open("/proc/sys/kernel/ns_last_pid") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _candidates(since_pid: int | None, since: float | None) -> list[int]:
+    pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    last = last_pid()
+    if since_pid is None or last is None or since is None or time.monotonic() - since > _NARROW_FOR:
+        return pids
+    if last >= since_pid:
+        return [p for p in pids if since_pid <= p <= last]
+    return [p for p in pids if p >= since_pid or p <= last]  # wrapped around once
+
+
+def processes_with(token: str, *, prefix: bool = False, since_pid: int | None = None,
+                   since: float | None = None) -> list[int]:
+    """Live processes whose environment holds ``token`` (or a token starting with it).
+
+    ``since_pid`` and ``since`` (a ``time.monotonic()``) narrow the scan to pids handed out
+    from ``since_pid`` on, when that was recently enough for the pid counter not to have
+    gone round. Zombies have no environment left and are not found.
+    """
+    needle = f"\0{TOKEN_VAR}={token}".encode() + (b"" if prefix else b"\0")
+    me = os.getpid()
+    found = []
+    for pid in _candidates(since_pid, since):
+        if pid == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = b"\0" + f.read()
+        except OSError:  # gone, or another user's: a runner cannot have started it
+            continue
+        if needle in env if prefix else needle in env + b"\0":
+            found.append(pid)
+    return found
+
+
+def kill_token(token: str, *, prefix: bool = False, since_pid: int | None = None, since: float | None = None,
+               rounds: int = 50) -> list[int]:
+    """SIGKILL every process holding ``token``, again until none is left; the survivors.
+
+    A process may fork while it is being killed, so the scan repeats until it finds
+    nothing (at most ``rounds`` times).
+    """
+    left: list[int] = []
+    for _ in range(rounds):
+        left = processes_with(token, prefix=prefix, since_pid=since_pid, since=since)
+        if not left:
+            return []
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.002)
+    return left

@@ -1,0 +1,324 @@
+"""A step never runs twice at once, whatever happens to its runner: real runners, real signals.
+
+Each test is written from a reproduction of a way the promise broke. Steps append
+``PID TIME`` lines to a log beside the project; the assertions are on those recorded
+times and pids (two executions of one step never overlap), never on how long anything took.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .helpers import (
+    alive,
+    marinbuild,
+    plan_json,
+    start_marinbuild,
+    status_of,
+    wait_dead,
+    wait_for_text,
+    write_marinfile,
+)
+
+# Short leases: a takeover after 2 s unrenewed; the runner fences itself after 1.5 s and
+# its guardian kills the step's processes after 1.75 s.
+FAST = {"MARINBUILD_LEASE_HEARTBEAT": "0.5", "MARINBUILD_LEASE_EXPIRY": "2", "MARINBUILD_LEASE_POLL": "0.2"}
+
+
+def beats(log: Path, count: int | str, pause: float) -> str:
+    """Shell lines appending ``PID TIME`` to ``log`` ``count`` times."""
+    return f"i=0; while [ $i -lt {count} ]; do echo $$ $(date +%s.%N) >> {log}; sleep {pause}; i=$((i+1)); done"
+
+
+def executions(log: Path) -> dict[int, tuple[float, float]]:
+    """First and last recorded time of each pid in ``log``."""
+    spans: dict[int, tuple[float, float]] = {}
+    for line in log.read_text().splitlines():
+        pid_text, t_text = line.split()
+        pid, t = int(pid_text), float(t_text)
+        first, last = spans.get(pid, (t, t))
+        spans[pid] = (min(first, t), max(last, t))
+    return spans
+
+
+def assert_never_overlapping(log: Path) -> dict[int, tuple[float, float]]:
+    spans = executions(log)
+    ordered = sorted(spans.items(), key=lambda item: item[1][0])
+    for (pid_a, (_, end_a)), (pid_b, (start_b, _)) in itertools.pairwise(ordered):
+        assert end_a < start_b, f"pid {pid_a} still ran at {end_a} after pid {pid_b} started at {start_b}"
+    return spans
+
+
+def guardians_of(runner: int) -> list[int]:
+    """The guardian processes whose parent is ``runner``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+            ppid = int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if b"marinbuild-guardian" in cmdline and ppid == runner and alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def wait_until(predicate, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+# -- finding 1: the launch gap, and a zombie owner taken over while its step lives --------
+
+
+def test_a_step_killing_its_runner_at_once_never_runs_beside_its_takeover(project):
+    """Each of 20 steps SIGKILLs its runner as its first action; the next runner takes it over.
+
+    The killed runner stays a zombie (nobody reaps it here) while the next one starts, so a
+    takeover must also make sure the dead runner's step is gone. An attempt that survived
+    its runner would beat for seconds, well past the start of the next runner's attempt.
+    """
+    logs = project / "logs"
+    logs.mkdir()
+    steps = "\n".join(
+        f'step("s{i:02d}", cmd="n=3; if [ ! -e {logs}/killed{i} ]; then touch {logs}/killed{i}; n=100; '
+        f'kill -KILL $PPID; fi; {beats(logs / f"s{i:02d}.log", "$n", 0.05)}")'
+        for i in range(20)
+    )
+    write_marinfile(project, f"from marinbuild import step\n{steps}\n")
+    runners = []
+    for _ in range(21):  # each runner is killed by the step it starts; the 21st finishes
+        runner = start_marinbuild("run", "-j", "1", cwd=project, env=FAST)
+        runners.append(runner)
+        # Not reaped: a killed runner stays a zombie while the next one starts.
+        assert wait_until(lambda pid=runner.pid: not alive(pid), 120)
+    for runner in runners:
+        runner.communicate(timeout=60)
+    assert [r.returncode for r in runners] == [-signal.SIGKILL] * 20 + [0], runners[-1].stderr.read()
+    final = marinbuild("run", cwd=project, env=FAST)
+    assert final.returncode == 0, final.stdout + final.stderr
+    plan = plan_json(project, env=FAST)
+    for i in range(20):
+        assert status_of(plan[f"s{i:02d}"]["output_path"])["status"] == "SUCCESS"
+        spans = assert_never_overlapping(logs / f"s{i:02d}.log")
+        assert 1 <= len(spans) <= 2
+
+
+def test_a_function_step_killing_its_runner_is_killed_with_it(project):
+    log = project / "beats.log"
+    write_marinfile(
+        project,
+        f"""
+        import os, signal, time
+        from marinbuild import step
+
+        def work(cfg):
+            if not os.path.exists("{project}/killed"):
+                open("{project}/killed", "w").write("1")
+                os.kill(os.getppid(), signal.SIGKILL)
+            for _ in range(6):
+                with open("{log}", "a") as f:
+                    f.write(f"{{os.getpid()}} {{time.time()}}\\n")
+                time.sleep(0.02)
+
+        step("f", fn=work)
+        """,
+    )
+    first = start_marinbuild("run", cwd=project, env=FAST)
+    wait_for_text(project / "killed", 60)
+    second = marinbuild("run", cwd=project, env=FAST)  # while the first may still be a zombie
+    assert second.returncode == 0, second.stdout + second.stderr
+    first.communicate(timeout=60)
+    assert first.returncode == -signal.SIGKILL
+    spans = assert_never_overlapping(log)
+    assert len(spans) in (1, 2)
+
+
+# -- finding 2: the heartbeat died on an unexpected error ------------------------------
+
+
+def _runner_with_long_step(project: Path, log: Path, env: dict[str, str] = FAST) -> tuple[subprocess.Popen[str], str]:
+    """A runner whose step beats for minutes the first time it runs, a moment afterwards."""
+    write_marinfile(
+        project,
+        f"""
+        from marinbuild import step
+        step("long", cmd='echo $$ > {project}/step.pid; if [ -e {project}/ran ]; then n=5; else n=3000; fi; '
+                         'touch {project}/ran; {beats(log, "$n", 0.05)}')
+        """,
+    )
+    output = plan_json(project, env=env)["long"]["output_path"]
+    runner = start_marinbuild("run", cwd=project, env=env)
+    wait_for_text(log, 60)
+    return runner, output
+
+
+def test_a_lease_file_turned_to_invalid_utf8_stops_the_step_and_the_heartbeat_goes_on(project):
+    log = project / "beats.log"
+    runner, output = _runner_with_long_step(project, log)
+    step_pid = int(wait_for_text(project / "step.pid"))
+    lease = Path(output) / ".marinbuild" / "lease"
+    lease.write_bytes(b"\xff\xfe not a lease \xc3\x28")
+    # UnicodeDecodeError in every renewal: the runner fences itself and its guardian kills
+    # the step by the deadline of the last renewal; the heartbeat thread survives.
+    assert wait_dead(step_pid, 60)
+    assert runner.poll() is None
+    lease.unlink()  # the hand edit undone: the runner takes its step up again and finishes
+    out, err = runner.communicate(timeout=120)
+    assert runner.returncode == 0, out + err
+    assert "could not be renewed" in out + err and "UnicodeDecodeError" in out + err, out + err
+    spans = assert_never_overlapping(log)
+    assert step_pid in spans and len(spans) == 2
+    assert status_of(output)["status"] == "SUCCESS"
+
+
+def _mount_tmpfs(where: Path, size: str) -> bool:
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True)
+    return done.returncode == 0
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "2m"):
+        pytest.skip("cannot mount a tmpfs here (needs CAP_SYS_ADMIN)")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_full_disk_stops_the_step_before_a_takeover_and_the_run_goes_on_once_it_frees(project, small_disk):
+    log = project / "beats.log"
+    env = {**FAST, "MARIN_PREFIX": str(small_disk)}
+    write_marinfile(
+        project,
+        f"""
+        from marinbuild import step
+        step("long", cmd='echo $$ > {project}/step.pid; {beats(log, 3000, 0.05)}')
+        """,
+    )
+    runner = start_marinbuild("run", cwd=project, env=env)
+    step_pid = int(wait_for_text(project / "step.pid", 60))
+    wait_for_text(log)
+    filler = small_disk / "filler"
+    subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)  # until ENOSPC
+    # ENOSPC on every renewal: the step dies while the runner lives on.
+    assert wait_dead(step_pid, 30)
+    out, err = runner.communicate(timeout=60)
+    filler.unlink()
+    assert "could not be renewed" in out + err
+    again = marinbuild("run", cwd=project, env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert_never_overlapping(log)
+
+
+# -- finding 6: a suspended runner -------------------------------------------------------
+
+
+def test_a_stopped_runner_has_its_step_killed_before_another_runner_takes_it_over(project):
+    log = project / "beats.log"
+    runner, output = _runner_with_long_step(project, log)
+    step_pid = int(wait_for_text(project / "step.pid"))
+    runner.send_signal(signal.SIGSTOP)
+    try:
+        # Nothing in the stopped runner runs: its guardian kills the step at the deadline
+        # set by the last renewal, before the lease can be taken over.
+        assert wait_dead(step_pid, 30)
+        assert Path(f"/proc/{runner.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+        second = marinbuild("run", cwd=project, env=FAST)
+        assert second.returncode == 0, second.stdout + second.stderr
+    finally:
+        runner.send_signal(signal.SIGCONT)
+    runner.communicate(timeout=60)
+    spans = assert_never_overlapping(log)
+    assert len(spans) == 2
+    assert status_of(output)["status"] == "SUCCESS"
+
+
+# -- finding 9: leaks -------------------------------------------------------------------
+
+SPAWN = """
+import subprocess, sys
+p = subprocess.Popen(["sleep", "300"], process_group=0)
+open(sys.argv[1], "w").write(str(p.pid))
+"""
+
+
+def _escaping_marinfile(project: Path, then: str) -> None:
+    (project / "spawn.py").write_text(SPAWN)
+    write_marinfile(
+        project,
+        f"""
+        import subprocess
+        from marinbuild import step
+
+        def fn_step(cfg):
+            p = subprocess.Popen(["sleep", "300"], start_new_session=True)
+            open("{project}/fn.pid", "w").write(str(p.pid))
+            {"import time; time.sleep(300)" if then == "stay" else "pass"}
+
+        step("sh", cmd="setsid sleep 300 & echo $! > {project}/setsid.pid; "
+                       "python3 {project}/spawn.py {project}/pgroup.pid; {"sleep 300" if then == "stay" else "true"}")
+        step("fn", fn=fn_step)
+        """,
+    )
+
+
+def _escapees(project: Path) -> list[int]:
+    return [int(wait_for_text(project / name)) for name in ("setsid.pid", "pgroup.pid", "fn.pid")]
+
+
+def test_children_in_new_sessions_and_groups_die_when_their_step_ends(project):
+    _escaping_marinfile(project, then="exit")
+    result = marinbuild("run", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for pid in _escapees(project):
+        assert not alive(pid), f"pid {pid} outlived its step"
+
+
+def test_children_in_new_sessions_and_groups_die_when_the_runner_is_killed(project):
+    _escaping_marinfile(project, then="stay")
+    runner = start_marinbuild("run", "-j", "2", cwd=project)
+    pids = _escapees(project)
+    assert all(alive(pid) for pid in pids)
+    runner.send_signal(signal.SIGKILL)
+    runner.wait(10)
+    for pid in pids:
+        assert wait_dead(pid, 10), f"pid {pid} outlived its runner"
+
+
+def test_a_killed_guardian_is_replaced_and_still_kills_the_steps_when_the_runner_dies(project):
+    write_marinfile(
+        project,
+        f"""
+        from marinbuild import step
+        step("a", cmd="setsid sleep 300 & echo $! > {project}/a.pid; echo $$ > {project}/a.sh; wait")
+        step("b", cmd="echo $$ > {project}/b.sh; exec sleep 300")
+        """,
+    )
+    runner = start_marinbuild("run", "-j", "2", cwd=project)
+    pids = [int(wait_for_text(project / name)) for name in ("a.pid", "a.sh", "b.sh")]
+    assert wait_until(lambda: len(guardians_of(runner.pid)) == 1)
+    (first,) = guardians_of(runner.pid)
+    os.kill(first, signal.SIGKILL)
+    assert wait_until(lambda: guardians_of(runner.pid) not in ([], [first]))
+    # Its replacement knows both steps: the runner's death still takes them down.
+    assert all(alive(pid) for pid in pids)
+    runner.send_signal(signal.SIGKILL)
+    runner.wait(10)
+    for pid in pids:
+        assert wait_dead(pid, 10), f"pid {pid} outlived its runner after the guardian was replaced"
