@@ -3,7 +3,13 @@
 Building it is pure: it reads the steps and writes nothing. Steps are discovered through
 config references without recursion (a 10,000-step chain is fine), identities are computed
 once per step in topological order (linear in the number of steps), and two steps with the
-same name and identity are merged into one node.
+same name and identity are merged into one node. The result is a frozen
+``networkx.DiGraph`` (:attr:`StepGraph.dag`) that planning queries: its topological order
+(networkx's lexicographical sort by discovery order, found in one pass when the discovery
+order already is one), a cycle's steps, ancestors and descendants.
+
+Output paths are checked here too: an ``override_output_path`` stays strictly inside the
+prefix, and no two steps write to one output (nor one inside another's).
 """
 
 from __future__ import annotations
