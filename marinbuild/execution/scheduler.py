@@ -190,6 +190,7 @@ class Scheduler:
         if isinstance(event, Outcome):
             self._finish(name, event)
         elif name in self.running:
+            self.reporter.step_waiting(name, f"lease lost: {event.reason}; stopping it")
             self.running[name].handle.cancel(f"lease lost: {event.reason}")
 
     def _give_up_on_blocked(self) -> None:
@@ -239,7 +240,15 @@ class Scheduler:
                     break  # reserve: nothing later starts ahead of a step that waited this long
                 continue
             self._blocked_since.pop(name, None)
-            verdict, why = self.claims.try_claim(node)
+            try:
+                verdict, why = self.claims.try_claim(node)
+            except (MarinbuildError, OSError) as e:
+                # The store refused even the lease (full, read-only): this step fails, the run goes on.
+                self.admission.release(grant)
+                self.claims.release(node)
+                problem = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+                self._failed(name, f"cannot take the lease of {node.output_path}: {problem}", "")
+                continue
             if verdict == "done":
                 self.admission.release(grant)
                 self.summary.finished_elsewhere.append(name)
