@@ -380,11 +380,13 @@ class TortureSettings:
     steps: int = 64
     runners: int = 5
     min_events: int = 110
-    event_gap: tuple[float, float] = (0.15, 0.6)
+    event_gap: tuple[float, float] = (0.2, 0.7)
     """Seconds between two signals, drawn uniformly."""
     stop_seconds: tuple[float, float] = (0.3, 7.0)
     """How long a SIGSTOPped runner stays stopped (beyond the expiry for some)."""
-    weights: tuple[int, int, int] = (4, 3, 3)
+    mid_step_share: float = 0.8
+    """The share of signals held back until they can hit a runner with a step running."""
+    weights: tuple[int, int, int] = (3, 4, 3)
     """Relative odds of SIGKILL, SIGSTOP, SIGTERM."""
     heartbeat: float = 0.5
     expiry: float = 3.0
@@ -409,6 +411,8 @@ class Figures:
     rounds: int = 0
     steps: int = 0
     events: Counter[str] = field(default_factory=Counter)
+    mid_step: int = 0
+    """Signals that hit a runner while it had a step running."""
     runner_starts: int = 0
     runner_exits: Counter[str] = field(default_factory=Counter)
     executions: int = 0
@@ -442,7 +446,7 @@ class Figures:
         return "\n".join([
             f"disk:                 {self.disk}",
             f"rounds x steps:       {self.rounds} x {self.steps}",
-            f"signals to runners:   {self.signals} ({events})",
+            f"signals to runners:   {self.signals} ({events}; {self.mid_step} while it ran steps)",
             f"disk filled:          {self.disk_fills} times",
             f"runner processes:     {self.runner_starts} started; exits: {exits}",
             f"step executions:      {self.executions} ({self.reexecutions} beyond one per step)",
@@ -534,6 +538,7 @@ class Torture:
 
         chaos_end = time.monotonic() + s.chaos_seconds
         next_event = time.monotonic() + self.rng.uniform(*s.event_gap)
+        mid_step_only = self.rng.random() < s.mid_step_share
         next_disk = time.monotonic() + self.rng.uniform(*s.disk_free_seconds)
         first = True
         while True:
@@ -551,9 +556,9 @@ class Torture:
                 if now > chaos_end + s.finish_seconds:
                     break
             else:
-                if now >= next_event:
-                    self._signal_one()
+                if now >= next_event and self._signal_one(mid_step_only):
                     next_event = now + self.rng.uniform(*s.event_gap)
+                    mid_step_only = self.rng.random() < s.mid_step_share
                 if self.filler is not None and now >= next_disk:
                     if self.filler.full:
                         self.filler.free()
@@ -619,16 +624,21 @@ class Torture:
             if "internal error" in line or line.startswith("Traceback"):
                 self.figures.runner_errors.append(f"{r.output.name}: {line.strip()[:300]}")
 
-    def _signal_one(self) -> None:
+    def _signal_one(self, mid_step_only: bool) -> bool:
+        """Signal a random runner; False when none was fit to be hit this time."""
         candidates = [r for r in self._runners if r.proc.poll() is None]
-        # Most signals hit a runner in the middle of steps; the rest land at any instant
-        # (starting up, planning, between steps).
-        working = [r for r in candidates if _children(r.proc.pid) >= 2]  # its guardian and a step
-        if working and self.rng.random() < 0.8:
+        # Most signals hit a runner in the middle of steps (held back until one is); the rest
+        # land at any instant (starting up, planning, between steps). Hitting only at random
+        # instants, most would land in start-up: a runner takes seconds to start on a busy
+        # two-core machine, and restarting runners would be all it ever did.
+        children = _step_children()
+        working = [r for r in candidates if children[r.proc.pid] > 0 and not r.stopped_until]
+        if mid_step_only:
             candidates = working
         if not candidates:
-            return
+            return False
         r = self.rng.choice(candidates)
+        mid_step = r in working
         kind = self.rng.choices(["SIGKILL", "SIGSTOP", "SIGTERM"], weights=self.settings.weights)[0]
         if kind == "SIGSTOP" and r.stopped_until:
             kind = "SIGKILL"  # a stopped runner can still be killed; it is not stopped twice
@@ -644,8 +654,12 @@ class Torture:
                 r.proc.send_signal(signal.SIGSTOP)
                 r.stopped_until = time.monotonic() + self.rng.uniform(*self.settings.stop_seconds)
         except ProcessLookupError:
-            return
+            return False
         self.figures.events[kind] += 1
+        self.figures.mid_step += mid_step
+        with open(self.work / "signals.log", "a") as f:
+            f.write(f"{time.time():.6f} {kind} {r.proc.pid} {'mid-step' if mid_step else 'idle'}\n")
+        return True
 
     def _resume_due(self) -> None:
         now = time.monotonic()
@@ -725,15 +739,23 @@ class Torture:
                 f.bad_markers.append(f"plan --check says work remains: {(check.stdout + check.stderr).strip()[-500:]}")
 
 
-def _children(pid: int) -> int:
-    count = 0
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                count += len(f.read().split())
-    except OSError:
-        pass
-    return count
+def _step_children() -> Counter[int]:
+    """How many children other than a guardian each process has (``/proc/PID/task/*/children``
+    needs a kernel option that is often off, so the parent of every process is read)."""
+    counts: Counter[int] = Counter()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if b"guardian" in f.read():
+                    continue
+        except (OSError, ValueError, IndexError):
+            continue
+        counts[ppid] += 1
+    return counts
 
 
 def _statuses(prefix: Path, names: set[str]) -> tuple[dict[str, Path], list[str]]:
