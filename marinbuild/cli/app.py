@@ -692,3 +692,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 import marinbuild.cli.env  # noqa: E402, F401  (registers `marinbuild env`)
+from marinbuild.cli import logs, report, show  # noqa: E402, F401  (register `marinbuild logs`, `report`, `show`)

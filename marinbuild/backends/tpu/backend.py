@@ -100,6 +100,12 @@ class TpuDispatch:
             max_retries_failure=self.budgets.failure if failure is None else failure,
         )
         run = _TpuRun(self, tpu_job, job, on_done)
+        if job.timeout is not None:
+            # The wall-time limit covers every attempt: at the limit the gang is torn down.
+            timer = threading.Timer(job.timeout, run.time_out)
+            timer.daemon = True
+            run.timer = timer
+            timer.start()
         threading.Thread(target=run.main, name=f"tpu-{job.name}", daemon=True).start()
         return run
 
@@ -114,6 +120,12 @@ class _TpuRun:
         self.on_done = on_done
         self.cancelled = threading.Event()
         self.reason: str | None = None
+        self.timed_out = False
+        self.timer: threading.Timer | None = None
+
+    def time_out(self) -> None:
+        self.timed_out = True
+        self.cancel(f"timeout: exceeded its wall time of {self.job.timeout:g} s")
 
     def main(self) -> None:
         started = time.time()
@@ -139,7 +151,11 @@ class _TpuRun:
         os.makedirs(os.path.dirname(self.job.log_file), exist_ok=True)
         with open(self.job.log_file, "a") as log:
             log.write(f"{summary}; per-host logs in logs/slice_*_worker_*.log\n")
-        self.on_done(Outcome(ok=ok, started=started, ended=time.time(), error=None if ok else error, cancelled=self.reason is not None))
+        if self.timer is not None:
+            self.timer.cancel()
+        cancelled = self.reason is not None and not self.timed_out
+        self.on_done(Outcome(ok=ok, started=started, ended=time.time(), error=None if ok else error,
+                             cancelled=cancelled, timed_out=self.timed_out))
 
     def cancel(self, reason: str) -> None:
         if self.reason is None:

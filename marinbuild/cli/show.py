@@ -1,0 +1,171 @@
+"""``marinbuild show``: one row per step, its versioned config, status, attempts, hours and metrics.
+
+The table a user of ``dvc exp show`` or a W&B sweep expects::
+
+    marinbuild show 'sweep/*' --metrics metrics.json --sort loss
+
+Config columns are the versioned fields' dotted paths; by default only those that differ
+between the rows are shown (``--all-fields``: every one). Metric columns are the keys of
+the JSON file named by ``--metrics`` inside each output, nested keys dotted; a metric
+named like a config field is shown as ``metrics.NAME``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from marinbuild.cli.app import FileOpt, PrefixOpt, VerboseOpt, app, handles_errors, out, step_targets
+from marinbuild.errors import UserError
+
+if TYPE_CHECKING:
+    from marinbuild.report.records import StepRecord
+
+__all__ = ["show", "table_of"]
+
+_FIXED = ("status", "duration_s", "attempts", "accelerator_hours", "core_hours")
+
+
+@app.command()
+@handles_errors
+def show(
+    targets: Annotated[list[str] | None, typer.Argument(help="Step names or globs ('sweep/*'); none means every declared step.")] = None,
+    file: FileOpt = "Marinfile.py",
+    prefix: PrefixOpt = None,
+    metrics: Annotated[str | None, typer.Option("--metrics", help="A JSON file inside each output whose keys become columns (nested keys dotted).")] = None,
+    sort: Annotated[str | None, typer.Option("--sort", help="Sort the rows by this column (numbers as numbers; empty cells last).")] = None,
+    reverse: Annotated[bool, typer.Option("--reverse", "-r", help="Sort in descending order.")] = False,
+    all_fields: Annotated[bool, typer.Option("--all-fields", help="Every versioned field, not only those that differ between the rows.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as a JSON list.")] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="Print the rows as CSV.")] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """A table of steps: versioned config, status, duration, attempts, hours held and metrics."""
+    from marinbuild.planner import select
+    from marinbuild.project import open_project
+    from marinbuild.report.records import collect
+
+    if as_json and as_csv:
+        raise UserError("--json and --csv exclude each other")
+    project = open_project(file, prefix)
+    names = select(project.graph, step_targets(project, targets))
+    records = collect(project, list(names), metrics)
+    columns, rows = table_of(records, all_fields)
+    if sort is not None:
+        rows = _sorted(rows, columns, sort, reverse)
+    if as_json:
+        sys.stdout.write(json.dumps([_json_row(r, columns) for r in rows], indent=1) + "\n")
+    elif as_csv:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow([c for c, _ in columns])
+        writer.writerows([["" if r.get(c) is None else r[c] for c, _ in columns] for r in rows])
+        sys.stdout.write(buffer.getvalue())
+    else:
+        _print_table(columns, rows)
+
+
+def table_of(records: Sequence[StepRecord], all_fields: bool = False) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
+    """The columns (name, group: step, config, run or metric) and one row per record, keyed by column name."""
+    fields: dict[str, None] = {}
+    for r in records:
+        fields.update(dict.fromkeys(r.versioned))
+    if not all_fields and len(records) > 1:
+        fields = {f: None for f in fields if len({json.dumps(r.versioned.get(f), sort_keys=True) for r in records}) > 1}
+    metric_keys: dict[str, None] = {}
+    for r in records:
+        metric_keys.update(dict.fromkeys(r.metrics))
+    taken = {"step", *fields, *_FIXED}
+    metric_names = {k: (f"metrics.{k}" if k in taken else k) for k in metric_keys}
+    columns = [("step", "step"), *((f, "config") for f in fields), *((c, "run") for c in _FIXED),
+               *((metric_names[k], "metric") for k in metric_keys)]
+    rows: list[dict[str, Any]] = []
+    for r in records:
+        usage = r.usage
+        row: dict[str, Any] = {"step": r.name}
+        row.update((f, r.versioned.get(f)) for f in fields)
+        row.update(
+            status=r.status,
+            duration_s=round(r.duration, 3) if r.duration is not None else None,
+            attempts=len(r.attempts),
+            accelerator_hours=round(usage.accelerator_hours, 6),
+            core_hours=round(usage.core_hours, 6),
+        )
+        row.update((metric_names[k], r.metrics.get(k)) for k in metric_keys)
+        rows.append(row)
+    return columns, rows
+
+
+def _sorted(rows: list[dict[str, Any]], columns: list[tuple[str, str]], key: str, reverse: bool) -> list[dict[str, Any]]:
+    names = [c for c, _ in columns]
+    if key not in names:
+        aliases = {"duration": "duration_s", "accelerator-hours": "accelerator_hours", "name": "step"}
+        if aliases.get(key) in names:
+            key = aliases[key]
+        elif f"metrics.{key}" in names:
+            key = f"metrics.{key}"
+        else:
+            raise UserError(f"--sort {key!r}: no such column; columns: {', '.join(names)}")
+    present = [r for r in rows if r.get(key) is not None]
+    empty = [r for r in rows if r.get(key) is None]
+
+    def order(row: dict[str, Any]) -> tuple[int, Any]:
+        value = row[key]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return (0, value)
+        return (1, str(value))
+
+    return sorted(present, key=order, reverse=reverse) + empty
+
+
+def _json_row(row: dict[str, Any], columns: list[tuple[str, str]]) -> dict[str, Any]:
+    """A row as JSON: the step and its run columns at the top, config and metrics in their own objects."""
+    out: dict[str, Any] = {"step": row["step"], "config": {}, "metrics": {}}
+    for name, group in columns:
+        if group == "config":
+            out["config"][name] = row.get(name)
+        elif group == "metric":
+            out["metrics"][name.removeprefix("metrics.") if name.startswith("metrics.") else name] = row.get(name)
+        elif group == "run":
+            out[name] = row.get(name)
+    return out
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def _print_table(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> None:
+    from marinbuild.cli.plan_notes import format_duration
+
+    headers = [c for c, _ in columns]
+    cells = [
+        [format_duration(r["duration_s"]) if c == "duration_s" and r.get(c) is not None else _cell(r.get(c)) for c in headers]
+        for r in rows
+    ]
+    if not sys.stdout.isatty():
+        from marinbuild.cli.plan_view import columns_text
+
+        sys.stdout.write("".join(line + "\n" for line in columns_text([tuple(headers), *map(tuple, cells)])))
+        return
+    from rich.table import Table
+
+    styles = {"config": "cyan", "metric": "magenta", "run": "", "step": "bold"}
+    table = Table(show_edge=False)
+    for name, group in columns:
+        table.add_column(name, style=styles[group], overflow="fold", justify="right" if group in ("metric", "run") else "left")
+    for row in cells:
+        table.add_row(*row)
+    out.print(table)
