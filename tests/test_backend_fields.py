@@ -20,7 +20,8 @@ from marinbuild.graph import build_graph
 from marinbuild.resources import ResourceConfig
 from marinbuild.steps import step
 
-from .helpers import marinbuild, plan_json, write_marinfile
+from .fixtures_ssh import live_processes_matching, wait_for
+from .helpers import marinbuild, plan_json, status_of, write_marinfile
 
 NO_IMAGE = "registry.invalid/marinbuild-tests/none:0"
 
@@ -166,3 +167,23 @@ def test_an_env_var_name_the_shell_cannot_export_is_refused_for_tpu_hosts():
     with pytest.raises(ResourceError, match=r"'t'.*BAD-NAME.*tpu backend"):
         checked(g, "tpu", cluster=parse_cluster(CLUSTER))
     assert os.environ.get("BAD-NAME") is None
+
+
+def test_replicas_beyond_one_are_refused_where_a_step_runs_once():
+    g = graph_of(step("many", cmd="true", resources=ResourceConfig.with_cpu(1, replicas=3)))
+    for backend in ("local", "ray"):
+        with pytest.raises(ResourceError, match=rf"'many'.*replicas=3.*{backend} backend"):
+            checked(g, backend)
+
+
+def test_a_tpu_steps_wall_time_tears_its_gang_down(project, fleet):
+    write_marinfile(project, """
+from marinbuild import step, ResourceConfig, WTime
+step("slow", cmd="sleep 61", resources=ResourceConfig.with_tpu("v4-8", walltime=WTime(T=2)))
+""")
+    cluster = fleet.write_cluster(project / "cluster.toml", [("a", "v4-8", [0])])
+    result = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, timeout=120)
+    assert result.returncode == 1
+    out = plan_json(project, "--cluster", str(cluster))["slow"]["output_path"]
+    assert "exceeded its wall time of 2 s" in status_of(out)["error"]
+    wait_for(lambda: not live_processes_matching("sleep 61"))  # the host's command went with the gang

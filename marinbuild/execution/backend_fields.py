@@ -10,6 +10,8 @@ Accepting a setting and ignoring it is worse than refusing it, so before anythin
   refused otherwise, and on the TPU and Ray backends;
 * ``disk`` is checked against the free space where outputs live when that is a local disk;
   a remote store cannot be asked, which is said once;
+* ``replicas`` above one is for TPU steps (one replica per slice); elsewhere a step runs
+  once, so it is refused;
 * ``preemptible=False`` keeps a TPU step off slices the cluster file marks
   ``preemptible = true`` (an error when only such slices exist); on Ray, which cannot tell
   which nodes may vanish, it is refused.
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING
 from marinbuild.errors import ResourceError
 from marinbuild.graph import StepGraph
 from marinbuild.pyenv.spec import EnvSpec, environment_of
-from marinbuild.resources import Request, ResourceConfig, Slices
+from marinbuild.resources import Request, ResourceConfig, Slices, TpuConfig
 from marinbuild.units import format_bytes
 
 if TYPE_CHECKING:
@@ -110,6 +112,11 @@ def check_fields(
         if not isinstance(rc, ResourceConfig):
             continue
         backend = backend_of(name)
+        if rc.replicas > 1 and not isinstance(rc.device, TpuConfig):
+            raise ResourceError(
+                f"step {name!r}: replicas={rc.replicas} is for TPU steps (one replica per slice); "
+                f"the {backend} backend runs a step once"
+            )
         if rc.env_vars and backend == "tpu":
             bad = [k for k in rc.env_vars if not _SHELL_NAME.fullmatch(k)]
             if bad:
