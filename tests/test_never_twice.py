@@ -204,26 +204,20 @@ def small_disk(tmp_path):
 def test_a_full_disk_stops_the_step_before_a_takeover_and_the_run_goes_on_once_it_frees(project, small_disk):
     log = project / "beats.log"
     env = {**FAST, "MARIN_PREFIX": str(small_disk)}
-    write_marinfile(
-        project,
-        f"""
-        from marinbuild import step
-        step("long", cmd='echo $$ > {project}/step.pid; {beats(log, 3000, 0.05)}')
-        """,
-    )
-    runner = start_marinbuild("run", cwd=project, env=env)
-    step_pid = int(wait_for_text(project / "step.pid", 60))
-    wait_for_text(log)
+    runner, output = _runner_with_long_step(project, log, env)
+    step_pid = int(wait_for_text(project / "step.pid"))
     filler = small_disk / "filler"
     subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)  # until ENOSPC
-    # ENOSPC on every renewal: the step dies while the runner lives on.
-    assert wait_dead(step_pid, 30)
+    # ENOSPC on every renewal: the heartbeat goes on failing, and the step is stopped.
+    assert wait_dead(step_pid, 60)
     out, err = runner.communicate(timeout=60)
     filler.unlink()
-    assert "could not be renewed" in out + err
+    assert "could not be renewed" in out + err and "No space left on device" in out + err, out + err
     again = marinbuild("run", cwd=project, env=env)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert_never_overlapping(log)
+    spans = assert_never_overlapping(log)
+    assert step_pid in spans and len(spans) == 2
+    assert status_of(output)["status"] == "SUCCESS"
 
 
 # -- finding 6: a suspended runner -------------------------------------------------------
