@@ -47,6 +47,10 @@ class RunIndex:
         """Whether any step's output was found at all."""
         return bool(self._by_name)
 
+    def outputs(self, node: Node) -> list[str]:
+        """Output paths of every identity of the step found under the prefix, its own included if present."""
+        return list(self._by_name.get(node.name, []))
+
     def others(self, node: Node) -> list[str]:
         """Output paths of the step's other identities."""
         return [p for p in self._by_name.get(node.name, []) if p != node.output_path]
