@@ -212,7 +212,7 @@ def estimates_for(storage: Any, graph: Any, names: Sequence[str]) -> dict[str, E
     if not names:
         return {}
     index = RunIndex(storage, graph, names)
-    paths = {n: [*index.others(graph.nodes[n]), graph.nodes[n].output_path] for n in names}
+    paths = {n: index.outputs(graph.nodes[n]) for n in names}  # outputs that exist: a step never run costs no read
     wanted = [p for ps in paths.values() for p in ps]
     infos = storage.read_many([info_path(p) for p in wanted])
     ledgers = storage.read_many([storage.join(p, LEDGER) for p in wanted if info_path(p) in infos])
