@@ -13,7 +13,8 @@ import networkx as nx
 import marinbuild
 from marinbuild import StepOutcome, step, versioned
 
-from .helpers import REPO, cli_env, marinbuild as cli, write_marinfile
+from .helpers import REPO, cli_env, write_marinfile
+from .helpers import marinbuild as cli
 
 
 def _python(code_or_file: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
