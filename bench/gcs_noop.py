@@ -14,6 +14,8 @@ requests of that run too.
 
     python -m bench.gcs_noop -n 10000
     python -m bench.gcs_noop -n 1000 --real-run --json bench/results/gcs_noop-1000.json
+    # the no-op run of an older commit and of this checkout in turns, on one store:
+    git archive COMMIT | tar -x -C /tmp/before && python -m bench.gcs_noop -n 10000 --compare /tmp/before
 """
 
 from __future__ import annotations
@@ -98,7 +100,9 @@ def bulk_write(storage: Any, files: dict[str, str]) -> None:
     fs.pipe({fs._strip_protocol(p): t.encode() for p, t in files.items()})
 
 
-def bench(n: int, workdir: Path, delay: float, local: bool, real_run: bool) -> list[dict[str, Any]]:
+def bench(
+    n: int, workdir: Path, delay: float, local: bool, real_run: bool, compare: Path | None = None, repeats: int = 3
+) -> list[dict[str, Any]]:
     emulator: Emulator | None = None
     proxy = None
     rows: list[dict[str, Any]] = []
@@ -131,6 +135,22 @@ def bench(n: int, workdir: Path, delay: float, local: bool, real_run: bool) -> l
             if rc not in (0, 1):
                 print(tail, flush=True)
 
+        if compare is not None:
+            # Side by side: the same store, every step up to date (markers and summary entries,
+            # which an older checkout simply does not read), each checkout's no-op run in turns.
+            populate(prefix, marinfile, "SUCCESS")
+            for turn in range(repeats):
+                for label, root in (("before", compare), ("after", ROOT)):
+                    before = emulator.requests() if emulator else 0
+                    seconds, rc, _ = marinbuild(["run", "-q", "-f", str(marinfile), "--prefix", prefix],
+                                                {**env, "PYTHONPATH": str(root)}, wf)
+                    time.sleep(0.3)
+                    requests = emulator.requests() - before if emulator else None
+                    rows.append({"state": "done", "command": "run", "checkout": label, "turn": turn, "steps": n,
+                                 "seconds": round(seconds, 2), "requests": requests, "rc": rc})
+                    print(f"{label:<7} no-op run {seconds:8.2f} s  {requests if requests is not None else '-':>7} requests"
+                          f"  rc={rc}", flush=True)
+            return rows
         state = "never-run"
         measure(["plan"])
         measure(["status"])
@@ -162,10 +182,12 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.05, help="seconds the proxy adds per request; 0: no proxy")
     parser.add_argument("--local", action="store_true", help="a local prefix instead of gs://")
     parser.add_argument("--real-run", action="store_true", help="run the steps instead of writing their markers")
+    parser.add_argument("--compare", type=Path, help="time the no-op run of this other checkout too, in turns")
+    parser.add_argument("--repeats", type=int, default=3, help="turns with --compare (default 3)")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        rows = bench(args.n, Path(tmp), args.delay, args.local, args.real_run)
+        rows = bench(args.n, Path(tmp), args.delay, args.local, args.real_run, args.compare, args.repeats)
     if args.json:
         args.json.write_text(json.dumps({"steps": args.n, "delay": args.delay, "local": args.local, "rows": rows},
                                         indent=1) + "\n")

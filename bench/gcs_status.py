@@ -3,7 +3,8 @@
 Starts ``gcp-storage-emulator`` on loopback, builds a graph of N steps under a ``gs://``
 prefix and times :func:`marinbuild.project.probe` (what ``plan``, ``run`` and ``status``
 read) in three states: nothing ran yet, every step ran, and every step RUNNING under a
-lease. Requests are counted from the emulator's own log, one line per request. For
+lease, each left as runners leave it (markers and the status summary of
+``marinbuild/store/index.py``). Requests are counted from the emulator's own log, one line per request. For
 contrast it also times one sequential read per step, the way a tool checking files one
 after another would. The emulator answers one request at a time on this machine, so the
 seconds are an upper bound for it; the request counts carry over to GCS unchanged.
@@ -25,6 +26,7 @@ from typing import Any
 from marinbuild.graph import build_graph
 from marinbuild.project import Project, probe
 from marinbuild.steps import step
+from marinbuild.store.index import INDEX_DIR, entry_names
 from marinbuild.store.lease import LeaseRecord, Owner, lease_path
 from marinbuild.store.markers import RUNNING, SUCCESS, StatusRecord, status_path
 from marinbuild.store.storage import Storage
@@ -56,8 +58,13 @@ def bench(n: int, workdir: Path) -> list[dict[str, Any]]:
         outputs = [graph.nodes[name].output_path for name in names]
         rows = [measure(emulator, f"probe {n} steps, none ran yet", lambda: probe(project, names))]
 
-        done = StatusRecord(SUCCESS, time.time()).to_json().encode()
-        storage.fs.pipe({storage._p(status_path(o)): done for o in outputs})
+        # As runners leave them: each marker, then its entry in the status summary.
+        nodes = [graph.nodes[name] for name in names]
+        records = {n.output_path: StatusRecord(SUCCESS, time.time(), duration=1.0, name=n.name, identity=n.identity)
+                   for n in nodes}
+        storage.write_many({status_path(o): r.to_json() for o, r in records.items()})
+        storage.write_many(dict.fromkeys(entry_names(storage, [(n.output_path, n.identity, records[n.output_path])
+                                                               for n in nodes]), ""))
         rows.append(measure(emulator, f"probe {n} steps, all SUCCESS", lambda: probe(project, names)))
         rows.append(
             measure(
@@ -67,10 +74,13 @@ def bench(n: int, workdir: Path) -> list[dict[str, Any]]:
             )
         )
 
-        running = StatusRecord(RUNNING, time.time()).to_json().encode()
-        lease = LeaseRecord(Owner("elsewhere", 1, "", "bench"), time.time(), time.time()).to_json().encode()
-        storage.fs.pipe({storage._p(status_path(o)): running for o in outputs})
-        storage.fs.pipe({storage._p(lease_path(o)): lease for o in outputs})
+        lease = LeaseRecord(Owner("elsewhere", 1, "", "bench"), time.time(), time.time()).to_json()
+        storage.remove(storage.join(prefix, INDEX_DIR))
+        records = {n.output_path: StatusRecord(RUNNING, time.time(), name=n.name, identity=n.identity) for n in nodes}
+        storage.write_many({status_path(o): r.to_json() for o, r in records.items()})
+        storage.write_many({lease_path(o): lease for o in outputs})
+        storage.write_many(dict.fromkeys(entry_names(storage, [(n.output_path, n.identity, records[n.output_path])
+                                                               for n in nodes]), ""))
         rows.append(measure(emulator, f"probe {n} steps, all RUNNING with a lease", lambda: probe(project, names)))
         return rows
     finally:
