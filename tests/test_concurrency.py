@@ -20,7 +20,7 @@ from marinbuild.store.conditional import conditional_store
 from marinbuild.store.lease import LeaseRecord, Owner, lease_path
 from marinbuild.store.storage import Storage
 
-from .helpers import alive, marinbuild, start_marinbuild, write_marinfile
+from .helpers import alive, marinbuild, start_marinbuild, wait_dead, write_marinfile
 
 LEASE_ENV = {"MARINBUILD_LEASE_HEARTBEAT": "0.5", "MARINBUILD_LEASE_EXPIRY": "3"}
 
@@ -29,12 +29,15 @@ from marinbuild import step, versioned, output_path_of
 
 LOG = "@LOG@"
 SLOW = @SLOW@
+GATE = @GATE@
 
 def work(name, inputs, seconds):
     # Write the output aside and move it into place: complete or absent, never half.
     reads = " ".join("cat {%s} >/dev/null;" % k for k in inputs)
+    # With a GATE, a slow step waits for the test to open it instead of sleeping.
+    wait = f"while [ ! -e {GATE} ]; do sleep 0.05; done;" if GATE and seconds == SLOW else f"sleep {seconds};"
     return (
-        f"echo {name} $$ $PPID start >> {LOG}; sleep {seconds}; {reads} "
+        f"echo {name} $$ $PPID start >> {LOG}; {wait} {reads} "
         f"echo {name}-half > {{output}}/out.tmp; echo {name}-complete >> {{output}}/out.tmp; "
         f"mv {{output}}/out.tmp {{output}}/out.txt; echo {name} $$ $PPID end >> {LOG}"
     )
@@ -55,9 +58,11 @@ sink = make("sink", l4)
 STEPS = 50
 
 
-def dag(project: Path, slow: float = 0.05) -> Path:
+def dag(project: Path, slow: float = 0.05, gate: Path | None = None) -> Path:
+    """Write the DAG's Marinfile; with ``gate`` its l2 steps wait until that file exists."""
     log = project.parent / "steps.log"
-    write_marinfile(project, DAG.replace("@LOG@", str(log)).replace("@SLOW@", repr(slow)))
+    body = DAG.replace("@LOG@", str(log)).replace("@SLOW@", repr(slow)).replace("@GATE@", repr(gate and str(gate)))
+    write_marinfile(project, body)
     return log
 
 
@@ -70,7 +75,8 @@ def events(log: Path) -> list[tuple[str, int, int, str]]:
 
 
 def outputs(prefix: Path) -> dict[str, Path]:
-    return {p.name.rsplit("-", 1)[0]: p for p in prefix.iterdir() if p.is_dir() and p.name != "mirror"}
+    # Step outputs only: not the mirror, nor the prefix's own .marinbuild folder.
+    return {p.name.rsplit("-", 1)[0]: p for p in prefix.iterdir() if p.is_dir() and p.name != "mirror" and not p.name.startswith(".")}
 
 
 def assert_every_success_is_complete(prefix: Path) -> None:
@@ -172,22 +178,46 @@ def test_six_runners_run_every_step_exactly_once(project: Path) -> None:
 
 
 def test_killed_runners_steps_are_taken_over_and_nothing_half_done_is_marked(project: Path) -> None:
-    log = dag(project, slow=2.0)
-    runners = [start_marinbuild("run", "-q", cwd=project, env=LEASE_ENV) for _ in range(6)]
+    # The l2 steps wait at a gate the test opens only after the kills, so a victim is always
+    # caught in the middle of its step, however slow the machine. A runner on this machine
+    # whose process is gone loses its leases at once; a long expiry keeps a live runner's
+    # lease safe from a heartbeat delayed by load.
+    gate = project.parent / "gate"
+    log = dag(project, slow=1.0, gate=gate)
+    env = {"MARINBUILD_LEASE_HEARTBEAT": "1", "MARINBUILD_LEASE_EXPIRY": "60"}
+    runners = [start_marinbuild("run", "-q", cwd=project, env=env) for _ in range(6)]
+    try:
+        _kill_two_mid_step_then_finish(project, runners, log, gate)
+    finally:
+        gate.touch()  # a failed assertion must not leave runners waiting at the gate
+        for r in runners:
+            if r.poll() is None:
+                r.kill()
+                r.wait()
+
+
+def _kill_two_mid_step_then_finish(project: Path, runners: list, log: Path, gate: Path) -> None:  # type: ignore[type-arg]
     pids = {r.pid: r for r in runners}
     victims: dict[int, str] = {}
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while len(victims) < 2 and time.monotonic() < deadline:
-        history = events(log)
-        ended = {n for n, _, _, w in history if w == "end"}
-        for name, _, runner, what in history:
-            if (what == "start" and name.startswith("l2_") and name not in ended and runner in pids
+        for name, _, runner, what in events(log):
+            if (what == "start" and name.startswith("l2_") and runner in pids
                     and runner not in victims and name not in victims.values()):
                 pids[runner].send_signal(signal.SIGKILL)
                 victims[runner] = name
                 break
         time.sleep(0.05)
     assert len(victims) == 2, "two runners should have been caught in the middle of a step"
+    for shell in {shell for _, shell, runner, what in events(log) if what == "start" and runner in victims}:
+        # The guardian kills a dead runner's steps (tests/test_run.py checks it); a runner
+        # killed in the instant between starting a shell step and registering it with its
+        # guardian leaves that step behind. Either way it must be gone before the gate opens,
+        # or it would finish its step beside the runner that took it over.
+        if not wait_dead(shell, 10):
+            os.killpg(shell, signal.SIGKILL)
+            assert wait_dead(shell, 10)
+    gate.touch()
     for r in runners:
         out, err = r.communicate(timeout=120)
         if r.pid in victims:
