@@ -8,7 +8,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -152,10 +151,8 @@ def test_failure_budget_and_numbering_across_runs(fleet: FakeFleet, tmp_path: Pa
 
 def test_preemption_budget_is_separate(fleet: FakeFleet, tmp_path: Path) -> None:
     fleet.hosts[0].set_preempted(True)
-    start = time.monotonic()
     result = run_job(fleet, tmp_path, [("one", "v4-8", [0])], "exit 1",
                      max_retries_preemption=2, max_retries_failure=0)
     assert result.status == "PREEMPTED"
     assert [a.classification for a in result.attempts] == ["PREEMPTED"] * 3
     assert "preemption budget" in (result.error or "")
-    assert time.monotonic() - start < 30
