@@ -175,10 +175,16 @@ class _LocalRun:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # or the child would write the driver's buffered text again
         parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child
-            os.close(err_r)
-            _child_main(self.job, log_fd, err_w, gate, parent, self.token)
+        # Ctrl-C or SIGTERM raised inside fork's own handlers would be swallowed there: hold
+        # them until fork has returned (the child resets them before it lets them through).
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the child
+                os.close(err_r)
+                _child_main(self.job, log_fd, err_w, gate, parent, self.token, mask)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(err_w)
         os.close(log_fd)
         try:
@@ -272,9 +278,14 @@ def _describe_exit(code: int) -> str:
     return f"exit status {code}"
 
 
-def _child_main(job: Job, log_fd: int, err_w: int, gate: int, parent: int, token: str) -> None:  # pragma: no cover
+def _child_main(
+    job: Job, log_fd: int, err_w: int, gate: int, parent: int, token: str, mask: set[int | signal.Signals]
+) -> None:  # pragma: no cover - child process
     code = 1
     try:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.setpgid(0, 0)
         _die_with_parent()
         shared_guardian().close_in_child()
@@ -288,8 +299,6 @@ def _child_main(job: Job, log_fd: int, err_w: int, gate: int, parent: int, token
         os.close(gate)
         os.environ[TOKEN_VAR] = token
         _pin(0, job.cores)
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(log_fd, 1)
