@@ -1,0 +1,131 @@
+"""`marinbuild report`: one self-contained HTML file, loaded in a real headless Chromium (Debian `chromium`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+from .helpers import marinbuild, plan_json, write_marinfile
+
+MARINFILE = """
+from marinbuild import step, versioned, ResourceConfig
+
+def prepare(cfg):
+    print("prepared", cfg["n"])
+
+data = step("data/prepare", prepare, {"n": versioned(3)})
+tpu = step("train/tpu", cmd="echo training on $MARINBUILD_WORKER_ID; sleep 0.3", config={"data": data},
+           resources=ResourceConfig.with_tpu("v4-16"))
+flaky = step("eval/flaky", cmd="echo evaluating; exit 4", config={"model": tpu}, max_retries_failure=1)
+summary = step("summary", cmd="echo never", config={"e": flaky})
+"""
+
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--host-resolver-rules=MAP * ~NOTFOUND",
+]
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium")
+    assert found is not None, "these tests need a real headless Chromium: apt-get install chromium"
+    return found
+
+
+def _browser(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    profile = tmp / f"profile-{len(list(tmp.glob('profile-*')))}"
+    return subprocess.run(
+        [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
+def _png_pixels(path: Path) -> tuple[int, int, bytes]:
+    """Width, height and the decompressed image data of a PNG (filter bytes included)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height = 8, b"", 0, 0
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos:pos + 4])
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height = struct.unpack(">II", body[:8])
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    return width, height, zlib.decompress(idat)
+
+
+def test_report_renders_dag_timeline_and_hours_in_headless_chromium(project, fleet, tmp_path):
+    write_marinfile(project, MARINFILE)
+    cluster = fleet.write_cluster(project / "cluster.toml", [("a", "v4-16", [0, 1])], python=sys.executable)
+    ran = marinbuild("run", "--cluster", str(cluster), "--no-sync", "-k", cwd=project,
+                     env={"MARINBUILD_RETRY_BASE_DELAY": "0.01"})
+    assert ran.returncode == 1, ran.stdout + ran.stderr  # eval/flaky fails twice; summary never starts
+
+    made = marinbuild("report", "summary", "-o", "run.html", cwd=project)
+    assert made.returncode == 0, made.stderr
+    assert made.stderr.strip() == "marinbuild: wrote run.html (4 steps, 4 attempts)"
+    page = project / "run.html"
+    text = page.read_text()
+    # Self-contained: nothing to fetch (no URL, no external script, style or image).
+    assert not re.search(r"https?:|src=|href=|@import|url\(", text)
+
+    dom = _browser(tmp_path, "--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    assert 'data-ready="1"' in html  # the inline script ran
+    assert "4 steps, 4 attempts drawn" in html
+    nodes = {step: status for status, step in re.findall(r'<g class="node status-(\w+)" data-step="([^"]+)"', html)}
+    assert nodes == {"data/prepare": "SUCCESS", "train/tpu": "SUCCESS", "eval/flaky": "FAILED", "summary": "NONE"}
+    assert len(re.findall(r'<path class="edge"', html)) == 3
+    bars = re.findall(r'<g class="bar kind-(\w+) ?(\w*)" data-step="([^"]+)" data-attempt="(\d+)" '
+                      r'data-kind="\w+" data-group="([^"]+)"', html)
+    assert sorted((step, int(n), kind, mark) for kind, mark, step, n, _ in bars) == [
+        ("data/prepare", 1, "SUCCESS", ""),
+        ("eval/flaky", 1, "FAILED", "failed"),
+        ("eval/flaky", 2, "FAILED", "failed"),
+        ("train/tpu", 1, "SUCCESS", ""),
+    ]
+    groups = {step: group for _, _, step, _, group in bars}
+    assert groups["train/tpu"].endswith("· tpu") and groups["data/prepare"].endswith("· local")
+    assert groups["train/tpu"].split(" · ")[0] == groups["data/prepare"].split(" · ")[0]  # one runner
+    # The timeline's bars follow the recorded start times: the TPU step ran after its input.
+    xs = {(step, n): float(x) for step, n, x in re.findall(
+        r'data-step="([^"]+)" data-attempt="(\d+)"[^>]*><title>[^<]*</title><rect x="([\d.]+)"', html)}
+    assert xs[("data/prepare", "1")] < xs[("train/tpu", "1")] < xs[("eval/flaky", "1")] < xs[("eval/flaky", "2")]
+
+    # Per step: resources, attempts, hours held; totals at the foot.
+    rows = dict(re.findall(r'<tr data-step="([^"]+)">(.*?)</tr>', html))
+    cells = {k: re.findall(r"<td>(.*?)</td>", v) for k, v in rows.items()}
+    assert cells["train/tpu"][3] == "1x v4-16 (8 chips)"
+    assert cells["eval/flaky"][4] == "2 (2 failed)"
+    tpu_out = Path(plan_json(project, "--cluster", str(cluster))["train/tpu"]["output_path"])
+    duration = json.loads((tpu_out / "attempts.json").read_text())["attempts"][0]["duration_s"]
+    assert float(cells["train/tpu"][6]) == round(8 * duration / 3600, 4 if 8 * duration / 3600 < 0.01 else 2)
+    assert re.search(r'data-total="attempts"><span>attempts</span><b>4 \(2 not successful\)</b>', html)
+    assert '<tr class="totals"><td>total</td>' in html
+
+    shot = tmp_path / "report.png"
+    taken = _browser(tmp_path, "--window-size=1400,1100", f"--screenshot={shot}", page.as_uri())
+    assert taken.returncode == 0, taken.stderr[-2000:]
+    width, height, pixels = _png_pixels(shot)
+    assert (width, height) == (1400, 1100)
+    assert len(set(pixels)) > 50  # drawn: text, coloured boxes and bars, not a blank page
+
+
+def test_report_of_steps_that_never_ran_and_a_bad_output_folder(project, tmp_path):
+    write_marinfile(project, 'from marinbuild import step\nstep("a", cmd="true")\n')
+    made = marinbuild("report", cwd=project)
+    assert made.returncode == 0, made.stderr
+    text = (project / "report.html").read_text()
+    assert 'id="timeline-empty"' in text and 'data-step="a" data-status="NONE"' in text
+    bad = marinbuild("report", "-o", "no/such/dir/r.html", cwd=project)
+    assert bad.returncode == 2 and bad.stderr.startswith("marinbuild: error: cannot write no/such/dir/r.html")
+    assert not (project / "no").exists()
