@@ -11,6 +11,8 @@ import itertools
 import os
 import signal
 import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -26,6 +28,8 @@ from .helpers import (
     wait_for_text,
     write_marinfile,
 )
+
+REPO = Path(__file__).resolve().parent.parent
 
 # Short leases: a takeover after 2 s unrenewed; the runner fences itself after 1.5 s and
 # its guardian kills the step's processes after 1.75 s.
@@ -316,3 +320,60 @@ def test_a_killed_guardian_is_replaced_and_still_kills_the_steps_when_the_runner
     runner.wait(10)
     for pid in pids:
         assert wait_dead(pid, 10), f"pid {pid} outlived its runner after the guardian was replaced"
+
+
+# -- TPU slices over SSH: a driver that stops renewing has its hosts' commands killed ----
+
+
+def _tpu_driver(cluster: Path, out: Path, command: str, renew: bool) -> str:
+    """A driver process running one TPU step under a lease deadline, as the claims set it."""
+    return textwrap.dedent(f"""
+        import threading, time
+        from marinbuild.backends.deadlines import Deadline, deadlines
+        from marinbuild.backends.tpu.cluster import load_cluster
+        from marinbuild.backends.tpu.retry_loop import TpuJob, run_tpu_step
+        out = {str(out)!r}
+        deadlines.publish(out, Deadline.within(1.5))
+        def renew():
+            while True:
+                time.sleep(0.3)
+                deadlines.publish(out, Deadline.within(1.5))
+        if {renew!r}:
+            threading.Thread(target=renew, daemon=True).start()
+        job = TpuJob(name="step", output_path=out, slices=("pair",), command={command!r})
+        result = run_tpu_step(job, load_cluster({str(cluster)!r}), workdir=None, cancel=threading.Event(),
+                              console=print)
+        print("STATUS", result.status)
+    """)
+
+
+def test_a_stopped_tpu_driver_has_its_hosts_commands_killed_by_the_lease_deadline(fleet, tmp_path):
+    from tests.fixtures_ssh import live_processes_matching, wait_for
+
+    cluster = fleet.write_cluster(tmp_path / "cluster.toml", [("pair", "v4-16", [0, 1])])
+    out = tmp_path / "out"
+    out.mkdir()
+    command = 'touch "$MARINBUILD_OUTPUT/started_$FAKE_HOST_ID"; exec sleep 3043'
+    proc = subprocess.Popen([sys.executable, "-c", _tpu_driver(cluster, out, command, renew=False)], cwd=REPO)
+    try:
+        wait_for(lambda: len(list(out.glob("started_*"))) == 2, timeout=60)
+        proc.send_signal(signal.SIGSTOP)
+        # The driver runs nothing, and its connections stay open: the hosts act on their own.
+        wait_for(lambda: live_processes_matching("sleep 3043") == [], timeout=30)
+        assert Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+        proc.wait()
+
+
+def test_a_tpu_step_whose_lease_is_renewed_runs_past_the_first_deadline(fleet, tmp_path):
+    cluster = fleet.write_cluster(tmp_path / "cluster.toml", [("pair", "v4-16", [0, 1])])
+    out = tmp_path / "out"
+    out.mkdir()
+    # Each renewal covers 1.5 s; the command needs three times that.
+    command = 'sleep 4.5; touch "$MARINBUILD_OUTPUT/done_$FAKE_HOST_ID"'
+    done = subprocess.run([sys.executable, "-c", _tpu_driver(cluster, out, command, renew=True)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert "STATUS SUCCESS" in done.stdout, done.stdout + done.stderr
+    assert sorted(p.name for p in out.glob("done_*")) == ["done_0", "done_1"]

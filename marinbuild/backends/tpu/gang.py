@@ -12,6 +12,7 @@ says it was preempted::
 
 from __future__ import annotations
 
+import math
 import queue
 import shlex
 import threading
@@ -24,6 +25,7 @@ from typing import IO
 
 import paramiko
 
+from marinbuild.backends.deadlines import Deadline, deadlines
 from marinbuild.backends.tpu.cluster import SshSettings
 from marinbuild.backends.tpu.preemption import (
     AttemptClass,
@@ -231,7 +233,9 @@ class Gang:
 
     ``plans[i].env`` must hold :data:`TOKEN_VAR`, unique per host and attempt.  Lines from
     the first plan's host (slice 0, worker 0) also go to ``console``.  ``secrets`` are
-    blanked out of logs and console lines.
+    blanked out of logs and console lines.  ``lease_of`` is the step's output path: each
+    host kills the command once the deadline published for it there
+    (:mod:`marinbuild.backends.deadlines`) passes without a renewal reaching the host.
     """
 
     def __init__(
@@ -248,8 +252,10 @@ class Gang:
         secrets: Sequence[str] = (),
         log_header: str = "",
         answered_before: Collection[str] = (),
+        lease_of: str | None = None,
     ) -> None:
         self.hosts = [_HostState(p, answered_before=p.entry in answered_before) for p in plans]
+        self.lease_of = lease_of
         self.command = command
         self.logs = logs
         self.workdir = workdir
@@ -269,6 +275,9 @@ class Gang:
         started = time.time()
         launched_at = first_at = teardown_s = None
         first_failed: str | None = None
+        stop_listening = (
+            deadlines.subscribe(self.lease_of, self._renewed) if self.lease_of is not None else lambda: None
+        )
         try:
             ok = self._each(self._bring_up) and not self.cancel.is_set()
             launched_at = time.time()
@@ -290,6 +299,7 @@ class Gang:
             teardown_s = time.time() - t0
             self._join_readers()
         finally:
+            stop_listening()
             self._close_all()
             self._pool.shutdown(wait=True)
         return GangOutcome(
@@ -385,21 +395,51 @@ class Gang:
         # The wrapper becomes a new session (so its pgid is its pid) and records that
         # pgid for the teardown.  A watcher reads the channel's stdin, which marinbuild
         # never closes: end of input means marinbuild died or its connection broke, and
-        # the whole group is stopped rather than left holding the TPU.  The command's
-        # exit code is written down too, for a driver that reconnects after a drop;
-        # `setsid -w` passes it back to this channel.
+        # the whole group is stopped rather than left holding the TPU.  Each line on it
+        # is the number of seconds the step's lease still covers (0: no lease); when no
+        # new line comes within that time (marinbuild is suspended, or cut off from its
+        # store and so from renewing), the group is SIGKILLed before the lease can be
+        # taken over.  A host without GNU `timeout` only watches for end of input.  The
+        # command's exit code is written down too, for a driver that reconnects after a
+        # drop; `setsid -w` passes it back to this channel.
+        watcher = (
+            "t=$4; if timeout --foreground 0 true 2>/dev/null; then "
+            "while l=$(timeout --foreground \"$t\" sh -c 'IFS= read -r l && echo \"$l\"'); s=$?; [ $s = 0 ]; "
+            'do t=$l; done; else while read -r _; do :; done; s=1; fi; '
+            "if [ $s = 124 ]; then kill -s KILL -- -$$; else kill -s TERM -- -$$; fi"
+        )
         wrapper = (
             'echo $$ > "$1/pgid"; exec 3<&0; '
-            "( while read -r _; do :; done; kill -s TERM -- -$$ ) <&3 >/dev/null 2>&1 & w=$!; "
+            f"( {watcher} ) <&3 >/dev/null 2>&1 & w=$!; "
             '"$2" -c "$3" </dev/null 3<&-; rc=$?; kill $w 2>/dev/null; '
             'echo $rc > "$1/rc"; exit $rc'
         )
+        left = self._lease_left()
         return (
             f"att={h.attempt_dir}; mkdir -p \"$att\" || exit 125; {hygiene}{cwd}"
             f"{export_env(h.plan.env)}; "
             "if [ -x /bin/bash ]; then sh=/bin/bash; else sh=/bin/sh; fi; "
-            f'exec setsid -w /bin/sh -c {q(wrapper)} marinbuild "$att" "$sh" {q(self.command)} 2>&1'
+            f'exec setsid -w /bin/sh -c {q(wrapper)} marinbuild "$att" "$sh" {q(self.command)} {left} 2>&1'
         )
+
+    def _lease_left(self) -> str:
+        """Seconds the step's lease covers now, as the watcher reads them (``0``: no lease)."""
+        deadline = deadlines.latest(self.lease_of) if self.lease_of is not None else None
+        if deadline is None or deadline.monotonic == math.inf:
+            return "0"
+        return f"{max(0.001, deadline.remaining()):.3f}"
+
+    def _renewed(self, deadline: Deadline) -> None:
+        # From the heartbeat thread: tell every launched host how long the lease now covers.
+        line = f"{max(0.001, deadline.remaining()):.3f}\n".encode()
+        for h in self.hosts:
+            chan = h.chan
+            if chan is None or chan.closed:
+                continue
+            try:
+                chan.sendall(line)
+            except (OSError, EOFError, paramiko.SSHException):
+                pass  # the connection is gone: the host's watcher sees end of input
 
     def _launch(self, h: _HostState) -> None:
         assert h.conn is not None

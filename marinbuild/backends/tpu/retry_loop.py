@@ -228,6 +228,7 @@ def run_tpu_step(
     cancel: threading.Event,
     console: Callable[[str], None],
     exclude: Sequence[str] = (),
+    output: Callable[[str], None] | None = None,
 ) -> TpuResult:
     """Run ``job`` on its slices until it succeeds, is cancelled, or a budget runs out.
 
@@ -236,7 +237,9 @@ def run_tpu_step(
     ``max_retries_preemption``, a FAILED one on ``max_retries_failure``, an INFRA one
     (a host that never answered SSH, a failed upload) on ``max_retries_infra``;
     a refused host key or login is never retried.  ``workdir`` (when given) is packed and
-    synced to every host, less the folders in ``exclude`` (the run's local prefix).  Bad input (unknown slice, invalid env
+    synced to every host, less the folders in ``exclude`` (the run's local prefix).
+    ``console`` gets a line per attempt; ``output`` (default ``console``) the lines slice 0
+    worker 0 prints.  Bad input (unknown slice, invalid env
     variable name) raises a :class:`marinbuild.errors.UserError` before any host is touched.
     """
     specs = _resolve_slices(job, cluster)
@@ -300,13 +303,14 @@ def run_tpu_step(
                 command=job.setup + job.command,
                 logs=logs,
                 workdir=packed,
-                console=console,
+                console=console if output is None else output,  # slice 0 worker 0's lines
                 console_prefix=prefix,
                 cancel=cancel,
                 max_parallel=cluster.max_parallel,
                 secrets=secrets_,
                 log_header=attempt_header(number, time.time(), "{host}", "tpu"),  # the gang fills in each host
                 answered_before=frozenset(answered),
+                lease_of=job.output_path,
             ).run()
             answered.update(h.host for h in outcome.hosts if h.answered)
             attempt = _attempt(number, outcome, secrets_)
