@@ -384,3 +384,17 @@ def test_a_tpu_run_ships_the_project_but_not_its_outputs(fleet: FakeFleet, tmp_p
     assert shipped == ["./.marinbuild-complete", "./Marinfile.py", "./cluster.toml"]
     attempts = [json.loads((o / "attempts.json").read_text())["attempts"] for o in outs]
     assert [a[-1]["synced_hosts"] for a in attempts] == [1, 0]  # the same project: not sent again
+
+
+def test_host_output_goes_to_its_own_callback_apart_from_attempt_lines(fleet: FakeFleet, tmp_path: Path) -> None:
+    # The command line prints host output only with --print-output; attempt lines always (but -q).
+    cluster = load_cluster(fleet.write_cluster(tmp_path / "cluster.toml", [("one", "v4-8", [0])]))
+    (tmp_path / "out").mkdir()
+    job = TpuJob(name="step", output_path=str(tmp_path / "out"), command="echo hello from the host", slices=("one",))
+    lines: list[str] = []
+    printed: list[str] = []
+    result = run_tpu_step(job, cluster, workdir=None, cancel=threading.Event(), console=lines.append,
+                          output=printed.append)
+    assert result.status == "SUCCESS", result.error
+    assert printed == ["[step] hello from the host"]
+    assert lines and not any("hello" in line for line in lines)

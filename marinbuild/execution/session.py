@@ -363,7 +363,8 @@ def execute(
     admission: Admission = ResourceAdmission(
         planned.capacity, planned.requests, project.graph.prefix, walltime=budget, jobs=jobs
     )
-    runner, backend_for, admission = _backends(planned, settings, admission, echo)
+    # A TPU step's host output reaches the terminal only when step output is printed.
+    runner, backend_for, admission = _backends(planned, settings, admission, echo, print_output=on_output is not None)
     stale_success = _redone(project, plan) if planned.forced else None
     claims = LeaseClaims(project.storage, lease_settings, stale_success=stale_success)
     recorder = _Recorder(reporter or NullReporter(), on_command=on_command)
@@ -399,6 +400,7 @@ def _backends(
     settings: RunSettings,
     admission: Admission,
     echo: Callable[[str], None],
+    print_output: bool = True,
 ) -> tuple[Backend, Callable[[Node], Backend] | None, Admission]:
     """The backend of every step: local by default, TPU slices over SSH, Ray where placed."""
     runner: Backend = _local_runner(planned)
@@ -410,7 +412,8 @@ def _backends(
             raise missing_extra(e, "TPU steps") or e from None
 
         budgets = RetryBudgets(settings.max_retries_preemption, settings.max_retries_failure)
-        backend_for = _tpu_backend_for(planned, runner, budgets, settings.sync, echo)
+        output = echo if print_output else (lambda line: None)
+        backend_for = _tpu_backend_for(planned, runner, budgets, settings.sync, echo, output)
     if planned.placements is not None:
         from marinbuild.backends.ray.backend import RayBackend, ship_project_code
         from marinbuild.backends.ray.cluster import RayAdmission
@@ -452,7 +455,12 @@ def _retrying(
 
 
 def _tpu_backend_for(
-    planned: PlannedRun, local: Backend, budgets: RetryBudgets, sync: bool, echo: Callable[[str], None]
+    planned: PlannedRun,
+    local: Backend,
+    budgets: RetryBudgets,
+    sync: bool,
+    echo: Callable[[str], None],
+    output: Callable[[str], None] | None = None,
 ) -> Callable[[Node], Backend]:
     """Steps holding TPU slices go to the SSH gang backend; the rest run locally."""
     from marinbuild.backends.tpu.backend import TpuDispatch
@@ -472,6 +480,7 @@ def _tpu_backend_for(
         budgets=budgets,
         retries_of=retries_of,
         console=echo,
+        output=output,
     )
     requests = planned.requests
     return lambda node: tpu if requests[node.name].slices is not None else local

@@ -46,6 +46,7 @@ class TpuDispatch:
         budgets: RetryBudgets,
         retries_of: Callable[[str], tuple[int | None, int | None]],
         console: Callable[[str], None],
+        output: Callable[[str], None] | None = None,
     ) -> None:
         self.cluster = cluster
         self.marinfile = marinfile
@@ -54,6 +55,7 @@ class TpuDispatch:
         self.budgets = budgets
         self.retries_of = retries_of
         self.console = console
+        self.output = output
 
     retries_itself = True
     """Preemptions, failures and SSH trouble have budgets of their own here (no generic retries)."""
@@ -137,6 +139,7 @@ class _TpuRun:
                 workdir=workdir,
                 cancel=self.cancelled,
                 console=self.owner.console,
+                output=self.owner.output,
                 # A local prefix inside the project is never shipped: outputs are not code.
                 exclude=(self.owner.prefix,) if "://" not in self.owner.prefix else (),
             )
