@@ -144,11 +144,12 @@ class Scheduler:
         to_run = plan.to_run()
         self._index = {n: i for i, n in enumerate(plan.order)}
         members = set(to_run)
-        graph = plan.graph
-        self._pending = {n: sum(1 for d in graph.predecessors(n) if d in members) for n in to_run}
-        self._dependants: dict[str, list[str]] = {
-            n: [c for c in graph.successors(n) if c in members] for n in to_run
-        }
+        self._pending: dict[str, int] = {}
+        self._dependants: dict[str, list[str]] = {}
+        if to_run:  # a run with nothing to do does not import networkx
+            graph = plan.graph
+            self._pending = {n: sum(1 for d in graph.predecessors(n) if d in members) for n in to_run}
+            self._dependants = {n: [c for c in graph.successors(n) if c in members] for n in to_run}
         self._ready: list[tuple[int, str]] = [(self._index[n], n) for n in to_run if self._pending[n] == 0]
         heapq.heapify(self._ready)
         self._waiting: dict[str, float] = {}  # leased elsewhere: name -> next check time
