@@ -3,10 +3,11 @@
 Building it is pure: it reads the steps and writes nothing. Steps are discovered through
 config references without recursion (a 10,000-step chain is fine), identities are computed
 once per step in topological order (linear in the number of steps), and two steps with the
-same name and identity are merged into one node. The result is a frozen
-``networkx.DiGraph`` (:attr:`StepGraph.dag`) that planning queries: its topological order
-(networkx's lexicographical sort by discovery order, found in one pass when the discovery
-order already is one), a cycle's steps, ancestors and descendants.
+same name and identity are merged into one node. Planning queries the steps as a frozen
+``networkx.DiGraph`` (:attr:`StepGraph.dag`): a cycle's steps, ancestors and descendants.
+The topological order is networkx's lexicographical sort by discovery order, found in one
+pass when the discovery order already is one (nearly always: a config can only refer to
+steps that exist).
 
 Output paths are checked here too: an ``override_output_path`` stays strictly inside the
 prefix, and no two steps write to one output (nor one inside another's).
@@ -57,16 +58,33 @@ class Node:
 class StepGraph:
     """All steps by name, the declared ones in order, and the graph networkx plans with.
 
-    ``dag`` is a frozen ``networkx.DiGraph``: nodes are step names carrying their
-    :class:`Node` as ``"node"``, edges run from a dependency to its dependant, and its
-    nodes are inserted in ``order``, a topological order that follows the Marinfile.
+    ``order`` is a topological order that follows the Marinfile. ``dag`` is the steps as a
+    frozen ``networkx.DiGraph``: nodes are step names carrying their :class:`Node` as
+    ``"node"``, edges run from a dependency to its dependant, nodes are inserted in
+    ``order``.
     """
 
     nodes: Mapping[str, Node]
     declared: tuple[str, ...]
     order: tuple[str, ...]
     prefix: str
-    dag: nx.DiGraph
+
+    @functools.cached_property
+    def dag(self) -> nx.DiGraph:
+        """The steps as a frozen ``networkx.DiGraph``, built on first use.
+
+        Importing networkx costs more than planning 10,000 steps does, and a plain dry run
+        of every declared step asks no question only a graph answers (see
+        docs/benchmarks.md); selecting by pattern, forcing, a cycle and running do.
+        """
+        import networkx as nx
+
+        nodes = self.nodes
+        dag = nx.DiGraph()
+        dag.add_nodes_from(nodes)
+        nx.set_node_attributes(dag, nodes, "node")
+        dag.add_edges_from((d, name) for name, node in nodes.items() for d in node.deps)
+        return nx.freeze(dag)
 
     @functools.cached_property
     def index(self) -> Mapping[str, int]:
@@ -76,8 +94,6 @@ class StepGraph:
 
 def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
     """Discover, order, hash and merge the steps reachable from ``declared``."""
-    import networkx as nx
-
     declared = list(declared)
     under_prefix = Storage.join(prefix, "")  # what Storage.join(prefix, name) puts before name
     scans, objects = _discover(declared)
@@ -115,12 +131,8 @@ def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
         nodes[s.name] = _node(s, identity, payload, deps, output_path)
     if any(node.step.override_output_path for node in nodes.values()):
         _check_output_paths(nodes)
-    dag = nx.DiGraph()
-    dag.add_nodes_from(nodes)
-    nx.set_node_attributes(dag, nodes, "node")
-    dag.add_edges_from((d, name) for name, node in nodes.items() for d in node.deps)
     names = tuple(dict.fromkeys(s.name for s in declared))
-    return StepGraph(nodes=nodes, declared=names, order=tuple(nodes), prefix=prefix, dag=nx.freeze(dag))
+    return StepGraph(nodes=nodes, declared=names, order=tuple(nodes), prefix=prefix)
 
 
 def _node(step: Step, identity: str, payload: Mapping[str, Any], deps: tuple[str, ...], output_path: str) -> Node:

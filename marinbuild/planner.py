@@ -7,8 +7,9 @@ descended into: its identity already covers its ancestors, whose outputs may be 
 The plan is a ``networkx.DiGraph`` (:attr:`Plan.graph`): its nodes are the planned steps'
 names carrying their :class:`~marinbuild.graph.Node` as ``"node"``, its edges run from a
 dependency to its dependant, and :attr:`Plan.order` is a topological order of it.
-Selection, closure and the descendants of a forced step are networkx queries on the
-step graph.
+Selection by pattern, the closure of chosen targets and the descendants of a forced step
+are networkx queries on the step graph. networkx is imported only when one is asked: a dry
+run of every declared step needs none (the closure of every declared step is every step).
 
 >>> from marinbuild.graph import build_graph
 >>> from marinbuild.steps import step
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -42,19 +44,37 @@ __all__ = ["Plan", "closure", "descendants", "make_plan", "select"]
 class Plan:
     """Decisions for every step the targets need, in topological order.
 
-    ``graph`` is the planned steps' ``networkx.DiGraph`` (read-only), edges from a
-    dependency to its dependant; ``order`` is a topological order of it.
+    ``steps`` is the whole step graph the plan was made from; :attr:`graph` the planned
+    steps' own ``networkx.DiGraph``, of which ``order`` is a topological order.
     """
 
-    graph: nx.DiGraph
+    steps: StepGraph
     targets: tuple[str, ...]
     order: tuple[str, ...]
     decisions: Mapping[str, Decision]
 
+    @functools.cached_property
+    def graph(self) -> nx.DiGraph:
+        """The planned steps as a read-only ``networkx.DiGraph``, edges from a dependency to its dependant.
+
+        Nodes are step names carrying their :class:`~marinbuild.graph.Node` as ``"node"``,
+        inserted in plan order. Built on first use (networkx is imported then).
+        """
+        if len(self.order) == len(self.steps.nodes):
+            return self.steps.dag
+        import networkx as nx
+
+        nodes = self.steps.nodes
+        members = set(self.order)
+        sub = nx.DiGraph()
+        sub.add_nodes_from(self.order)
+        nx.set_node_attributes(sub, {n: nodes[n] for n in self.order}, "node")
+        sub.add_edges_from((d, n) for n in self.order for d in nodes[n].deps if d in members)
+        return nx.freeze(sub)
+
     def node(self, name: str) -> Node:
-        """The planned step ``name``'s graph node (identity, output path, dependencies)."""
-        node: Node = self.graph.nodes[name]["node"]
-        return node
+        """The step ``name``'s graph node (identity, output path, dependencies)."""
+        return self.steps.nodes[name]
 
     def to_run(self) -> list[str]:
         """The steps that will run (or are waited for), in order."""
@@ -90,12 +110,12 @@ def select(graph: StepGraph, patterns: Sequence[str]) -> tuple[str, ...]:
 
 def closure(graph: StepGraph, targets: Iterable[str]) -> set[str]:
     """The targets and all their ancestors."""
-    import networkx as nx
-
     wanted = set(targets)
     if wanted.issuperset(graph.declared):
         # Every step in the graph was discovered from a declared one: all of them.
         return set(graph.nodes)
+    import networkx as nx
+
     out: set[str] = set()
     index = graph.index
     for target in sorted(wanted, key=index.__getitem__, reverse=True):  # dependants first: they cover more
@@ -119,10 +139,13 @@ def make_plan(
     force: Sequence[str] = (),
     force_all: bool = False,
 ) -> Plan:
-    """Decide every step the targets need; ``statuses`` maps output paths to stored status."""
+    """Decide every step the targets need; ``statuses`` maps output paths to stored status.
+
+    The walk from the targets up is the plan's own: it stops at a step that is up to date,
+    which no networkx traversal does.
+    """
     forced = _forced_reasons(graph, targets, force, force_all)
     nodes = graph.nodes
-    predecessors = graph.dag.predecessors
     skip = Action.SKIP
     decisions: dict[str, Decision] = {}
     stack = list(targets)
@@ -130,29 +153,13 @@ def make_plan(
         name = stack.pop()
         if name in decisions:
             continue
-        decision = decide(statuses.get(nodes[name].output_path), forced.get(name))
+        node = nodes[name]
+        decision = decide(statuses.get(node.output_path), forced.get(name))
         decisions[name] = decision
         if decision.action is not skip:
-            stack.extend(predecessors(name))
-    if len(decisions) == len(nodes):
-        return Plan(graph=graph.dag, targets=tuple(targets), order=graph.order, decisions=decisions)
-    order = tuple(n for n in graph.order if n in decisions)
-    return Plan(graph=_subgraph(graph, order), targets=tuple(targets), order=order, decisions=decisions)
-
-
-def _subgraph(graph: StepGraph, order: tuple[str, ...]) -> nx.DiGraph:
-    """The planned steps' own frozen graph, nodes and edges in plan order.
-
-    (A networkx subgraph view would iterate its nodes in set order when it is small.)
-    """
-    import networkx as nx
-
-    nodes = graph.nodes
-    members = set(order)
-    sub = nx.DiGraph()
-    sub.add_nodes_from((n, {"node": nodes[n]}) for n in order)
-    sub.add_edges_from((d, n) for n in order for d in nodes[n].deps if d in members)
-    return nx.freeze(sub)
+            stack.extend(node.deps)
+    order = graph.order if len(decisions) == len(nodes) else tuple(n for n in graph.order if n in decisions)
+    return Plan(steps=graph, targets=tuple(targets), order=order, decisions=decisions)
 
 
 def _forced_reasons(

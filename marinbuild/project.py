@@ -183,4 +183,4 @@ def plan_targets(
     decisions = dict(plan.decisions)
     for name, reason in changes.items():
         decisions[name] = Decision(decisions[name].action, reason)
-    return Plan(plan.graph, plan.targets, plan.order, decisions)
+    return replace(plan, decisions=decisions)

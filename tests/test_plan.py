@@ -208,3 +208,22 @@ def test_a_nul_byte_in_a_command_or_env_is_refused_when_declared():
         step("nul/cmd", cmd="echo \0")
     with pytest.raises(StepDefinitionError, match="not a valid variable"):
         step("nul/env", cmd="true", env={"A": "b\0c"})
+
+
+def test_networkx_is_imported_only_when_a_graph_question_is_asked(tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import sys
+        import marinbuild
+        from marinbuild import step
+        a = step("a", cmd="true")
+        b = step("b", cmd="true", config={{"a": a}})
+        plan = marinbuild.plan(steps=[a, b], prefix={str(tmp_path)!r})
+        print("networkx" in sys.modules, plan.order)
+        print(type(plan.graph).__name__, "networkx" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["False ('a', 'b')", "DiGraph True"]
