@@ -15,21 +15,28 @@ import pytest
 
 from marinbuild.store.clean import containment_problem
 
-from .helpers import marinbuild, snapshot, start_marinbuild, status_of, wait_for_text, write_marinfile
+from .helpers import marinbuild, snapshot, start_marinbuild, status_of, wait_dead, wait_for_text, write_marinfile
 
 LEASE_ENV = {"MARINBUILD_LEASE_HEARTBEAT": "0.5", "MARINBUILD_LEASE_EXPIRY": "3"}
 
 TRAIN = """
 from marinbuild import step, versioned
-step("train", cmd="echo $$ > {started}; echo first > {{output}}/ckpt; sleep 4; echo second >> {{output}}/ckpt",
-     config={{"v": versioned({version})}})
+step("train", cmd=(
+    "echo $$ > {started}; echo first > {{output}}/ckpt; "
+    "while [ ! -e {gate} ]; do sleep 0.05; done; echo second >> {{output}}/ckpt"
+), config={{"v": versioned({version})}})
 """
 
 
 def _train(project: Path, version: int = 1) -> Path:
+    """A step that runs until the test opens its gate (``started.with_suffix('.gate')``)."""
     started = project.parent / "train.started"
-    write_marinfile(project, TRAIN.format(started=started, version=version))
+    write_marinfile(project, TRAIN.format(started=started, gate=_gate(started), version=version))
     return started
+
+
+def _gate(started: Path) -> Path:
+    return started.with_suffix(".gate")
 
 
 def test_clean_leaves_a_step_running_under_a_live_lease_alone(project: Path) -> None:
@@ -47,6 +54,7 @@ def test_clean_leaves_a_step_running_under_a_live_lease_alone(project: Path) -> 
         assert (out / ".marinbuild" / "lease").exists() and (out / "ckpt").exists()
 
         # The first runner finishes undisturbed, and nobody else ran the step meanwhile.
+        _gate(started).touch()
         stdout, stderr = runner.communicate(timeout=60)
         assert runner.returncode == 0, stdout + stderr
         assert (out / "ckpt").read_text() == "first\nsecond\n"
@@ -65,13 +73,15 @@ def test_clean_force_removes_a_running_step(project: Path) -> None:
     started = _train(project)
     runner = start_marinbuild("run", cwd=project, env=LEASE_ENV)
     try:
-        wait_for_text(started)
-        (out,) = (project / "marinbuild-out").glob("train-*")
+        first_pid = int(wait_for_text(started))
         result = marinbuild("clean", "train", "--yes", "--force", cwd=project)
-        assert result.returncode == 0 and not out.exists(), result.stderr
+        assert result.returncode == 0 and "removed 1 output(s)" in result.stdout, result.stderr
+        # The runner finds its lease gone and stops that attempt (it then starts the step afresh).
+        assert wait_dead(first_pid, 30)
     finally:
         runner.send_signal(signal.SIGTERM)
-        runner.communicate(timeout=60)
+        stdout, _ = runner.communicate(timeout=60)
+    assert "lease lost" in stdout, stdout
 
 
 def test_clean_takes_over_the_lease_of_a_runner_that_died(project: Path) -> None:
@@ -212,6 +222,7 @@ def test_orphans_running_under_a_live_lease_are_left_alone(project: Path, tmp_pa
         assert result.returncode == 0, result.stderr
         assert f"leaving {theirs} alone: it is running, leased by " in result.stderr
         assert (theirs / ".marinbuild" / "lease").exists()
+        _gate(started).touch()
         stdout, stderr = runner.communicate(timeout=60)
         assert runner.returncode == 0, stdout + stderr
         assert (theirs / "ckpt").read_text() == "first\nsecond\n"
