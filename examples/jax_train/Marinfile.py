@@ -1,6 +1,7 @@
 """A tiny JAX training run on CPU that writes a checkpoint, and an eval step that reads it.
 
-Needs the ``jax`` extra: ``pip install 'marinbuild[jax]'``. Training resumes from its own
+Needs the ``jax`` extra: ``pip install 'marinbuild[jax]'`` (from a checkout:
+``pip install -e '.[jax]'``). Run it with ``marinbuild run``. Training resumes from its own
 checkpoint when it is rerun into the same output directory (a rerun after a failure keeps
 the partial output).
 """
