@@ -68,11 +68,13 @@ def last_pid() -> int | None:
         return None
 
 
-def _candidates(since_pid: int | None, since: float | None) -> list[int]:
-    pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+def _candidates(since_pid: int | None, since: float | None) -> list[int] | range:
     last = last_pid()
     if since_pid is None or last is None or since is None or time.monotonic() - since > _NARROW_FOR:
-        return pids
+        return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    if 0 <= last - since_pid < 256:
+        return range(since_pid, last + 1)  # a few pids since: trying each beats listing /proc
+    pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
     if last >= since_pid:
         return [p for p in pids if since_pid <= p <= last]
     return [p for p in pids if p >= since_pid or p <= last]  # wrapped around once
