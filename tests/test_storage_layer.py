@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -15,13 +16,23 @@ from marinbuild.store import retry
 from marinbuild.store.conditional import conditional_store
 from marinbuild.store.fsspec_store import FsspecStorage, single_attempt
 from marinbuild.store.local import LocalStorage
-from marinbuild.store.retry import RetryPolicy, bounded
+from marinbuild.store.retry import RetryPolicy, bounded, each_request_within
 from marinbuild.store.storage import Storage
 
 if TYPE_CHECKING:
     from .fixtures_gcs import Emulator
 
 pytest_plugins = ["tests.fixtures_gcs"]
+
+
+@contextlib.contextmanager
+def retry_policy(policy: RetryPolicy) -> Iterator[None]:
+    saved = retry.DEFAULT_POLICY
+    retry.DEFAULT_POLICY = policy
+    try:
+        yield
+    finally:
+        retry.DEFAULT_POLICY = saved
 
 
 def gcs_storage(endpoint: str, prefix: str) -> FsspecStorage:
@@ -103,8 +114,13 @@ def test_lease_io_ends_at_its_deadline(gcs_emulator: Emulator, gcs_prefix: str) 
         with pytest.raises(StorageError, match="did not finish in time"):
             store.create(f"{gcs_prefix}/s/.marinbuild/lease", "mine")
         plain = gcs_storage(proxy.endpoint, gcs_prefix)
+        leases = [f"{gcs_prefix}/s/.marinbuild/lease", f"{gcs_prefix}/t/.marinbuild/lease"]
         with bounded(1.0), pytest.raises(StorageError, match="did not finish in time"):
-            plain.read_many([f"{gcs_prefix}/s/.marinbuild/lease", f"{gcs_prefix}/t/.marinbuild/lease"])
+            plain.read_many(leases)
+        # A batch of lease reads bounds each request, and retries those that hung under the one policy.
+        quick = RetryPolicy(attempts=2, base=0.001, cap=0.01)
+        with retry_policy(quick), each_request_within(1.0), pytest.raises(StorageError, match="after 2 attempts"):
+            plain.read_many(leases)
     finally:
         proxy.stop()
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from marinbuild.errors import UserError, missing_extra
-from marinbuild.store.retry import call_with_retries, is_transient, remaining, retrying
+from marinbuild.store.retry import call_with_retries, is_transient, per_request, remaining, retrying
 from marinbuild.store.storage import Storage
 
 if TYPE_CHECKING:
@@ -124,13 +124,14 @@ class FsspecStorage(Storage):
         if not paths:
             return {}
         stripped = {self._p(p): p for p in paths}
+        each = per_request() if getattr(self.fs, "async_impl", False) else None
         texts: dict[str, str] = {}
         todo = list(stripped)
 
         def attempt() -> None:
             # Only the files whose read failed for a transient reason are asked again.
             nonlocal todo
-            got = self.call("cat", todo, on_error="return")
+            got = self._cat_each_within(todo, each) if each is not None else self.call("cat", todo, on_error="return")
             again = []
             for key, value in got.items():
                 if isinstance(value, bytes):
@@ -145,6 +146,18 @@ class FsspecStorage(Storage):
 
         call_with_retries(attempt, f"read {len(paths)} files under {self.prefix}")
         return texts
+
+    def _cat_each_within(self, paths: list[str], seconds: float) -> dict[str, Any]:
+        """``cat(paths, on_error="return")`` with each request cancelled after ``seconds``."""
+        limit = asyncio.Semaphore(100)  # as many connections at once as gcsfs's own batches use
+
+        async def one(path: str) -> Any:
+            async with limit:
+                return await asyncio.wait_for(self.fs._cat_file(path), seconds)
+
+        results = self.gather([one(p) for p in paths])
+        return {p: (TimeoutError(f"no answer within {seconds:g} s") if isinstance(r, asyncio.TimeoutError) else r)
+                for p, r in zip(paths, results, strict=True)}
 
     @retrying("write")
     def write_atomic(self, path: str, text: str | bytes) -> None:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 from marinbuild.errors import UserError
 from marinbuild.store.conditional import ConditionalStore, Versioned
 from marinbuild.store.markers import MARKER_DIR, read_texts
+from marinbuild.store.retry import each_request_within
 from marinbuild.store.storage import Storage
 
 __all__ = [
@@ -317,7 +318,8 @@ def read_leases(
     present but cannot be used (not UTF-8, a folder, not a lease), keyed by output path.
     """
     by_path = {lease_path(o): o for o in outputs}
-    texts, unreadable = read_texts(storage, by_path)
+    with each_request_within(LeaseSettings().fence_after / 2):  # a lease is judged from a read that did not hang
+        texts, unreadable = read_texts(storage, by_path)
     out: dict[str, LeaseRecord | None] = {by_path[p]: None for p in unreadable}
     for p, text in texts.items():
         out[by_path[p]] = record = LeaseRecord.from_json(text)

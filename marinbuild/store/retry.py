@@ -33,7 +33,17 @@ from typing import Any, ParamSpec, TypeVar
 
 from marinbuild.errors import StorageError
 
-__all__ = ["DEFAULT_POLICY", "RetryPolicy", "bounded", "call_with_retries", "is_transient", "remaining", "retrying"]
+__all__ = [
+    "DEFAULT_POLICY",
+    "RetryPolicy",
+    "bounded",
+    "call_with_retries",
+    "each_request_within",
+    "is_transient",
+    "per_request",
+    "remaining",
+    "retrying",
+]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -95,6 +105,29 @@ def bounded(seconds: float) -> Iterator[None]:
         yield
     finally:
         _deadline.reset(token)
+
+
+_per_request: contextvars.ContextVar[float | None] = contextvars.ContextVar("storage_per_request", default=None)
+
+
+@contextlib.contextmanager
+def each_request_within(seconds: float) -> Iterator[None]:
+    """Inside the block, every single request of a batch (``read_many``) is cancelled after ``seconds``.
+
+    For batches of lease reads: bounding the whole batch would fail a read of 10,000 leases
+    on a slow store, while each lease must still be judged from a read that did not hang.
+    A cancelled request counts as a transient failure and is retried under the one policy.
+    """
+    token = _per_request.set(seconds)
+    try:
+        yield
+    finally:
+        _per_request.reset(token)
+
+
+def per_request() -> float | None:
+    """The bound on each request set by :func:`each_request_within`; None outside one."""
+    return _per_request.get()
 
 
 def remaining() -> float | None:

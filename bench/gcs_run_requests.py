@@ -1,0 +1,97 @@
+"""Requests per step of a real ``marinbuild run`` of N trivial steps on ``gs://``, by kind.
+
+Starts ``gcp-storage-emulator`` on loopback, runs N independent ``true`` steps with
+``marinbuild run -j 4`` and sorts the emulator's log by what each request touched (lease,
+status marker, summary entry, info JSON, log, attempt ledger...). The emulator ignores
+generation preconditions, so there a lease write is checked by reading it back after a
+pause (see docs/leases.md); on GCS the same write is one request. ``--compare DIR`` runs
+another checkout (e.g. an older commit from ``git archive``) the same way first.
+
+    python -m bench.gcs_run_requests -n 1000
+    python -m bench.gcs_run_requests -n 200 --compare /tmp/before --json bench/results/gcs_run_requests.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.fixtures_gcs import start_emulator
+
+ROOT = Path(__file__).resolve().parent.parent
+_LINE = re.compile(r'"(GET|POST|PUT|PATCH|DELETE) (\S*)')
+
+
+def kind_of(method: str, url: str) -> str:
+    """What a request touched, from its method and URL."""
+    if "/upload/" in url:
+        return f"{method} upload (lease, marker, summary entry, info, log, ledger)"
+    if "delimiter=" in url or ("/o?" in url and "prefix=" in url):
+        return f"{method} listing"
+    name = re.sub(r"\?.*", "", url).split("%2F")[-1]
+    if "@" in name:
+        name = "summary entry"
+    elif name.startswith("precondition-probe"):
+        name = "precondition probe (once)"
+    return f"{method} {name}"
+
+
+def run_once(root: Path, n: int, workdir: Path, jobs: int) -> dict[str, Any]:
+    emulator = start_emulator(workdir / f"emu-{root.name}")
+    try:
+        wf = workdir / f"wf-{root.name}"
+        wf.mkdir()
+        (wf / "Marinfile.py").write_text(
+            f"from marinbuild import step\n\nSTEPS = [step(f'data/s{{i:05d}}', cmd='true') for i in range({n})]\n"
+        )
+        env = {**os.environ, **emulator.env, "PYTHONPATH": str(root)}
+        start = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "marinbuild", "run", "-q", "-j", str(jobs), "--prefix", emulator.prefix()],
+            cwd=wf, env=env, capture_output=True, text=True,
+        )
+        seconds = time.perf_counter() - start
+        time.sleep(0.5)
+        kinds: collections.Counter[str] = collections.Counter()
+        for line in emulator.log.read_text(errors="replace").splitlines():
+            m = _LINE.search(line)
+            if m:
+                kinds[kind_of(m.group(1), m.group(2))] += 1
+        total = sum(kinds.values())
+        return {"checkout": str(root), "steps": n, "rc": done.returncode, "seconds": round(seconds, 1),
+                "requests": total, "per_step": round(total / n, 2), "kinds": dict(kinds.most_common())}
+    finally:
+        emulator.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=1000, help="steps (default 1000)")
+    parser.add_argument("-j", type=int, default=4, help="parallel steps (default 4)")
+    parser.add_argument("--compare", type=Path, help="run this other checkout first, the same way")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for root in ([args.compare] if args.compare else []) + [ROOT]:
+            result = run_once(root, args.n, Path(tmp), args.j)
+            results.append(result)
+            print(f"{result['checkout']}: rc={result['rc']} {result['seconds']} s, {result['requests']} requests, "
+                  f"{result['per_step']} per step", flush=True)
+            for kind, count in result["kinds"].items():
+                print(f"  {count / args.n:7.2f} per step  {kind}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
