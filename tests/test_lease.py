@@ -325,3 +325,118 @@ def test_conditional_store_semantics(storage: Storage) -> None:
     assert not store.delete(path, v1)
     assert store.delete(path, v2)
     assert store.read(path) is None
+
+
+# -- deadlines, a heartbeat that never dies, takeovers that check the previous attempt ----
+
+
+@pytest.mark.parametrize(("heartbeat", "expiry"), [(10, 60), (1, 2), (0.5, 2), (30, 3600)])
+def test_the_kill_deadline_falls_between_the_holders_fence_and_the_earliest_takeover(heartbeat, expiry) -> None:
+    s = LeaseSettings(heartbeat=heartbeat, expiry=expiry, poll=1)
+    assert s.fence_after < s.kill_after < s.expiry
+
+
+def test_the_heartbeat_survives_an_exception_in_its_tick(capsys: pytest.CaptureFixture[str]) -> None:
+    ticks: list[int] = []
+
+    def tick() -> None:
+        ticks.append(1)
+        if len(ticks) == 1:
+            raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
+    beat = Heartbeat(0.02, tick)
+    beat.start()
+    deadline = time.monotonic() + 5
+    while len(ticks) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    beat.stop()
+    assert len(ticks) >= 3
+    assert "UnicodeDecodeError" in capsys.readouterr().err
+
+
+def test_claims_publish_the_deadline_of_each_renewal_and_withdraw_it_on_release(tmp_path: Path) -> None:
+    from marinbuild.backends.deadlines import deadlines
+
+    storage = Storage.for_prefix(str(tmp_path / "out"))
+    node = _node(storage)
+    settings = LeaseSettings(heartbeat=0.05, expiry=0.5, poll=0.05)
+    claims = LeaseClaims(storage, settings)
+    seen = []
+    stop = deadlines.subscribe(node.output_path, seen.append)
+    try:
+        assert claims.try_claim(node)[0] == "go"
+        first = deadlines.latest(node.output_path)
+        assert first is not None and 0 < first.remaining() <= settings.kill_after
+        deadline = time.monotonic() + 5
+        while len(seen) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(seen) >= 3 and seen[-1].monotonic > first.monotonic
+        claims.release(node)
+        assert deadlines.latest(node.output_path) is None
+    finally:
+        stop()
+        claims.close()
+
+
+class _BrokenReads:
+    """A store whose reads start failing with an error marinbuild does not expect (a bug)."""
+
+    def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
+        self.inner = inner
+        self.broken = False
+
+    def read(self, path: str):  # type: ignore[no-untyped-def]
+        if self.broken:
+            raise RuntimeError("a bug in a storage layer")
+        return self.inner.read(path)
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.inner, name)
+
+
+def test_a_renewal_failing_with_any_exception_fences_the_step(tmp_path: Path) -> None:
+    storage = Storage.for_prefix(str(tmp_path / "out"))
+    node = _node(storage)
+    settings = LeaseSettings(heartbeat=0.05, expiry=0.5, poll=0.05)
+    claims = LeaseClaims(storage, settings)
+    broken = claims._store = _BrokenReads(claims._store)  # type: ignore[assignment]
+    lost = threading.Event()
+    reasons: list[str] = []
+    claims.watch(lambda name, why: (reasons.append(why), lost.set()))
+    try:
+        assert claims.try_claim(node)[0] == "go"
+        broken.broken = True
+        assert lost.wait(5)
+        assert reasons == [f"its lease could not be renewed for {settings.fence_after:g} s "
+                           "(RuntimeError: a bug in a storage layer)"]
+        assert claims.lost(node)
+    finally:
+        claims.close()
+
+
+def test_a_takeover_on_this_machine_first_kills_what_is_left_of_the_previous_attempt(tmp_path: Path) -> None:
+    from marinbuild.backends.local.containment import TOKEN_VAR, step_token
+    from marinbuild.execution.claims import _clear_previous
+
+    storage = Storage.for_prefix(str(tmp_path / "out"))
+    store = conditional_store(storage)
+    output = Storage.join(storage.prefix, "step-0000000000000000")
+    path = lease_path(output)
+    runner = subprocess.Popen([sys.executable, "-c", "pass"])
+    runner_started = _start_time_of(runner.pid)  # read while it runs... or before it is reaped
+    runner.wait()
+    me = Owner.current()
+    dead = Owner(me.host, runner.pid, runner_started, "dead-runner", me.machine)
+    # The dead runner's step, in a session of its own, still runs: not reaped by anyone yet.
+    leftover = subprocess.Popen(["sleep", "300"], start_new_session=True,
+                                env={TOKEN_VAR: step_token(output, dead.pid, dead.started)})
+    try:
+        assert store.create(path, LeaseRecord(dead, 1.0, 1.0, expiry=3600).to_json())
+        lease = Lease(store, path, me, SETTINGS, clock=FakeClock(), clear_previous=lambda r: _clear_previous(r, output))
+        attempt = lease.try_acquire()
+        assert attempt.acquired and "its runner exited" in attempt.why
+        # It was killed before the lease changed hands (only reaping is left).
+        assert leftover.wait(5) == -9
+    finally:
+        leftover.kill()
+        leftover.wait()
