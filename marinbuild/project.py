@@ -125,7 +125,9 @@ def probe(
         return {}
     identities = {node.output_path: node.identity for node in nodes}
     summary = index_of(storage)
-    seen = summary.read()
+    # On local disk every marker is read (a few microseconds each): a marker edited or removed
+    # by hand must count, and be named when it cannot be read; the summary saves round trips.
+    seen = summary.read() if not storage.is_local else {}
     statuses: dict[str, StatusRecord] = {}
     unknown = []
     for node in kept:
