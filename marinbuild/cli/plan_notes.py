@@ -78,8 +78,7 @@ def estimate_lines(found: Mapping[str, Estimate | None], columns: Callable[[list
         return []
     with_history = {n: e for n, e in found.items() if e is not None}
     if not with_history:
-        n = len(found)
-        return [f"estimate: no history for the {n} step{'' if n == 1 else 's'} to run (no earlier run of the same step name)"]
+        return []  # nothing ran before: a row of "no history" per step would say nothing
     rows: list[tuple[str, ...]] = [("step", "est. duration", "accelerator-h", "core-h", "from runs")]
     for name, e in found.items():
         if e is None:
