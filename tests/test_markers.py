@@ -300,3 +300,21 @@ def test_a_lease_naming_no_plausible_owner_is_taken_over_after_the_expiry(projec
     assert result.returncode == 0, result.stdout + result.stderr
     assert "wait  a: leased by an unreadable lease" in result.stdout, result.stdout
     assert status_of(str(out))["status"] == "SUCCESS"  # type: ignore[index]
+
+
+def test_a_folder_where_the_lease_belongs_fails_that_step_alone(project: Path) -> None:
+    write_marinfile(project, TWO)
+    assert marinbuild("run", cwd=project).returncode == 0
+    outputs = _outputs(project)
+    (outputs["a"] / ".marinbuild" / "status").write_text(json.dumps({"status": "RUNNING", "time": 1.0}))
+    lease = outputs["a"] / ".marinbuild" / "lease"
+    lease.mkdir()
+    for command in (["plan"], ["why", "a"], ["status"]):
+        result = marinbuild(*command, cwd=project)
+        _no_crash(result)
+        assert result.returncode == 0, result.stderr
+    assert f"{lease}: a folder, not a file" in marinbuild("status", cwd=project).stderr
+    run = marinbuild("run", "-k", cwd=project, env=LEASE_ENV)
+    _no_crash(run)
+    assert run.returncode == 1 and f"a: cannot take its lease ({lease}): Is a directory" in run.stdout, run.stdout
+    assert lease.is_dir()  # nothing deleted

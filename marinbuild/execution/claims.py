@@ -84,8 +84,8 @@ class LeaseClaims:
         lease = self._lease_of(node)
         try:
             attempt = lease.try_acquire()
-        except MarinbuildError:
-            raise
+        except (MarinbuildError, IsADirectoryError):
+            raise  # a folder where the lease belongs never goes away by itself: the step fails alone
         except Exception as e:  # an unreadable lease file: the step waits, the run goes on
             return "wait", f"its lease {lease.path} cannot be used ({type(e).__name__}: {e})"
         if not attempt.acquired:

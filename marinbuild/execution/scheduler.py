@@ -247,8 +247,9 @@ class Scheduler:
                 # The store refused even the lease (full, read-only): this step fails, the run goes on.
                 self.admission.release(grant)
                 self.claims.release(node)
+                where = e.filename if isinstance(e, OSError) and e.filename else node.output_path
                 problem = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-                self._failed(name, f"cannot take the lease of {node.output_path}: {problem}", "")
+                self._failed(name, f"cannot take its lease ({where}): {problem}", "")
                 continue
             if verdict == "done":
                 self.admission.release(grant)
