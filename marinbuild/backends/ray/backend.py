@@ -56,11 +56,12 @@ from typing import Any, Protocol
 
 from marinbuild.backends.base import Backend, Job, Outcome
 from marinbuild.backends.local.backend import _describe_exit
+from marinbuild.backends.local.containment import TOKEN_VAR, kill_token
 from marinbuild.backends.ray.cluster import Placement, require_ray
 from marinbuild.execution.step_records import RecordedOutcome, record
 from marinbuild.graph import Node, StepGraph
 from marinbuild.pyenv.launch import runtime_env_of, spec_of
-from marinbuild.store.lease import LeaseRecord, Owner, lease_path
+from marinbuild.store.lease import DEFAULT_EXPIRY, LeaseRecord, Owner, lease_path
 from marinbuild.store.markers import (
     FAILED,
     MARKER_DIR,
@@ -96,12 +97,18 @@ class TaskLease(Protocol):
 
 @dataclass(frozen=True)
 class LeaseFence:
-    """The fencing check of a lease the driver holds, made inside the task before its markers.
+    """The fencing check of a lease the driver holds, made inside the task, and its watchdog.
 
     The driver's claims keep renewing the lease: Ray kills the tasks of a driver that is
     gone, so renewals stop only when the work stops too, and two renewers of one lease
     would only fight. What must happen beside the work is the last check that the lease
-    still names the runner that started it.
+    still names the runner that started it, and a watchdog for a driver that is alive but
+    not renewing (suspended with SIGSTOP or Ctrl-Z, cut off from the store), which Ray does
+    not notice: while the step runs, the task reads the lease every twelfth of its expiry,
+    and kills the step (its worker's whole process group) once the lease names another
+    runner, or once it has stayed unchanged for three quarters of its expiry, before any
+    waiter (which watches for the whole expiry) can take it over. A killed worker is a lost
+    worker to Ray: its retry finds the lease not held and records nothing.
     """
 
     prefix: str
@@ -112,12 +119,83 @@ class LeaseFence:
         pass
 
     def held(self) -> bool:
+        """The fencing check; the first one that passes starts the watchdog."""
         text = Storage.for_prefix(self.prefix).read_text(self.path)
         record = LeaseRecord.from_json(text) if text is not None else None
-        return record is not None and record.owner.same(self.owner)
+        mine = record is not None and record.owner.same(self.owner)
+        if mine and self.path not in _watchdogs:
+            assert record is not None and text is not None
+            _watchdogs[self.path] = _LeaseWatchdog(self, text, record.expiry or DEFAULT_EXPIRY)
+        return mine
 
     def stop(self) -> None:
-        pass
+        watchdog = _watchdogs.pop(self.path, None)
+        if watchdog is not None:
+            watchdog.stop()
+
+    def renewed(self) -> bool:
+        """Whether the driver renews the lease: a new beat seen within its expiry.
+
+        A retry after a lost worker (one this watchdog killed, say) must not trust a lease
+        that still names its driver: the driver may be stopped, and a waiter about to take
+        the lease over.
+        """
+        storage = Storage.for_prefix(self.prefix)
+        first = storage.read_text(self.path)
+        record = LeaseRecord.from_json(first) if first is not None else None
+        expiry = record.expiry if record is not None and record.expiry else DEFAULT_EXPIRY
+        deadline = time.monotonic() + 0.75 * expiry
+        while time.monotonic() < deadline:
+            time.sleep(expiry / 24)
+            text = storage.read_text(self.path)
+            if text != first:
+                record = LeaseRecord.from_json(text) if text is not None else None
+                return record is not None and record.owner.same(self.owner)
+        return False
+
+
+class _LeaseWatchdog:
+    """Kills this worker's process group when its step's lease is lost or left unrenewed."""
+
+    def __init__(self, fence: LeaseFence, seen: str, expiry: float) -> None:
+        self.fence = fence
+        self._stop = threading.Event()
+        self._since = time.monotonic()
+        threading.Thread(target=self._watch, args=(seen, expiry), name="marinbuild-lease-watchdog", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self, seen: str | None, expiry: float) -> None:
+        storage = Storage.for_prefix(self.fence.prefix)
+        since = self._since
+        while not self._stop.wait(expiry / 12):
+            try:
+                text = storage.read_text(self.fence.path)
+            except Exception:  # unreadable counts as unrenewed
+                text = None
+            record = LeaseRecord.from_json(text) if text is not None else None
+            if record is not None and record.expiry:
+                expiry = record.expiry
+            if text is not None and (record is None or not record.owner.same(self.fence.owner)):
+                return self._kill()
+            if text is not None and text != seen:
+                seen, since = text, time.monotonic()
+            elif time.monotonic() - since >= 0.75 * expiry:
+                return self._kill()
+
+    def _kill(self) -> None:
+        if self._stop.is_set():
+            return
+        me = os.getpid()
+        # The shell step and its children are in the worker's group (Ray's own per worker).
+        with contextlib.suppress(OSError):
+            if os.getpgid(0) == me:
+                os.killpg(me, signal.SIGKILL)
+        os.kill(me, signal.SIGKILL)
+
+
+_watchdogs: dict[str, _LeaseWatchdog] = {}
 
 
 @dataclass(frozen=True)
@@ -327,7 +405,8 @@ def execute(spec: TaskSpec) -> TaskResult:
             _clear_outputs(storage, out)
     owner = f"{socket.gethostname()}:{os.getpid()} {spec.token}/{attempt}"
     with _held(spec.lease) as held:
-        if not held():
+        renewed = getattr(spec.lease, "renewed", None)
+        if not held() or (attempt > 1 and renewed is not None and not renewed()):
             now = time.time()
             return TaskResult(False, now, now, "lease lost before the step started", attempt=attempt, recorded=False)
         write_status(storage, out, RUNNING, owner=owner)
@@ -336,10 +415,15 @@ def execute(spec: TaskSpec) -> TaskResult:
             if attempt > 1:
                 os.write(log_fd, f"marinbuild: attempt {attempt} (an earlier Ray worker was lost)\n".encode())
             run = _run_command if spec.command is not None else _call_function
+            # Inherited by whatever the step starts, so that what leaves the group is found too.
+            token = f"ray-{spec.token}-{attempt}"
+            os.environ[TOKEN_VAR] = token
             try:
                 error, code = run(spec, log_fd)
             finally:
+                os.environ.pop(TOKEN_VAR, None)
                 _kill_leftovers()
+                kill_token(token)
         still_held = held()
     ended = time.time()
     if not still_held:
