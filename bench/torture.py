@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import platform
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         expiry=args.expiry, chaos_seconds=args.round_minutes * 60, total_seconds=args.minutes * 60,
         slow=args.slow, seed=args.seed,
     )
+    # SIGTERM ends the run like Ctrl-C: runners stopped, the tmpfs unmounted.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="marinbuild-torture-"))
     work.mkdir(parents=True, exist_ok=True)
     figures = Torture(work, settings, progress=True).run()
