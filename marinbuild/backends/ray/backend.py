@@ -28,8 +28,12 @@ the running tasks of a driver that is gone.
 Leases. The driver claims and renews a step's lease as for a local step; the task makes
 the fencing check beside the work (:class:`LeaseFence`: the lease still names the runner
 that started it) before it writes ``RUNNING`` and again before the final markers, and
-writes nothing once it fails. ``lease_for`` swaps in any other :class:`TaskLease`, such
-as one whose heartbeat runs in the worker.
+writes nothing once it fails. While the step runs, a watchdog thread in the worker reads
+the lease and kills the worker's process group once the lease names another runner or
+has gone unrenewed for three quarters of its expiry (a driver suspended or cut off from
+the store, which Ray does not notice); a retry after a lost worker starts the step only
+once it has seen the driver renew. ``lease_for`` swaps in any other :class:`TaskLease`,
+such as one whose heartbeat runs in the worker.
 
 Code. The Marinfile (module ``__marinfile__``, which workers cannot import) and every
 module loaded from its folder travel with each task, pickled by value
