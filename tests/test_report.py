@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
+import threading
 import zlib
 from pathlib import Path
 
+from .fixtures_ssh import pids_with_env, wait_for
 from .helpers import marinbuild, plan_json, write_marinfile
 
 MARINFILE = """
@@ -20,8 +25,10 @@ def prepare(cfg):
     print("prepared", cfg["n"])
 
 data = step("data/prepare", prepare, {"n": versioned(3)})
-tpu = step("train/tpu", cmd="echo training on $MARINBUILD_WORKER_ID; sleep 0.3", config={"data": data},
-           resources=ResourceConfig.with_tpu("v4-16"))
+# Attempt 1 is preempted on worker 1 (the test flips its metadata answer and kills it); attempt 2 runs.
+tpu = step("train/tpu", config={"data": data}, resources=ResourceConfig.with_tpu("v4-16"),
+           cmd='if [ "$MARINBUILD_ATTEMPT" = 1 ] && [ "$MARINBUILD_WORKER_ID" = 1 ]; then '
+               'touch "$MARINBUILD_OUTPUT/started"; exec sleep 3033; fi; echo training on $MARINBUILD_WORKER_ID')
 flaky = step("eval/flaky", cmd="echo evaluating; exit 4", config={"model": tpu}, max_retries_failure=1)
 summary = step("summary", cmd="echo never", config={"e": flaky})
 """
@@ -65,13 +72,26 @@ def _png_pixels(path: Path) -> tuple[int, int, bytes]:
 def test_report_renders_dag_timeline_and_hours_in_headless_chromium(project, fleet, tmp_path):
     write_marinfile(project, MARINFILE)
     cluster = fleet.write_cluster(project / "cluster.toml", [("a", "v4-16", [0, 1])], python=sys.executable)
+    tpu_out = Path(plan_json(project, "--cluster", str(cluster))["train/tpu"]["output_path"])
+    victim = fleet.hosts[1]
+
+    def preempt() -> None:
+        wait_for(lambda: (tpu_out / "started").exists(), timeout=90)
+        victim.set_preempted(True)
+        for pid in pids_with_env(f"FAKE_HOST_ID={victim.index}", "MARINBUILD_ATTEMPT=1"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    preempter = threading.Thread(target=preempt)
+    preempter.start()
     ran = marinbuild("run", "--cluster", str(cluster), "--no-sync", "-k", cwd=project,
                      env={"MARINBUILD_RETRY_BASE_DELAY": "0.01"})
+    preempter.join()
     assert ran.returncode == 1, ran.stdout + ran.stderr  # eval/flaky fails twice; summary never starts
 
     made = marinbuild("report", "summary", "-o", "run.html", cwd=project)
     assert made.returncode == 0, made.stderr
-    assert made.stderr.strip() == "marinbuild: wrote run.html (4 steps, 4 attempts)"
+    assert made.stderr.strip() == "marinbuild: wrote run.html (4 steps, 5 attempts)"
     page = project / "run.html"
     text = page.read_text()
     # Self-contained: nothing to fetch (no URL, no external script, style or image).
@@ -81,7 +101,7 @@ def test_report_renders_dag_timeline_and_hours_in_headless_chromium(project, fle
     assert dom.returncode == 0, dom.stderr[-2000:]
     html = dom.stdout
     assert 'data-ready="1"' in html  # the inline script ran
-    assert "4 steps, 4 attempts drawn" in html
+    assert "4 steps, 5 attempts drawn" in html
     nodes = {step: status for status, step in re.findall(r'<g class="node status-(\w+)" data-step="([^"]+)"', html)}
     assert nodes == {"data/prepare": "SUCCESS", "train/tpu": "SUCCESS", "eval/flaky": "FAILED", "summary": "NONE"}
     assert len(re.findall(r'<path class="edge"', html)) == 3
@@ -91,7 +111,8 @@ def test_report_renders_dag_timeline_and_hours_in_headless_chromium(project, fle
         ("data/prepare", 1, "SUCCESS", ""),
         ("eval/flaky", 1, "FAILED", "failed"),
         ("eval/flaky", 2, "FAILED", "failed"),
-        ("train/tpu", 1, "SUCCESS", ""),
+        ("train/tpu", 1, "PREEMPTED", "preempted"),
+        ("train/tpu", 2, "SUCCESS", ""),
     ]
     groups = {step: group for _, _, step, _, group in bars}
     assert groups["train/tpu"].endswith("· tpu") and groups["data/prepare"].endswith("· local")
@@ -99,17 +120,19 @@ def test_report_renders_dag_timeline_and_hours_in_headless_chromium(project, fle
     # The timeline's bars follow the recorded start times: the TPU step ran after its input.
     xs = {(step, n): float(x) for step, n, x in re.findall(
         r'data-step="([^"]+)" data-attempt="(\d+)"[^>]*><title>[^<]*</title><rect x="([\d.]+)"', html)}
-    assert xs[("data/prepare", "1")] < xs[("train/tpu", "1")] < xs[("eval/flaky", "1")] < xs[("eval/flaky", "2")]
+    assert xs[("data/prepare", "1")] < xs[("train/tpu", "1")] < xs[("train/tpu", "2")] < xs[("eval/flaky", "1")] < xs[("eval/flaky", "2")]
+    assert re.search(r'data-step="train/tpu" data-attempt="1"[^>]*>.*?<text class="mark"[^>]*>P</text>', html)
 
     # Per step: resources, attempts, hours held; totals at the foot.
     rows = dict(re.findall(r'<tr data-step="([^"]+)">(.*?)</tr>', html))
     cells = {k: re.findall(r"<td>(.*?)</td>", v) for k, v in rows.items()}
     assert cells["train/tpu"][3] == "1x v4-16 (8 chips)"
     assert cells["eval/flaky"][4] == "2 (2 failed)"
-    tpu_out = Path(plan_json(project, "--cluster", str(cluster))["train/tpu"]["output_path"])
-    duration = json.loads((tpu_out / "attempts.json").read_text())["attempts"][0]["duration_s"]
-    assert float(cells["train/tpu"][6]) == round(8 * duration / 3600, 4 if 8 * duration / 3600 < 0.01 else 2)
-    assert re.search(r'data-total="attempts"><span>attempts</span><b>4 \(2 not successful\)</b>', html)
+    assert cells["train/tpu"][4] == "2 (1 preempted)"
+    # The preempted attempt held its chips too: both attempts count.
+    chip_hours = sum(8 * a["duration_s"] / 3600 for a in json.loads((tpu_out / "attempts.json").read_text())["attempts"])
+    assert float(cells["train/tpu"][6]) == round(chip_hours, 4 if chip_hours < 0.01 else 2)
+    assert re.search(r'data-total="attempts"><span>attempts</span><b>5 \(3 not successful\)</b>', html)
     assert '<tr class="totals"><td>total</td>' in html
 
     shot = tmp_path / "report.png"
