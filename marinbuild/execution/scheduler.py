@@ -320,8 +320,10 @@ class Scheduler:
         except Exception as e:
             self._not_started(node, grant, f"could not start: {_describe(e)}")
             return
-        self.reporter.step_started(name, node.output_path)
+        # Registered before anything else can run: a Ctrl-C while the start is being reported
+        # (the first line printed imports the terminal library) must still cancel the step.
         self.running[name] = _Active(node, job, info, grant, handle)
+        self.reporter.step_started(name, node.output_path)
 
     def _not_started(self, node: Node, grant: Grant, error: str) -> None:
         """A step that failed before it started: its marker says FAILED, its grant and claim go back."""
