@@ -121,13 +121,15 @@ def probe(
             present[folder] = set(storage.list_names(folder))
         if base in present[folder]:
             kept.append(node)
-    if not kept:
-        return {}
-    identities = {node.output_path: node.identity for node in nodes}
     summary = index_of(storage)
     # On local disk every marker is read (a few microseconds each): a marker edited or removed
     # by hand must count, and be named when it cannot be read; the summary saves round trips.
-    seen = summary.read() if not storage.is_local else {}
+    # It is listed even when no step ran, so that a run writes each RUNNING marker together
+    # with its summary entry instead of after it (see store/index.py).
+    seen = summary.read() if storage.keeps_summary else {}
+    if not kept:
+        return {}
+    identities = {node.output_path: node.identity for node in nodes}
     statuses: dict[str, StatusRecord] = {}
     unknown = []
     for node in kept:

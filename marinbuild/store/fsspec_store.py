@@ -80,6 +80,10 @@ class FsspecStorage(Storage):
         return False
 
     @property
+    def keeps_summary(self) -> bool:
+        return True
+
+    @property
     def protocols(self) -> tuple[str, ...]:
         protocol = self.fs.protocol
         return (protocol,) if isinstance(protocol, str) else tuple(protocol)

@@ -21,6 +21,9 @@ believed when nothing can be wrong with it:
   with a RUNNING entry (or two entries), which is not believed: the marker is read.
 * a RUNNING entry is believed only while a live lease backs it; otherwise the marker is read.
 
+Stores where a read is a round trip keep the summary (``Storage.keeps_summary``); on local
+disk every marker is read directly and no entries are written.
+
 A summary that was deleted, edited by hand or left by a runner that crashed therefore
 costs requests (each doubtful output falls back to its marker), never correctness: only a
 forged entry with a valid check for a step whose folder exists could mislead it, as a
@@ -166,7 +169,7 @@ class StatusIndex:
         """Write a status marker and keep the summary true to it (see the module docstring)."""
         text = record.to_json()
         key = self.key(output)
-        if key is None or not record.identity:
+        if key is None or not record.identity or not self.storage.keeps_summary:
             self.storage.write_atomic(marker, text)
             return
         known = self._known(key)

@@ -35,6 +35,10 @@ class LocalStorage(Storage):
     def is_local(self) -> bool:
         return True
 
+    @property
+    def keeps_summary(self) -> bool:
+        return False
+
     def conditional(self) -> ConditionalStore:
         """Create-if-absent with ``link(2)``, swaps under ``lockf`` (see :mod:`marinbuild.store.conditional`)."""
         from marinbuild.store.conditional import LocalConditionalStore

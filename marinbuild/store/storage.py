@@ -87,6 +87,14 @@ class Storage(Protocol):
         """Whether paths are files on this machine (a step's log can then be written in place)."""
         ...
 
+    @property
+    def keeps_summary(self) -> bool:
+        """Whether step statuses are also summarized in object names (:mod:`marinbuild.store.index`).
+
+        True where a request costs a round trip; on local disk every marker is read directly.
+        """
+        ...
+
     @classmethod
     def for_prefix(cls, prefix: str) -> Storage:
         """The storage of an already resolved prefix (see :func:`resolve_prefix`)."""
