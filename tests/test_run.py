@@ -365,7 +365,7 @@ def test_plan_into_a_pipe_is_plain_columns_without_rich(project):
     rows = {line.split()[0]: line.split() for line in lines[1:3]}
     assert rows["prep"][1:3] == ["run", "new"] and rows["train"][1:3] == ["run", "new"]
     assert rows["train"][4].startswith(str(project / "marinbuild-out" / "train-"))
-    assert lines[-1] == "2 to run"
+    assert "2 to run" in lines
     # Aligned columns: every row's output path starts where the header's does.
     column = lines[0].index("output")
     assert all(line[column:].startswith(str(project)) for line in lines[1:3])
