@@ -377,3 +377,17 @@ def test_a_tpu_step_whose_lease_is_renewed_runs_past_the_first_deadline(fleet, t
                           capture_output=True, text=True, timeout=120)
     assert "STATUS SUCCESS" in done.stdout, done.stdout + done.stderr
     assert sorted(p.name for p in out.glob("done_*")) == ["done_0", "done_1"]
+
+
+def test_a_runner_resumed_after_its_step_was_killed_says_why(project):
+    log = project / "beats.log"
+    runner, output = _runner_with_long_step(project, log)
+    step_pid = int(wait_for_text(project / "step.pid"))
+    runner.send_signal(signal.SIGSTOP)
+    try:
+        assert wait_dead(step_pid, 30)
+    finally:
+        runner.send_signal(signal.SIGCONT)
+    out, err = runner.communicate(timeout=60)
+    assert "killed by its guardian: this runner did not renew the step's lease in time" in out + err, out + err
+    assert status_of(output)["status"] != "SUCCESS"

@@ -108,6 +108,7 @@ class _LocalRun:
         self.token = step_token(job.output_path)
         self._since = 0.0
         self._deadline: Deadline | None = None
+        self._lapsed = False
         self._unsubscribe: Callable[[], None] = lambda: None
 
     def launch(self) -> None:
@@ -145,6 +146,9 @@ class _LocalRun:
         guardian.adopt(self.token, self.pid, self._deadline)
 
     def _extend(self, deadline: Deadline) -> None:
+        previous = self._deadline
+        if previous is not None and previous.remaining() <= 0:
+            self._lapsed = True  # the guardian may have killed the step before this renewal
         self._deadline = deadline
         shared_guardian().extend(self.token, deadline)
 
@@ -212,8 +216,11 @@ class _LocalRun:
         self._unsubscribe()
         shared_guardian().release(self.token)
         deadline = self._deadline
-        if reason is None and code == -signal.SIGKILL and deadline is not None and deadline.remaining() <= 0:
-            reason = "killed: its lease was not renewed before its deadline (was the runner suspended?)"
+        if reason is None and code == -signal.SIGKILL and (
+            self._lapsed or (deadline is not None and deadline.remaining() <= 0)
+        ):
+            reason = ("killed by its guardian: this runner did not renew the step's lease in time "
+                      "(was it suspended, or its store unreachable?)")
         ended = time.time()
         if code == 0 and reason is None:
             outcome = Outcome(ok=True, started=self.started, ended=ended, returncode=0)
