@@ -73,8 +73,8 @@ def test_usage_error_exits_2(project):
     "args, expected",
     [
         (["plan", "--no-such-flag"], "marinbuild plan: error: No such option: --no-such-flag"),
-        (["why"], "marinbuild why: error: Missing argument 'target'"),
-        (["run", "-j", "0"], "marinbuild run: error: Invalid value for '-j'"),
+        (["why"], "marinbuild why: error: Missing argument 'targets'"),
+        (["run", "--jobs=x"], "marinbuild run: error: Invalid value for '-j'"),
         (["frobnicate"], "marinbuild: error: No such command 'frobnicate'"),
         (["plan", "--prefix", "gs://"], "names no bucket or folder"),
         (["plan", "--prefix", "nosuchproto://x"], "Protocol not known: nosuchproto"),

@@ -260,6 +260,10 @@ def run(
             n = len(planned.plan.order)
             out.print(f"nothing to do: {n} step{'' if n == 1 else 's'} up to date")
         return
+    if walltime is not None:
+        from marinbuild.units import parse_duration
+
+        parse_duration(walltime)  # refused before the prefix folder is made
     if project.storage.is_local:
         from marinbuild.store.storage import check_local_prefix
 
@@ -468,7 +472,7 @@ def status(
                 "status": rec.status if rec and not foreign else "NONE",
                 "output_path": node.output_path,
                 "duration": rec.duration if rec and not foreign else None,
-                "time": rec.time if rec and not foreign else None,
+                "time": (rec.time or None) if rec and not foreign else None,
                 "error": f"its output path holds the {rec.mismatch}" if rec and foreign else rec.error if rec else None,
                 "lease": {"owner": str(lease.owner), "since": lease.acquired, "renewed": lease.renewed} if lease else None,
             }
