@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from marinbuild.config_walk import children, describe_leaf, is_placeholder, walk
+from marinbuild.config_walk import LEAF_TYPES, children, describe_leaf, is_placeholder, join_path
 from marinbuild.graph import Node, StepGraph
 from marinbuild.identity import source_digest
 from marinbuild.staleness import Change, diff_payloads
@@ -48,18 +48,40 @@ def plain_fields(config: Any) -> dict[str, Any]:
     {'lr': 0.1, 'opt.beta.0': 0.9, 'opt.beta.1': 0.99}
     """
     out: dict[str, Any] = {}
-    for path, value in walk(config):
-        if is_placeholder(value) or children(value) is not None:
-            continue
-        leaf = describe_leaf(value)
-        try:
-            json.dumps(leaf)
-        except (TypeError, ValueError):
-            leaf = repr(value)
-            if " at 0x" in leaf:
-                continue
-        out[path or "(config)"] = leaf
+    _plain(config, "", out)
     return out
+
+
+def _plain(value: Any, path: str, out: dict[str, Any]) -> None:
+    # Exact type tests first: plan runs this for every up-to-date step, and nearly every
+    # value is a plain leaf, dict or list.
+    t = type(value)
+    if t in LEAF_TYPES:
+        out[path or "(config)"] = value
+        return
+    if t is dict:
+        for k, v in value.items():
+            _plain(v, f"{path}.{k}" if path else str(k), out)
+        return
+    if t is list or t is tuple:
+        for i, v in enumerate(value):
+            _plain(v, f"{path}.{i}" if path else str(i), out)
+        return
+    if is_placeholder(value):
+        return
+    found = children(value)
+    if found is not None:
+        for k, v in found[1]:
+            _plain(v, join_path(path, str(k)), out)
+        return
+    leaf = describe_leaf(value)
+    try:
+        json.dumps(leaf)
+    except (TypeError, ValueError):
+        leaf = repr(value)
+        if " at 0x" in leaf:
+            return
+    out[path or "(config)"] = leaf
 
 
 def code_record(step: Step) -> dict[str, Any]:
@@ -101,10 +123,11 @@ def drift_notes(storage: Storage, graph: StepGraph, names: Iterable[str]) -> dic
     nodes = [graph.nodes[n] for n in names]
     if not nodes:
         return {}
-    texts = storage.read_many([info_path(node.output_path) for node in nodes])
+    paths = [info_path(node.output_path) for node in nodes]
+    texts = storage.read_many(paths)
     out: dict[str, list[str]] = {}
-    for node in nodes:
-        text = texts.get(info_path(node.output_path))
+    for node, path in zip(nodes, paths, strict=True):
+        text = texts.get(path)
         try:
             info = json.loads(text) if text else None
         except ValueError:
