@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -79,3 +80,46 @@ def test_a_failing_callback_does_not_stop_the_reaper(kind, capfd):
     reaper.watch(_spawn("sleep 0.2"), lambda status: done.set())
     assert done.wait(30)
     assert "callback failed" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.__name__)
+def test_a_child_reaped_elsewhere_still_gets_its_callback_and_the_reaper_goes_on(kind):
+    reaper = kind()
+    stolen = _spawn("exit 3")
+    gone = threading.Event()
+    later: list[int] = []
+    done = threading.Event()
+    reaper.watch(stolen, lambda status: gone.set())
+    with contextlib.suppress(ChildProcessError):  # a waiting thread may win the race
+        os.waitpid(stolen, 0)  # someone else's waitpid won the race for the status
+    assert gone.wait(30)
+    after = _spawn("exit 4")
+    reaper.watch(after, lambda status: (later.append(os.waitstatus_to_exitcode(status)), done.set()))
+    assert done.wait(30)
+    assert later == [4]
+
+
+def test_the_guardian_is_restarted_with_every_step_when_it_dies():
+    import signal
+
+    from marinbuild.backends.local.guardian import Guardian
+
+    guardian = Guardian()
+    step = os.posix_spawn("/bin/sh", ["/bin/sh", "-c", "exec sleep 300"], os.environ, setsid=True)
+    try:
+        guardian.adopt("test-token-1", step)
+        first = guardian.pid
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while guardian.pid == first and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert guardian.pid != first and guardian.restarts == 1
+        # The new guardian was told of the step: closing the runner's end kills it.
+        guardian.close_in_child()
+        deadline = time.monotonic() + 30
+        while alive(step) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not alive(step)
+    finally:
+        os.kill(step, signal.SIGKILL) if alive(step) else None
+        os.waitpid(step, 0)
