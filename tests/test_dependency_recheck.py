@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -26,11 +28,12 @@ b = step("b", cmd={b!r}, config={{"inp": output_path_of(a, "data"), "after": out
 
 def _write(project: Path, z_wait: str = "", b_wait: str = "") -> dict[str, Path]:
     """``a``'s first attempt writes its data at once; the forced second one writes half, then the rest."""
-    f = {k: project.parent / k for k in ("log", "second", "a_half", "b_read", "a_done")}
+    f = {k: project.parent / k for k in ("log", "second", "a_half", "a_go", "b_read", "a_done")}
     log = f["log"]
     a = (
         f"echo a start $(date +%s.%N) >> {log}; "
-        f"if [ -e {f['second']} ]; then echo part1 > {{output}}/data; touch {f['a_half']}; sleep 2; "
+        f"if [ -e {f['second']} ]; then echo part1 > {{output}}/data; touch {f['a_half']}; "
+        f"while [ ! -e {f['a_go']} ]; do sleep 0.05; done; "
         f"echo part2 >> {{output}}/data; touch {f['a_done']}; "
         f"else touch {f['second']}; printf 'part1\\npart2\\n' > {{output}}/data; fi; "
         f"echo a end $(date +%s.%N) >> {log}"
@@ -51,6 +54,22 @@ def _wait_for(path: Path, seconds: float = 60) -> None:
     assert path.exists(), f"{path} never appeared"
 
 
+def _read_until(runner: subprocess.Popen[str], start: str) -> str:
+    """The runner's output up to and including its first line starting with ``start``."""
+    watchdog = threading.Timer(120, runner.kill)  # never blocks for ever on a runner that stays silent
+    watchdog.start()
+    lines = []
+    try:
+        assert runner.stdout is not None
+        for line in runner.stdout:
+            lines.append(line)
+            if line.startswith(start):
+                break
+    finally:
+        watchdog.cancel()
+    return "".join(lines)
+
+
 def _events(log: Path) -> list[tuple[str, str, float]]:
     return [(n, what, float(t)) for n, what, t in (line.split() for line in log.read_text().splitlines())]
 
@@ -68,9 +87,13 @@ def test_a_step_waits_while_its_dependency_is_redone_elsewhere(project: Path) ->
     try:
         _wait_for(z_started)  # the second runner has planned, on a's SUCCESS, and runs z
         first = start_marinbuild("run", "a", "--force", "a", cwd=project, env=LEASE_ENV)
+        # a stays half-written until the second runner has said that b waits for it.
+        said = _read_until(second, "wait  b: ")
+        files["a_go"].touch()
         out1, err1 = first.communicate(timeout=60)
         assert first.returncode == 0, out1 + err1
-        out2, err2 = second.communicate(timeout=60)
+        rest, err2 = second.communicate(timeout=60)
+        out2 = said + rest
         assert second.returncode == 0, out2 + err2
     finally:
         if second.poll() is None:
@@ -89,6 +112,7 @@ def test_a_step_waits_while_its_dependency_is_redone_elsewhere(project: Path) ->
 def test_a_step_whose_dependency_was_redone_while_it_ran_is_failed(project: Path) -> None:
     # b reads a, waits until a's forced rerun is done, and would then finish "successfully".
     files = _write(project, b_wait=f"while [ ! -e {project.parent / 'a_done'} ]; do sleep 0.05; done;")
+    files["a_go"].touch()  # the rerun of a runs straight through
     assert marinbuild("run", "a", cwd=project, env=LEASE_ENV).returncode == 0
     second = start_marinbuild("run", "b", cwd=project, env=LEASE_ENV)
     try:
