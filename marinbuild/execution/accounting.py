@@ -53,6 +53,8 @@ def held_by(resources: Any, cores: Sequence[int] = ()) -> dict[str, Any]:
     >>> from marinbuild.resources import ResourceConfig
     >>> held_by(ResourceConfig.with_tpu("v4-32", slice_count=2))
     {'cores': 0, 'tpu_type': 'v4-32', 'slices': 2, 'tpu_chips': 32, 'tpu_hosts': 8}
+    >>> held_by(ResourceConfig.with_gpu("H100", count=2))
+    {'cores': 1, 'gpus': 2, 'gpu_type': 'H100'}
     >>> held_by(None)
     {'cores': 1}
     """
@@ -122,6 +124,8 @@ def attempt_usage(entry: Mapping[str, Any], fallback: Mapping[str, Any] | None =
 
     >>> attempt_usage({"duration_s": 1800, "held": {"cores": 0, "tpu_chips": 16}}).chip_hours
     8.0
+    >>> attempt_usage({"duration_s": 3600, "held": {"cores": 1, "gpus": 2}}).accelerator_hours
+    2.0
     """
     own = entry.get("held")
     held: Mapping[str, Any] = own if isinstance(own, Mapping) else fallback or {}
