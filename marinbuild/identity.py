@@ -24,6 +24,7 @@ import enum
 import json
 import math
 import pathlib
+import weakref
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
@@ -107,19 +108,33 @@ def identity_payload(
     return payload
 
 
+_SOURCE_DIGESTS: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
+
+
 def source_digest(fn: Any) -> str | None:
     """xxh3-64 of a function's own source text (dedented), or None when Python cannot show it.
 
-    Only the function's own lines count: an edit to a helper it calls is not seen.
+    Only the function's own lines count: an edit to a helper it calls is not seen. Kept per
+    function object: a sweep of 10,000 steps shares one function, read once.
     """
+    try:
+        return _SOURCE_DIGESTS[fn]
+    except (KeyError, TypeError):
+        pass
     import inspect
     import textwrap
 
     try:
         source = inspect.getsource(fn)
     except (OSError, TypeError):
-        return None
-    return xxhash.xxh3_64_hexdigest(textwrap.dedent(source).encode("utf-8"))
+        digest = None
+    else:
+        digest = xxhash.xxh3_64_hexdigest(textwrap.dedent(source).encode("utf-8"))
+    try:
+        _SOURCE_DIGESTS[fn] = digest
+    except TypeError:
+        pass  # not weakly referable (a builtin): read again next time
+    return digest
 
 
 def code_digest(step: Step) -> str:
