@@ -375,10 +375,13 @@ def test_a_tpu_run_ships_the_project_but_not_its_outputs(fleet: FakeFleet, tmp_p
     """))
     cluster = fleet.write_cluster(project / "cluster.toml", [("one", "v4-8", [0])], python=sys.executable)
     env = {**dict(__import__("os").environ), "PYTHONPATH": str(REPO), "MARINBUILD_RETRY_BASE_DELAY": "0.05"}
-    for target in ("t0", "t1"):  # t1 runs after t0 left outputs (and markers) in ./marinbuild-out
-        result = subprocess.run([sys.executable, "-m", "marinbuild", "run", target, "--cluster", str(cluster)],
+    said = []
+    for target, quiet in (("t0", []), ("t1", ["-q"])):  # t1 runs after t0 left outputs (and markers) in ./marinbuild-out
+        result = subprocess.run([sys.executable, "-m", "marinbuild", "run", target, "--cluster", str(cluster), *quiet],
                                 cwd=project, env=env, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stdout + result.stderr
+        said.append(result.stdout)
+    assert "[t0] attempt 1" in said[0] and "attempt" not in said[1]  # -q: TPU steps say nothing either
     outs = sorted((project / "marinbuild-out").glob("t*-*"))
     shipped = (outs[1] / "shipped.txt").read_text().split()
     assert shipped == ["./.marinbuild-complete", "./Marinfile.py", "./cluster.toml"]
