@@ -97,3 +97,11 @@ def test_bad_plan_files_are_one_line(project):
     both = marinbuild("run", "--plan", "plan.json", "train", cwd=project)
     assert both.returncode == 2 and "give no targets" in both.stderr
     assert not (project / "marinbuild-out").exists() or not any((project / "marinbuild-out").glob("*-*"))
+
+
+def test_plan_o_into_a_missing_folder_is_one_line_and_writes_nothing(project):
+    write_marinfile(project, MARINFILE % {"n": 1})
+    result = marinbuild("plan", "-o", "no/such/plan.json", cwd=project)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "marinbuild: error: cannot write the plan to no/such/plan.json: No such file or directory"
+    assert sorted(p.name for p in project.iterdir()) == ["Marinfile.py"]
