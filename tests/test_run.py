@@ -654,3 +654,14 @@ def test_an_error_in_a_module_the_marinfile_imports_is_shown_where_it_was_raised
     assert verbose.returncode == 2
     # -v: the whole traceback, the user's frames included.
     assert 'helper.py", line 2, in load' in verbose.stderr and 'Marinfile.py", line 3' in verbose.stderr
+
+
+def test_the_summary_counts_steps_another_runner_finished_apart():
+    from rich.console import Console
+
+    from marinbuild.cli.console import print_summary
+    from marinbuild.execution.reporting import Summary
+
+    console = Console(record=True, width=200)
+    print_summary(console, Summary(total=3, done=3, finished_elsewhere=["b"]))
+    assert console.export_text().startswith("2 done, 0 failed, 0 up to date, 1 finished by another runner in ")
