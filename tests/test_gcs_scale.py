@@ -153,8 +153,9 @@ def test_a_summary_edited_by_hand_never_makes_a_step_done(gcs_emulator: Emulator
     write_status(storage, nodes["b"].output_path, RUNNING, name="b", identity=nodes["b"].identity)
     write_status(storage, nodes["b"].output_path, FAILED, error="boom", name="b", identity=nodes["b"].identity)
     (failed,) = [n for n in storage.list_names(index) if n.endswith("@FAILED")]
-    storage.remove_many([Storage.join(index, failed)])
-    storage.write_atomic(Storage.join(index, failed.replace("@FAILED", "@SUCCESS@1.0@-@0123456789ab")), "")
+    storage.remove_many([Storage.join(index, failed, "e")])
+    storage.write_atomic(Storage.join(index, failed.replace("@FAILED", "@SUCCESS@1.0@-@0123456789ab"), "e"), "")
+    assert len([n for n in storage.list_names(index) if n.startswith(failed.split("@")[0])]) == 1  # only the forgery
     # c: FAILED; a valid-looking SUCCESS entry of another identity.
     write_status(storage, nodes["c"].output_path, FAILED, error="boom", name="c", identity=nodes["c"].identity)
     storage.write_many({p: "" for p in entry_names(storage, [(nodes["c"].output_path, "0" * 16, done)])})

@@ -237,7 +237,7 @@ class FsspecStorage(Storage):
         token = None
         while True:
             page = self.call("call", "GET", "b/{}/o", bucket, delimiter="/", prefix=under, maxResults=1000,
-                             pageToken=token, json_out=True)
+                             pageToken=token, fields="items(name),prefixes,nextPageToken", json_out=True)
             names += [p[len(under):].rstrip("/") for p in page.get("prefixes", ())]
             names += [o["name"][len(under):] for o in page.get("items", ()) if o["name"] != under]
             token = page.get("nextPageToken")

@@ -4,12 +4,13 @@ Reading the status marker of every step costs one request per step: 10,000 reque
 no-op run of 10,000 steps on ``gs://``. Beside each marker the writer therefore leaves an
 empty object whose *name* says the status, all in one folder::
 
-    PREFIX/.marinbuild/index/KEY@IDENTITY@RUNNING
-    PREFIX/.marinbuild/index/KEY@IDENTITY@FAILED
-    PREFIX/.marinbuild/index/KEY@IDENTITY@SUCCESS@TIME@DURATION@CHECK
+    PREFIX/.marinbuild/index/KEY@IDENTITY@RUNNING/e
+    PREFIX/.marinbuild/index/KEY@IDENTITY@FAILED/e
+    PREFIX/.marinbuild/index/KEY@IDENTITY@SUCCESS@TIME@DURATION@CHECK/e
 
-``KEY`` is the output path relative to the prefix, escaped into one name; a GCS listing
-returns 1,000 names a request. The marker stays the source of truth; an entry is only
+``KEY`` is the output path relative to the prefix, escaped into one name. Each entry is a
+"folder" holding one empty object, so that a listing of the index (with a delimiter)
+returns bare names, 1,000 a request on GCS, not object resources. The marker stays the source of truth; an entry is only
 believed when nothing can be wrong with it:
 
 * **exactly one entry** for the output, written for the identity the step has now, with a
@@ -129,7 +130,9 @@ class StatusIndex:
         return output[len(root) :] if output.startswith(root) and len(output) > len(root) else None
 
     def path(self, entry: Entry) -> str:
-        return Storage.join(self.folder, entry.name)
+        # The entry is a folder holding one empty object: a listing with a delimiter returns
+        # it as a bare name ("prefix"), a fraction of the bytes of an object's resource.
+        return Storage.join(self.folder, entry.name, "e")
 
     def read(self) -> dict[str, list[Entry]]:
         """Every entry, by key, from one listing (remembered for later writes of this process)."""
