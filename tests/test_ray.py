@@ -62,9 +62,9 @@ def wait_for(condition, timeout: float = 60, what: str = "condition"):  # type: 
 
 
 def outputs(folder: Path) -> dict[str, str]:
-    """Every file under the prefix with its hash; marker contents (times, owners) left out."""
+    """Every file under the prefix with its hash; marker and attempt-ledger contents (times, owners, hosts) left out."""
     snap = snapshot(folder / "marinbuild-out")
-    return {k: ("marker" if "/.marinbuild/" in k else v) for k, v in snap.items()}
+    return {k: ("marker" if "/.marinbuild/" in k or k.endswith("/attempts.json") else v) for k, v in snap.items()}
 
 
 # -- the examples, and where steps run --------------------------------------------------------
