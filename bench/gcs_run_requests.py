@@ -37,8 +37,9 @@ def kind_of(method: str, url: str) -> str:
         return f"{method} upload (lease, marker, summary entry, info, log, ledger)"
     if "delimiter=" in url or ("/o?" in url and "prefix=" in url):
         return f"{method} listing"
-    name = re.sub(r"\?.*", "", url).split("%2F")[-1]
-    if "@" in name:
+    parts = re.sub(r"\?.*", "", url).split("%2F")
+    name = parts[-1]
+    if "@" in name or (len(parts) > 1 and "@" in parts[-2]):
         name = "summary entry"
     elif name.startswith("precondition-probe"):
         name = "precondition probe (once)"
