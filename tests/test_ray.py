@@ -20,6 +20,7 @@ from marinbuild.backends.ray.cluster import TOKEN_SHARE, RayNode, place, placeme
 from marinbuild.errors import ResourceError
 from marinbuild.resources import Cores, Custom, Gpus, Memory, Request, Slices, Token, as_request
 from marinbuild.store.lease import LeaseRecord, Owner
+from marinbuild.store.step_logs import HEADER_PREFIX
 from marinbuild.store.storage import Storage
 
 from .helpers import (
@@ -62,8 +63,14 @@ def wait_for(condition, timeout: float = 60, what: str = "condition"):  # type: 
 
 
 def outputs(folder: Path) -> dict[str, str]:
-    """Every file under the prefix with its hash; marker and attempt-ledger contents (times, owners, hosts) left out."""
-    snap = snapshot(folder / "marinbuild-out")
+    """Every file under the prefix with its hash; marker and attempt-ledger contents (times, owners, hosts) and
+    log headers left out."""
+    root = folder / "marinbuild-out"
+    snap = snapshot(root)
+    for k in snap:
+        if k.endswith("/logs/step.log"):  # what the step printed; the attempt header names the backend
+            text = (root / k).read_text()
+            snap[k] = "\n".join(line for line in text.splitlines() if not line.startswith(HEADER_PREFIX))
     return {k: ("marker" if "/.marinbuild/" in k or k.endswith("/attempts.json") else v) for k, v in snap.items()}
 
 
