@@ -26,7 +26,7 @@ import difflib
 import fnmatch
 import functools
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from marinbuild.errors import TargetError
@@ -52,6 +52,8 @@ class Plan:
     targets: tuple[str, ...]
     order: tuple[str, ...]
     decisions: Mapping[str, Decision]
+    statuses: Mapping[str, StatusRecord] = field(default_factory=dict, repr=False, compare=False)
+    """The stored status the plan was decided from, by output path (absent: none found)."""
 
     @functools.cached_property
     def graph(self) -> nx.DiGraph:
@@ -159,7 +161,7 @@ def make_plan(
         if decision.action is not skip:
             stack.extend(node.deps)
     order = graph.order if len(decisions) == len(nodes) else tuple(n for n in graph.order if n in decisions)
-    return Plan(steps=graph, targets=tuple(targets), order=order, decisions=decisions)
+    return Plan(steps=graph, targets=tuple(targets), order=order, decisions=decisions, statuses=statuses)
 
 
 def _forced_reasons(

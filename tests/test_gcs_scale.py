@@ -23,6 +23,7 @@ import pytest
 import marinbuild
 from marinbuild.cli.app import app
 from marinbuild.project import open_project, probe
+from marinbuild.store.drift import code_record, drift_digest
 from marinbuild.store.index import INDEX_DIR, entry_names
 from marinbuild.store.lease import LeaseRecord, Owner, lease_path
 from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, StatusRecord, status_path, write_status
@@ -44,16 +45,21 @@ STEPS = [step(f"data/s{{i:05d}}", cmd="true") for i in range({N})]
 """
 
 
-def populate(prefix: str, file: Path, state: str) -> None:
-    """Leave every step ``state`` as runners leave it (marker, summary entry, a live lease if RUNNING), in bulk."""
+def populate(prefix: str, file: Path, state: str, digest: bool = True) -> None:
+    """Leave every step ``state`` as runners leave it (marker, summary entry, a live lease if RUNNING), in bulk.
+
+    A SUCCESS marker carries the drift digest of the step as declared now (``digest=False``:
+    none, as an earlier version wrote them).
+    """
     project = open_project(str(file), prefix)
     storage = project.storage
     files: dict[str, str] = {}
     triples = []
     now = time.time()
     for node in project.graph.nodes.values():
+        drift = drift_digest(code_record(node.step)) if state == SUCCESS and digest else None
         record = StatusRecord(state, now, duration=0.5 if state == SUCCESS else None, name=node.name,
-                              identity=node.identity)
+                              identity=node.identity, drift=drift)
         files[status_path(node.output_path)] = record.to_json()
         triples.append((node.output_path, node.identity, record))
         if state == RUNNING:
@@ -79,6 +85,15 @@ def status_rows(file: Path, prefix: str) -> list[dict[str, Any]]:
     return json.loads(result.output)  # type: ignore[no-any-return]
 
 
+def plan_cli(file: Path, prefix: str) -> str:
+    """``marinbuild plan`` as typed, drift notes and all; its output and notes together."""
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(app, ["plan", "-f", str(file), "--prefix", prefix])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
 @pytest.fixture
 def many(project: Path) -> Path:
     return write_marinfile(project, MANY)
@@ -98,6 +113,9 @@ def test_plan_status_and_noop_run_of_2000_steps_in_a_few_requests(
     populate(gcs_prefix, many, SUCCESS)
     plan, requests = count(gcs_emulator, lambda: marinbuild.plan(file=file, prefix=gcs_prefix))
     assert plan.counts()["skip"] == N and requests <= 4, requests
+    # The command as typed also checks every step for drift: from the digests in the summary.
+    shown, requests = count(gcs_emulator, lambda: plan_cli(many, gcs_prefix))
+    assert f"{N} to skip" in shown and "note" not in shown and requests <= 4, (requests, shown[-500:])
     rows, requests = count(gcs_emulator, lambda: status_rows(many, gcs_prefix))
     assert {r["status"] for r in rows} == {SUCCESS} and {r["duration"] for r in rows} == {0.5}
     assert requests <= 4, requests
@@ -111,6 +129,15 @@ def test_plan_status_and_noop_run_of_2000_steps_in_a_few_requests(
     rows, requests = count(gcs_emulator, lambda: status_rows(many, gcs_prefix))
     assert {r["status"] for r in rows} == {RUNNING} and all(r["lease"] for r in rows)
     assert requests <= N + 4, requests  # the leases are read once, not again for the table
+
+
+def test_drift_of_2000_steps_recorded_by_an_earlier_version_is_counted_not_read(
+    gcs_emulator: Emulator, gcs_prefix: str, many: Path
+) -> None:
+    populate(gcs_prefix, many, SUCCESS, digest=False)
+    shown, requests = count(gcs_emulator, lambda: plan_cli(many, gcs_prefix))
+    assert f"{N} to skip" in shown and requests <= 4, requests
+    assert f"drift not checked for {N} up-to-date steps recorded by an earlier marinbuild" in shown
 
 
 FEW = """
@@ -137,6 +164,30 @@ def test_a_deleted_summary_falls_back_to_the_markers(gcs_emulator: Emulator, gcs
     plan, requests = count(gcs_emulator, lambda: marinbuild.plan(file=file, prefix=gcs_prefix))
     assert plan.counts()["skip"] == 4  # the markers say so
     assert requests >= 4 + 2  # each marker read: nothing was taken from the missing summary
+
+
+def test_drift_is_read_only_where_the_digest_differs(gcs_emulator: Emulator, gcs_prefix: str, project: Path) -> None:
+    marinfile = write_marinfile(project, FEW)
+    file = str(marinfile)
+    assert marinbuild.run(file=file, prefix=gcs_prefix).ok
+    # Commands are not in the identity: an edit leaves d up to date, with a note.
+    marinfile.write_text(FEW.replace('d = step("d", cmd="true")', 'd = step("d", cmd="true  # edited")'))
+    shown, requests = count(gcs_emulator, lambda: plan_cli(marinfile, gcs_prefix))
+    assert "4 to skip" in shown and "d: note: command changed since the stored run" in shown, shown
+    assert shown.count("note:") == 1 and requests <= 3 + 1, requests  # d's info JSON alone is read
+
+    # Markers of an earlier version hold no digest: a few of them are read, and still tell.
+    proj = open_project(file, gcs_prefix)
+    storage = proj.storage
+    for node in proj.graph.nodes.values():
+        marker = status_path(node.output_path)
+        stored = json.loads(storage.read_text(marker) or "{}")
+        assert stored.pop("drift")  # every run of this version records one
+        storage.write_atomic(marker, json.dumps(stored))
+    storage.remove(Storage.join(gcs_prefix, INDEX_DIR))
+    shown, requests = count(gcs_emulator, lambda: plan_cli(marinfile, gcs_prefix))
+    assert "4 to skip" in shown and "d: note: command changed since the stored run" in shown, shown
+    assert shown.count("note:") == 1 and "not checked" not in shown and requests >= 4 + 4  # markers and infos read
 
 
 def test_a_summary_edited_by_hand_never_makes_a_step_done(gcs_emulator: Emulator, gcs_prefix: str, project: Path) -> None:

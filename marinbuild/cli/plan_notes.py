@@ -19,8 +19,15 @@ def drift_lines(project: Project, plan: Plan) -> list[str]:
     from marinbuild.store.drift import drift_notes
 
     kept = [n for n in plan.order if plan.decisions[n].action is Action.SKIP]
-    notes = drift_notes(project.storage, project.graph, kept)
-    return [f"{name}: note: {note}" for name in kept for note in notes.get(name, ())]
+    found = drift_notes(project.storage, project.graph, kept, plan.statuses)
+    lines = [f"{name}: note: {note}" for name in kept for note in found.notes.get(name, ())]
+    if found.unchecked:
+        count = len(found.unchecked)
+        lines.append(
+            f"note: drift not checked for {count} up-to-date step{'s' if count != 1 else ''} recorded by an earlier "
+            f"marinbuild (a request each on this store); `marinbuild why STEP` checks one"
+        )
+    return lines
 
 
 def why_extras(project: Project, name: str, info: Mapping[str, Any] | None, own: bool) -> list[str]:

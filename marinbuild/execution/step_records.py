@@ -42,7 +42,7 @@ from marinbuild.redact import redact_env
 from marinbuild.resolve import render_command, resolve_config
 from marinbuild.resources import ResourceConfig
 from marinbuild.steps import Step
-from marinbuild.store.drift import code_record
+from marinbuild.store.drift import code_record, drift_digest
 from marinbuild.store.lease import LeaseRecord, LeaseSettings, Owner, Verdict, Watch, judge, observe, read_leases
 from marinbuild.store.markers import (
     FAILED,
@@ -381,7 +381,8 @@ def record(storage: Storage, output: str, info: dict[str, Any], outcome: Outcome
     write_info(storage, output, info)
     status = SUCCESS if outcome.ok else FAILED
     write_status(storage, output, status, error=error, duration=outcome.duration, owner=owner,
-                 name=info.get("name"), identity=info.get("identity"))
+                 name=info.get("name"), identity=info.get("identity"),
+                 drift=drift_digest(info) if outcome.ok else None)
 
 
 def to_jsonable(value: Any) -> Any:

@@ -8,6 +8,14 @@ that record with the Marinfile as it is now (:func:`drift_notes`)::
 
     note: train: command changed since the stored run; not part of the identity: --force it or make it versioned
 
+Reading every info JSON would cost ``plan`` a request per up-to-date step on a remote
+store, so the SUCCESS marker (and its summary entry, :mod:`marinbuild.store.index`) carries
+a digest of that record (:func:`drift_digest`): ``plan`` computes the digest of each step
+as it is now and reads the info JSON only of the steps whose digest differs. A marker
+written before markers held a digest says nothing either way: on local disk its info JSON
+is read; on a remote store it is read only for a few such steps, and the others are
+counted in one note (a run, or ``why``, checks them).
+
 A step declared with ``step(..., hash_code=True)`` has its command or function source in
 its identity instead, so an edit reruns it and no note is needed.
 
@@ -21,17 +29,20 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+import xxhash
 
 from marinbuild.config_walk import LEAF_TYPES, children, describe_leaf, is_placeholder, join_path
 from marinbuild.graph import Node, StepGraph
 from marinbuild.identity import source_digest
 from marinbuild.staleness import Change, diff_payloads
 from marinbuild.steps import Step
-from marinbuild.store.markers import info_path, read_info
+from marinbuild.store.markers import StatusRecord, info_path, read_info
 from marinbuild.store.storage import Storage
 
-__all__ = ["code_record", "drift_notes", "plain_fields", "root_changes", "step_drift"]
+__all__ = ["Drift", "code_record", "drift_digest", "drift_notes", "plain_fields", "root_changes", "step_drift"]
 
 _ADVICE = "not part of the identity: --force it or make it versioned"
 _REF = re.compile(r"^(?P<name>.+)-(?P<identity>[0-9a-f]{16})(?:/.*)?$")
@@ -93,6 +104,29 @@ def code_record(step: Step) -> dict[str, Any]:
     }
 
 
+_CODE_FIELDS = ("command_template", "function_source", "plain_config")
+
+
+def drift_digest(record: Mapping[str, Any]) -> str | None:
+    """xxh3-64 of a :func:`code_record` (or of an info JSON holding one); None when it has none.
+
+    Two records with the same digest give no drift notes, so ``plan`` need not read the
+    info JSON of a step whose stored digest equals the one it computes now.
+
+    >>> drift_digest({"command_template": "echo hi", "function_source": None, "plain_config": {"lr": 0.1}})
+    '85c4253ae72011d8'
+    >>> drift_digest({"name": "no code record"}) is None
+    True
+    """
+    if not all(k in record for k in _CODE_FIELDS):
+        return None
+    try:
+        text = json.dumps([record[k] for k in _CODE_FIELDS], sort_keys=True, default=repr)
+    except (TypeError, ValueError):
+        return None  # keys JSON cannot sort: no digest, and plan reads the info JSON
+    return xxhash.xxh3_64_hexdigest(text.encode("utf-8"))
+
+
 def step_drift(step: Step, info: Mapping[str, Any]) -> list[str]:
     """Notes for what differs between ``step`` now and the run that wrote ``info`` (none: nothing drifted).
 
@@ -118,15 +152,51 @@ def step_drift(step: Step, info: Mapping[str, Any]) -> list[str]:
     return notes
 
 
-def drift_notes(storage: Storage, graph: StepGraph, names: Iterable[str]) -> dict[str, list[str]]:
-    """Drift notes of the named steps (those a plan leaves up to date), read in one batch."""
+@dataclass(frozen=True)
+class Drift:
+    """What :func:`drift_notes` found: notes by step, and the steps it could not check cheaply."""
+
+    notes: dict[str, list[str]] = field(default_factory=dict)
+    unchecked: tuple[str, ...] = ()
+    """Steps whose marker holds no drift digest, left unread on a remote store."""
+    read: int = 0
+    """How many info JSON files were read."""
+
+
+UNCHECKED_READ_LIMIT = 50
+"""On a remote store, the info JSON of at most this many digest-less markers is read."""
+
+
+def drift_notes(
+    storage: Storage, graph: StepGraph, names: Iterable[str], statuses: Mapping[str, StatusRecord] | None = None
+) -> Drift:
+    """Drift notes of the named steps (those a plan leaves up to date), read in one batch.
+
+    ``statuses`` (by output path, as the plan read them) lets a step whose stored drift
+    digest equals its digest now go unread; without it every info JSON is read.
+    """
     nodes = [graph.nodes[n] for n in names]
-    if not nodes:
-        return {}
-    paths = [info_path(node.output_path) for node in nodes]
+    doubtful: list[Node] = []
+    undigested: list[Node] = []
+    for node in nodes:
+        record = statuses.get(node.output_path) if statuses is not None else None
+        if record is None:
+            doubtful.append(node)
+        elif record.drift is None:
+            undigested.append(node)
+        elif record.drift != drift_digest(code_record(node.step)):
+            doubtful.append(node)
+    unchecked: list[Node] = []
+    if storage.keeps_summary and len(undigested) > UNCHECKED_READ_LIMIT:
+        unchecked = undigested  # a request each: a run of this version records the digest
+    else:
+        doubtful += undigested
+    if not doubtful:
+        return Drift(unchecked=tuple(n.name for n in unchecked))
+    paths = [info_path(node.output_path) for node in doubtful]
     texts = storage.read_many(paths)
     out: dict[str, list[str]] = {}
-    for node, path in zip(nodes, paths, strict=True):
+    for node, path in zip(doubtful, paths, strict=True):
         text = texts.get(path)
         try:
             info = json.loads(text) if text else None
@@ -136,7 +206,7 @@ def drift_notes(storage: Storage, graph: StepGraph, names: Iterable[str]) -> dic
             notes = step_drift(node.step, info)
             if notes:
                 out[node.name] = notes
-    return out
+    return Drift(out, tuple(n.name for n in unchecked), len(paths))
 
 
 def root_changes(storage: Storage, graph: StepGraph, node: Node, old_payload: Mapping[str, Any]) -> list[str]:

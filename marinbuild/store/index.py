@@ -6,9 +6,11 @@ empty object whose *name* says the status, all in one folder::
 
     PREFIX/.marinbuild/index/KEY@IDENTITY@RUNNING/e
     PREFIX/.marinbuild/index/KEY@IDENTITY@FAILED/e
-    PREFIX/.marinbuild/index/KEY@IDENTITY@SUCCESS@TIME@DURATION@CHECK/e
+    PREFIX/.marinbuild/index/KEY@IDENTITY@SUCCESS@TIME@DURATION@DRIFT@CHECK/e
 
-``KEY`` is the output path relative to the prefix, escaped into one name. Each entry is a
+``KEY`` is the output path relative to the prefix, escaped into one name; ``DRIFT`` is the
+marker's drift digest (``-`` for none), so that ``plan`` can tell drift without reading any
+info JSON (entries of earlier versions lack it and the field). Each entry is a
 "folder" holding one empty object, so that a listing of the index (with a delimiter)
 returns bare names, 1,000 a request on GCS, not object resources. The marker stays the source of truth; an entry is only
 believed when nothing can be wrong with it:
@@ -67,29 +69,30 @@ class Entry:
     time: float = 0.0
     duration: float | None = None
     check: str = ""
+    drift: str | None = None
 
     @property
     def name(self) -> str:
         parts = [_escape(self.key), self.identity, self.status]
         if self.status == SUCCESS:
-            parts += [repr(self.time), "-" if self.duration is None else repr(self.duration), self.check]
+            parts += [repr(self.time), "-" if self.duration is None else repr(self.duration), self.drift or "-", self.check]
         return _SEP.join(parts)
 
     @property
     def sound(self) -> bool:
         """Whether a SUCCESS entry's check matches its fields (a hand edit breaks it)."""
-        return self.status != SUCCESS or self.check == _check(self.key, self.identity, self.time, self.duration)
+        return self.status != SUCCESS or self.check == _check(self.key, self.identity, self.time, self.duration, self.drift)
 
     @classmethod
-    def success(cls, key: str, identity: str, time: float, duration: float | None) -> Entry:
-        return cls(key, identity, SUCCESS, time, duration, _check(key, identity, time, duration))
+    def success(cls, key: str, identity: str, time: float, duration: float | None, drift: str | None = None) -> Entry:
+        return cls(key, identity, SUCCESS, time, duration, _check(key, identity, time, duration, drift), drift)
 
     @classmethod
     def parse(cls, name: str) -> Entry | None:
         parts = name.split(_SEP)
         if len(parts) == 3 and parts[2] in (RUNNING, FAILED):
             return cls(_unescape(parts[0]), parts[1], parts[2])
-        if len(parts) == 6 and parts[2] == SUCCESS:
+        if len(parts) in (6, 7) and parts[2] == SUCCESS:  # six: written before entries held a drift digest
             try:
                 time = float(parts[3])
                 duration = None if parts[4] == "-" else float(parts[4])
@@ -97,12 +100,14 @@ class Entry:
                 return None
             if not math.isfinite(time) or (duration is not None and not math.isfinite(duration)):
                 return None
-            return cls(_unescape(parts[0]), parts[1], SUCCESS, time, duration, parts[5])
+            drift = parts[5] if len(parts) == 7 and parts[5] != "-" else None
+            return cls(_unescape(parts[0]), parts[1], SUCCESS, time, duration, parts[-1], drift)
         return None
 
 
-def _check(key: str, identity: str, time: float, duration: float | None) -> str:
-    return xxhash.xxh3_64_hexdigest(f"{key}\0{identity}\0{time!r}\0{duration!r}".encode())[:12]
+def _check(key: str, identity: str, time: float, duration: float | None, drift: str | None = None) -> str:
+    fields = f"{key}\0{identity}\0{time!r}\0{duration!r}" + (f"\0{drift}" if drift is not None else "")
+    return xxhash.xxh3_64_hexdigest(fields.encode())[:12]
 
 
 def _escape(key: str) -> str:
@@ -157,7 +162,7 @@ class StatusIndex:
         entry = entries[0]
         if entry.identity != identity or not entry.sound or entry.status == FAILED:
             return None  # a FAILED step's error is in its marker only
-        return StatusRecord(entry.status, entry.time, duration=entry.duration, identity=identity)
+        return StatusRecord(entry.status, entry.time, duration=entry.duration, identity=identity, drift=entry.drift)
 
     def _known(self, key: str) -> list[Entry] | None:
         with self._guard:
@@ -188,7 +193,7 @@ class StatusIndex:
                 self.storage.write_atomic(marker, text)
         else:
             if record.status == SUCCESS:
-                entry = Entry.success(key, record.identity, record.time, record.duration)
+                entry = Entry.success(key, record.identity, record.time, record.duration, record.drift)
             else:
                 entry = Entry(key, record.identity, FAILED)
             running = self.path(Entry(key, record.identity, RUNNING))
@@ -232,7 +237,7 @@ def entry_names(storage: Storage, items: Iterable[tuple[str, str, StatusRecord]]
         if key is None:
             continue
         if record.status == SUCCESS:
-            entry = Entry.success(key, identity, record.time, record.duration)
+            entry = Entry.success(key, identity, record.time, record.duration, record.drift)
         else:
             entry = Entry(key, identity, record.status)
         out.append(index.path(entry))

@@ -73,6 +73,10 @@ class StatusRecord:
     """The step the status was written for (absent in markers of earlier versions)."""
     identity: str | None = None
     """The identity it was written for: the status counts for this identity only."""
+    drift: str | None = None
+    """A digest of what the run recorded outside its identity (command, function source,
+    plain fields; see :mod:`marinbuild.store.drift`): ``plan`` reads the info JSON only
+    where the digest it computes now differs."""
     leased_by: str | None = field(default=None, compare=False)
     """Not stored: the live lease of a RUNNING step, as ``project.probe`` found it."""
     mismatch: str | None = field(default=None, compare=False)
@@ -129,6 +133,7 @@ def parse_status(text: str, path: str) -> StatusRecord:
         owner=_text(raw.get("owner")),
         name=_text(raw.get("name")),
         identity=_text(raw.get("identity")),
+        drift=_digest(raw.get("drift")),
     )
 
 
@@ -143,6 +148,13 @@ def _text(value: Any) -> str | None:
     if value is None:
         return None
     return _clip(value if isinstance(value, str) else json.dumps(value, default=repr), _MAX_TEXT)
+
+
+def _digest(value: Any) -> str | None:
+    # Anything but a short hex digest (a hand edit) is no digest: plan then reads the info JSON.
+    if isinstance(value, str) and 0 < len(value) <= 32 and all(c in "0123456789abcdef" for c in value):
+        return value
+    return None
 
 
 def _clip(text: str, limit: int) -> str:
