@@ -65,9 +65,19 @@ def populate(prefix: str, marinfile: Path, state: str) -> None:
     nodes = list(graph.nodes.values())
     files: dict[str, str] = {}
     records = []
+    try:
+        from marinbuild.store.drift import code_record, drift_digest  # what this version records
+
+        def digest(step: Any) -> dict[str, Any]:
+            return {"drift": drift_digest(code_record(step))} if state == "SUCCESS" else {}
+    except ImportError:
+
+        def digest(step: Any) -> dict[str, Any]:
+            return {}
+
     for node in nodes:
         record = StatusRecord(state, time.time(), duration=0.01 if state == "SUCCESS" else None, name=node.name,
-                              identity=node.identity)
+                              identity=node.identity, **digest(node.step))
         records.append((node.output_path, node.identity, record))
         files[status_path(node.output_path)] = record.to_json()
     if state == "RUNNING":

@@ -126,6 +126,8 @@ def test_plan_status_and_noop_run_of_2000_steps_in_a_few_requests(
     populate(gcs_prefix, many, RUNNING)
     plan, requests = count(gcs_emulator, lambda: marinbuild.plan(file=file, prefix=gcs_prefix))
     assert "skip" not in plan.counts() and requests <= N + 4, requests  # waited for, never skipped
+    shown, requests = count(gcs_emulator, lambda: plan_cli(many, gcs_prefix))
+    assert requests <= N + 4, requests  # estimates read no info JSON of a step the summary shows running
     rows, requests = count(gcs_emulator, lambda: status_rows(many, gcs_prefix))
     assert {r["status"] for r in rows} == {RUNNING} and all(r["lease"] for r in rows)
     assert requests <= N + 4, requests  # the leases are read once, not again for the table

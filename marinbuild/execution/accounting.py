@@ -211,12 +211,16 @@ def estimates_for(storage: Any, graph: Any, names: Sequence[str]) -> dict[str, E
     """
     from marinbuild.execution.retries import LEDGER
     from marinbuild.store.history import RunIndex
+    from marinbuild.store.index import index_of
     from marinbuild.store.markers import info_path
 
     if not names:
         return {}
     index = RunIndex(storage, graph, names)
-    paths = {n: index.outputs(graph.nodes[n]) for n in names}  # outputs that exist: a step never run costs no read
+    summary = index_of(storage)
+    # Outputs that exist (a step never run costs no read), less those the status summary
+    # shows running or failed: 10,000 steps running elsewhere would cost 10,000 misses.
+    paths = {n: [p for p in index.outputs(graph.nodes[n]) if not summary.without_success(p)] for n in names}
     wanted = [p for ps in paths.values() for p in ps]
     infos = storage.read_many([info_path(p) for p in wanted])
     ledgers = storage.read_many([storage.join(p, LEDGER) for p in wanted if info_path(p) in infos])

@@ -164,6 +164,17 @@ class StatusIndex:
             return None  # a FAILED step's error is in its marker only
         return StatusRecord(entry.status, entry.time, duration=entry.duration, identity=identity, drift=entry.drift)
 
+    def without_success(self, output: str) -> bool:
+        """Whether this process's last listing shows ``output`` with entries and none of them SUCCESS.
+
+        Such an output is running or failed: its info JSON, if any, tells of no successful
+        run (or of one being redone), so history readers may skip it. False where unsure.
+        """
+        key = self.key(output)
+        with self._guard:
+            entries = self._seen.get(key) if self._seen is not None and key is not None else None
+        return bool(entries) and all(e.status != SUCCESS for e in entries or ())
+
     def _known(self, key: str) -> list[Entry] | None:
         with self._guard:
             return None if self._seen is None else list(self._seen.get(key, ()))
