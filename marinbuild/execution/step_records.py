@@ -29,6 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from marinbuild.backends.base import Job, Outcome
@@ -50,10 +51,11 @@ from marinbuild.store.markers import (
     RUNNING,
     SUCCESS,
     StatusRecord,
+    info_path,
+    info_text,
     log_path,
     read_statuses,
     status_path,
-    write_info,
     write_status,
 )
 from marinbuild.store.mirror import ensure_mirrored, find_mirrored
@@ -292,9 +294,13 @@ def commit(
             outcome = dataclasses.replace(outcome, ok=False, error=changed)
     storage = ctx.storage
     try:
+        beside: dict[str, bytes] = {}
         if not storage.is_local and os.path.exists(job.log_file):
-            storage.put_file(job.log_file, log_path(job.output_path))
-        record(storage, job.output_path, info, outcome, owner=_owner())
+            if os.path.getsize(job.log_file) <= _LOG_WITH_INFO:
+                beside[log_path(job.output_path)] = Path(job.log_file).read_bytes()
+            else:
+                storage.put_file(job.log_file, log_path(job.output_path))  # streamed, not held in memory
+        record(storage, job.output_path, info, outcome, owner=_owner(), beside=beside)
     except (MarinbuildError, OSError) as e:
         error = f"could not record {'SUCCESS' if outcome.ok else 'the failure'} in {job.output_path}: {_storage_problem(e)}"
         _give_up_running(storage, job.output_path, info, error)
@@ -372,13 +378,28 @@ def clear_output(storage: Storage, out: str) -> None:
             storage.remove(Storage.join(markers, entry))
 
 
-def record(storage: Storage, output: str, info: dict[str, Any], outcome: Outcome, owner: str | None = None) -> None:
-    """Write the final info, then the status: the part of :func:`commit` a remote executor repeats."""
+_LOG_WITH_INFO = 16 << 20
+"""A log up to this size is uploaded together with the info JSON (one overlapped batch)."""
+
+
+def record(
+    storage: Storage,
+    output: str,
+    info: dict[str, Any],
+    outcome: Outcome,
+    owner: str | None = None,
+    beside: Mapping[str, str | bytes] | None = None,
+) -> None:
+    """Write the final info (and ``beside``: files that must precede the status), then the status.
+
+    The part of :func:`commit` a remote executor repeats. The info JSON and ``beside`` go
+    out together: on a remote store one round trip, not one per file.
+    """
     error = None if outcome.ok else outcome.error
     info = {**info, "end_time": outcome.ended, "duration": outcome.duration}
     if error is not None:
         info["error"] = error
-    write_info(storage, output, info)
+    storage.write_many({info_path(output): info_text(info), **(beside or {})})
     status = SUCCESS if outcome.ok else FAILED
     write_status(storage, output, status, error=error, duration=outcome.duration, owner=owner,
                  name=info.get("name"), identity=info.get("identity"),
