@@ -4,7 +4,9 @@ Put it between marinbuild and the storage emulator (``STORAGE_EMULATOR_HOST`` po
 the proxy) and every request pays ``--delay`` seconds before it is forwarded, as a request
 to a real bucket pays its round trip. Requests are forwarded concurrently, so a client that
 overlaps its requests gains what it would gain against GCS; one that waits for each answer
-before asking again pays the delay each time. The proxy counts what it forwarded.
+before asking again pays the delay each time. With ``--log FILE`` it writes a line per
+request when answered: ``START END METHOD PATH`` (times from ``time.time()``), from which
+tests read which requests were in flight together.
 
     python -m bench.latency_proxy --upstream http://127.0.0.1:9023 --port 9100 --delay 0.05
 """
@@ -18,6 +20,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 
@@ -27,9 +30,10 @@ _HOP_BY_HOP = frozenset(
 )
 
 
-def make_app(upstream: str, delay: float) -> web.Application:
+def make_app(upstream: str, delay: float, log: str | None = None) -> web.Application:
     """The proxy as an aiohttp application: each request waits ``delay`` s, then goes upstream."""
     app = web.Application(client_max_size=1 << 30)
+    journal = open(log, "a", buffering=1) if log else None  # noqa: SIM115 - open for the app's life
     state: dict[str, ClientSession] = {}
 
     async def start(app: web.Application) -> None:
@@ -42,6 +46,14 @@ def make_app(upstream: str, delay: float) -> web.Application:
         await state["session"].close()
 
     async def forward(request: web.Request) -> web.StreamResponse:
+        began = time.time()
+        try:
+            return await relay(request)
+        finally:
+            if journal is not None:
+                journal.write(f"{began:.6f} {time.time():.6f} {request.method} {request.rel_url.raw_path_qs}\n")
+
+    async def relay(request: web.Request) -> web.StreamResponse:
         body = await request.read()
         await asyncio.sleep(delay)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
@@ -78,14 +90,15 @@ class Proxy:
             self.process.wait()
 
 
-def start_proxy(upstream: str, delay: float) -> Proxy:
+def start_proxy(upstream: str, delay: float, log: str | None = None) -> Proxy:
     """Start the proxy in its own process on a free loopback port; return once it accepts."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
     process = subprocess.Popen(
         [sys.executable, "-m", "bench.latency_proxy", "--upstream", upstream, "--port", str(port),
-         "--delay", str(delay)],
+         "--delay", str(delay), *(["--log", log] if log else [])],
+        cwd=Path(__file__).resolve().parent.parent,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -108,8 +121,9 @@ def main() -> None:
     parser.add_argument("--upstream", required=True, help="where requests go, e.g. http://127.0.0.1:9023")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--delay", type=float, default=0.05, help="seconds added to each request (default 0.05)")
+    parser.add_argument("--log", help="write START END METHOD PATH here for each request")
     args = parser.parse_args()
-    web.run_app(make_app(args.upstream.rstrip("/"), args.delay), host="127.0.0.1", port=args.port, print=None)
+    web.run_app(make_app(args.upstream.rstrip("/"), args.delay, args.log), host="127.0.0.1", port=args.port, print=None)
 
 
 if __name__ == "__main__":

@@ -18,15 +18,24 @@ exception while preparing, launching or recording one step fails that step with 
 
 Readiness comes from the plan's networkx graph: a step is ready once every dependency
 that runs in this plan has succeeded.
+
+What a step asks of the store on its way in (its claim, its RUNNING marker) and on its way
+out (its final markers, the lease let go) is a dozen round trips. On local disk these take
+microseconds and run on the loop itself; on a remote store (``Storage.keeps_summary``)
+they run on a pool of store threads (:class:`_StoreWork`), so that steps claim, start and
+commit side by side instead of one round trip after another. Their results come back to
+the loop as events: only the loop changes the scheduler's state or talks to the reporter.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 import queue
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -71,6 +80,77 @@ class _ClaimLost:
     """Event: the claim of a running step was lost; the step must be cancelled."""
 
     reason: str
+
+
+@dataclass(frozen=True)
+class _StoreDone:
+    """Event: a step's store work finished on a store thread; ``then(result)`` runs on the loop."""
+
+    then: Callable[[Any], None]
+    result: Any
+
+
+@dataclass(frozen=True)
+class _Claimed:
+    """What claiming and preparing a step came to (worked out on a store thread).
+
+    ``kind``: ``go`` (``job`` and ``info`` set), ``done`` (finished elsewhere), ``wait``
+    (leased elsewhere), ``busy`` (a dependency redone elsewhere), ``refused`` (the store
+    refused the lease) or ``unprepared`` (it could not be prepared; its FAILED marker is
+    written and its claim let go already).
+    """
+
+    kind: str
+    why: str = ""
+    job: Job | None = None
+    info: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class _Committed:
+    """How recording a step's outcome went (on a store thread); its claim is let go by then."""
+
+    outcome: Outcome | None = None
+    lost: str | None = None
+    """Set when another runner holds the step now: nothing was recorded."""
+    error: str | None = None
+    """Set when the outcome could not be recorded."""
+
+
+class _StoreWork:
+    """Where a step's store round trips run: inline on local disk, on a pool of threads otherwise."""
+
+    def __init__(self, events: queue.Queue[tuple[str, Any]], threads: int) -> None:
+        self._events = events
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="marinbuild-store") if threads else None
+        self.in_flight: set[str] = set()
+
+    def submit(self, name: str, work: Callable[[], Any], then: Callable[[Any], None]) -> None:
+        """Run ``work`` for step ``name``; ``then`` gets its result (or exception) on the loop."""
+        if self._pool is None:
+            then(_captured(work))
+            return
+        self.in_flight.add(name)
+        future = self._pool.submit(work)
+
+        def done(f: Future[Any]) -> None:
+            self._events.put((name, _StoreDone(then, f.exception() or f.result())))
+
+        future.add_done_callback(done)
+
+    def finished(self, name: str) -> None:
+        self.in_flight.discard(name)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+
+def _captured(work: Callable[[], Any]) -> Any:
+    try:
+        return work()
+    except Exception as e:
+        return e
 
 
 class _Unlimited:
@@ -136,10 +216,13 @@ class Scheduler:
         self.options = options
         self.admission = admission or _Unlimited()
         self.claims = claims or _NoClaims()
-        self.events: queue.Queue[tuple[str, Outcome | _ClaimLost]] = queue.Queue()
+        self.events: queue.Queue[tuple[str, Outcome | _ClaimLost | _StoreDone]] = queue.Queue()
         self.claims.watch(lambda name, why: self.events.put((name, _ClaimLost(why))))
         self.running: dict[str, _Active] = {}
         self.summary = Summary()
+        remote = getattr(ctx.storage, "keeps_summary", False)
+        self.store_work = _StoreWork(self.events, min(32, max(8, 2 * (options.jobs or 8))) if remote else 0)
+        self._starting: dict[str, Grant] = {}  # claimed and prepared on a store thread, not started yet
 
         to_run = plan.to_run()
         self._index = {n: i for i, n in enumerate(plan.order)}
@@ -168,6 +251,8 @@ class Scheduler:
             self._loop()
         except KeyboardInterrupt:
             self._interrupt()
+        finally:
+            self.store_work.close()
         self.summary.not_started = (
             self.summary.total - self.summary.done - len(self.summary.failed)
         )
@@ -178,7 +263,7 @@ class Scheduler:
         while True:
             if not self._stopping:
                 self._start_ready()
-            if not self.running and not (self._waiting and not self._stopping):
+            if not self.running and not self.store_work.in_flight and not (self._waiting and not self._stopping):
                 self._give_up_on_blocked()
                 return
             try:
@@ -187,8 +272,11 @@ class Scheduler:
                 continue
             self._handle(name, event)
 
-    def _handle(self, name: str, event: Outcome | _ClaimLost) -> None:
-        if isinstance(event, Outcome):
+    def _handle(self, name: str, event: Outcome | _ClaimLost | _StoreDone) -> None:
+        if isinstance(event, _StoreDone):
+            self.store_work.finished(name)
+            event.then(event.result)
+        elif isinstance(event, Outcome):
             self._finish(name, event)
         elif name in self.running:
             self.reporter.step_waiting(name, f"lease lost: {event.reason}; stopping it")
@@ -219,7 +307,7 @@ class Scheduler:
         capped = False
         misses = 0
         while self._ready and misses < 64:
-            if self.options.jobs is not None and len(self.running) >= self.options.jobs:
+            if self.options.jobs is not None and len(self.running) + len(self._starting) >= self.options.jobs:
                 capped = True
                 break
             item = heapq.heappop(self._ready)
@@ -241,31 +329,9 @@ class Scheduler:
                     break  # reserve: nothing later starts ahead of a step that waited this long
                 continue
             self._blocked_since.pop(name, None)
-            try:
-                verdict, why = self.claims.try_claim(node)
-            except (MarinbuildError, OSError) as e:
-                # The store refused even the lease (full, read-only): this step fails, the run goes on.
-                self.admission.release(grant)
-                self.claims.release(node)
-                where = e.filename if isinstance(e, OSError) and e.filename else node.output_path
-                problem = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-                self._failed(name, f"cannot take its lease ({where}): {problem}", "")
-                continue
-            if verdict == "done":
-                self.admission.release(grant)
-                self.summary.finished_elsewhere.append(name)
-                self.reporter.step_skipped(name, why)
-                self._succeeded(name)
-                continue
-            if verdict == "wait":
-                self.admission.release(grant)
-                if self._told_waiting.get(name) != why:
-                    self._told_waiting[name] = why
-                    self.reporter.step_waiting(name, why)
-                self._waiting[name] = now + self.options.poll_interval
-                self._waiting_for[name] = LEASE_WAIT
-                continue
-            self._launch(node, grant)
+            self._starting[name] = grant
+            self.store_work.submit(name, functools.partial(self._claim, node, grant),
+                                   functools.partial(self._claimed, node, grant))
         if self._ready:
             # Not looked at in this pass: behind the -j limit, or behind the steps deferred.
             short_of[JOBS_WAIT if capped else next(iter(short_of), JOBS_WAIT)] += len(self._ready)
@@ -288,24 +354,61 @@ class Scheduler:
             if tell is not None:
                 tell(counts)
 
-    def _launch(self, node: Node, grant: Grant) -> None:
+    def _claim(self, node: Node, grant: Grant) -> _Claimed:
+        """Claim the step and prepare it (RUNNING marker and all); runs on a store thread."""
+        try:
+            verdict, why = self.claims.try_claim(node)
+        except (MarinbuildError, OSError) as e:
+            # The store refused even the lease (full, read-only): this step fails, the run goes on.
+            self.claims.release(node)
+            where = e.filename if isinstance(e, OSError) and e.filename else node.output_path
+            problem = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            return _Claimed("refused", f"cannot take its lease ({where}): {problem}")
+        if verdict != "go":
+            return _Claimed(verdict, why)
         try:
             job, info = prepare(self.ctx, node, dict(grant.env), grant.cores, grant.timeout)
         except DependencyBusy as e:
             # A dependency is being redone elsewhere: wait for it as for a step leased elsewhere.
-            self.admission.release(grant)
             self.claims.release(node)
-            if self._told_waiting.get(node.name) != str(e):
-                self._told_waiting[node.name] = str(e)
-                self.reporter.step_waiting(node.name, str(e))
-            self._waiting[node.name] = time.monotonic() + self.options.poll_interval
-            self._waiting_for[node.name] = "a dependency redone elsewhere"
-            return
+            return _Claimed("busy", str(e))
         except Exception as e:
             # A step that cannot be prepared (an input too big to mirror, a value no command
             # can hold, a bug) fails alone; the run goes on with the others.
-            self._not_started(node, grant, _describe(e))
+            return _Claimed("unprepared", self._give_up(node, _describe(e)))
+        return _Claimed("go", why, job, info)
+
+    def _claimed(self, node: Node, grant: Grant, result: _Claimed | BaseException) -> None:
+        """Act on a claim, on the loop: start the step, or say why it waits, was done, or failed."""
+        name = node.name
+        self._starting.pop(name, None)
+        if isinstance(result, BaseException):
+            self.admission.release(grant)
+            self._failed(name, f"could not be claimed: {_describe(result)}", "")
             return
+        if result.kind != "go":
+            self.admission.release(grant)
+        if result.kind in ("refused", "unprepared"):
+            self._failed(name, result.why, "")
+        elif result.kind == "done":
+            self.summary.finished_elsewhere.append(name)
+            self.reporter.step_skipped(name, result.why)
+            self._succeeded(name)
+        elif result.kind in ("wait", "busy"):
+            if self._told_waiting.get(name) != result.why:
+                self._told_waiting[name] = result.why
+                self.reporter.step_waiting(name, result.why)
+            self._waiting[name] = time.monotonic() + self.options.poll_interval
+            self._waiting_for[name] = LEASE_WAIT if result.kind == "wait" else "a dependency redone elsewhere"
+        elif self.summary.interrupted:
+            # Claimed while Ctrl-C was being handled: it never starts, and says so.
+            self.admission.release(grant)
+            self._failed(name, self._give_up(node, "interrupted before it started"), "")
+        else:
+            assert result.job is not None and result.info is not None
+            self._launch(node, grant, result.job, result.info)
+
+    def _launch(self, node: Node, grant: Grant, job: Job, info: dict[str, Any]) -> None:
         name = node.name
         starting = getattr(self.reporter, "step_starting", None)
         if starting is not None:
@@ -328,30 +431,52 @@ class Scheduler:
     def _not_started(self, node: Node, grant: Grant, error: str) -> None:
         """A step that failed before it started: its marker says FAILED, its grant and claim go back."""
         self.admission.release(grant)
+        self._failed(node.name, self._give_up(node, error), "")
+
+    def _give_up(self, node: Node, error: str) -> str:
+        """Write the FAILED marker of a step that never started and let its claim go; the error to report."""
         try:
             record_failure(self.ctx, node, error)
         except Exception as e:  # the store refused even that: the run still goes on
             error = f"{error} (and its FAILED status could not be written: {_describe(e)})"
         finally:
             self.claims.release(node)
-        self._failed(node.name, error, "")
+        return error
 
     def _finish(self, name: str, outcome: Outcome) -> None:
         active = self.running.pop(name)
         self.admission.release(active.grant, outcome.duration if outcome.ok else None)
+        self.store_work.submit(name, functools.partial(self._commit, active, outcome),
+                               functools.partial(self._committed, active))
+
+    def _commit(self, active: _Active, outcome: Outcome) -> _Committed:
+        """Record the outcome and let the claim go; runs on a store thread."""
         try:
-            outcome = commit(self.ctx, active.job, active.info, outcome, still_owner=lambda: not self.claims.lost(active.node))
+            recorded = commit(self.ctx, active.job, active.info, outcome,
+                              still_owner=lambda: not self.claims.lost(active.node))
         except LeaseLost as e:
-            # Another runner holds the step now: its outcome, not ours, will be recorded.
-            self.reporter.step_waiting(name, f"{e}; waiting for its new holder")
-            self._waiting[name] = time.monotonic() + self.options.poll_interval
-            return
+            return _Committed(lost=str(e))
         except Exception as e:
-            # The outcome could not be recorded: the step counts as failed, the run goes on.
-            self._failed(name, f"could not record its outcome: {_describe(e)}", active.job.log_file)
-            return
+            return _Committed(error=_describe(e))
         finally:
             self.claims.release(active.node)
+        return _Committed(recorded)
+
+    def _committed(self, active: _Active, result: _Committed | BaseException) -> None:
+        """Act on a recorded outcome, on the loop."""
+        name = active.node.name
+        if isinstance(result, BaseException):
+            result = _Committed(error=_describe(result))
+        if result.lost is not None:
+            # Another runner holds the step now: its outcome, not ours, will be recorded.
+            self.reporter.step_waiting(name, f"{result.lost}; waiting for its new holder")
+            self._waiting[name] = time.monotonic() + self.options.poll_interval
+            return
+        if result.error is not None or result.outcome is None:
+            # The outcome could not be recorded: the step counts as failed, the run goes on.
+            self._failed(name, f"could not record its outcome: {result.error}", active.job.log_file)
+            return
+        outcome = result.outcome
         if outcome.ok:
             self.reporter.step_finished(name, outcome.duration)
             self._succeeded(name)
@@ -376,7 +501,7 @@ class Scheduler:
         for active in self.running.values():
             active.handle.cancel("interrupted")
         deadline = time.monotonic() + 10
-        while self.running and time.monotonic() < deadline:
+        while (self.running or self.store_work.in_flight) and time.monotonic() < deadline:
             try:
                 name, event = self.events.get(timeout=max(0.1, deadline - time.monotonic()))
             except queue.Empty:

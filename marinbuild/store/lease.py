@@ -589,11 +589,13 @@ class Heartbeat:
         self.tick = tick
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._starting = threading.Lock()
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
-            self._thread.start()
+        with self._starting:  # claims are taken on several threads at once on a remote store
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
+                self._thread.start()
 
     def _run(self) -> None:
         next_due = time.monotonic() + self.interval

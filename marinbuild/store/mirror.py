@@ -23,6 +23,7 @@ import json
 import os
 import posixpath
 import re
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -83,9 +84,20 @@ def budget_gb(m: Mirrored) -> float:
         raise MirrorError(f"MARIN_MIRROR_BUDGET_GB must be a number of GB, not {raw!r}") from None
 
 
+_copying: dict[str, threading.Lock] = {}
+_copying_guard = threading.Lock()
+
+
 def ensure_mirrored(m: Mirrored, storage: Storage) -> str:
     """Copy ``m.source`` under ``storage``'s prefix unless a complete copy is there; its path."""
     target = mirror_target(storage.prefix, m.source)
+    with _copying_guard:
+        lock = _copying.setdefault(target, threading.Lock())
+    with lock:  # steps are prepared on several threads at once: one copy per process
+        return _mirror(m, storage, target)
+
+
+def _mirror(m: Mirrored, storage: Storage, target: str) -> str:
     marker = target + ".mirrored.json"
     if storage.read_text(marker) is not None:
         return target
