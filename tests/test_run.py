@@ -591,9 +591,12 @@ def test_an_output_path_or_a_file_in_it_is_a_target(project):
 
 
 def test_shell_completion_is_offered():
+    # The shell is named, not detected: detection walks up the process tree to a shell, and
+    # a test started from a service or a detached job has none above it.
     result = subprocess.run(
         [sys.executable, "-m", "marinbuild", "--show-completion", "bash"],
-        env=cli_env(), capture_output=True, text=True, timeout=60,
+        env=cli_env({"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}), capture_output=True, text=True,
+        timeout=60, start_new_session=True,
     )
     assert result.returncode == 0 and "_MARINBUILD_COMPLETE" in result.stdout
 

@@ -2,11 +2,11 @@
 
 For each ready step the scheduler asks :meth:`LeaseClaims.try_claim`:
 
-* the step's status is read first: ``SUCCESS`` written by another runner means ``done``;
-* otherwise the lease is acquired (created, adopted, or taken over when expired or
-  orphaned) or the step ``wait``\\ s, and is asked again a poll interval later;
-* after acquiring, the status is read again (another runner may have finished and let
-  go in between), so a finished step is never run twice.
+* the lease is acquired (created, adopted, or taken over when expired or orphaned) or
+  the step ``wait``\\ s, and is asked again a poll interval later;
+* once the lease is held the status is read: ``SUCCESS`` written by another runner (that
+  finished and let go before) means ``done`` and the lease goes back, so a finished step
+  is never run twice.
 
 While steps run, one heartbeat thread renews their leases. A renewal that finds another
 owner, or renewals failing for longer than the fence period, mark the step lost and call
@@ -77,10 +77,8 @@ class LeaseClaims:
         self._on_lost = on_lost
 
     def try_claim(self, node: Node) -> tuple[str, str]:
-        finished = self._finished_elsewhere(node)
-        if finished:
-            self._forget(node.name)
-            return "done", finished
+        # The status is read once the lease is held, not also before: a step finished
+        # elsewhere is rare, and a read before would cost every step a round trip.
         lease = self._lease_of(node)
         try:
             attempt = lease.try_acquire()
