@@ -43,6 +43,9 @@ class Job:
     timeout: float | None = None
     attempt: int = 1
     extra: Mapping[str, Any] = field(default_factory=dict)
+    previous_attempts: tuple[Mapping[str, Any], ...] | None = None
+    """Attempts earlier runs of the step recorded in its ledger, read while it was prepared
+    (off the run loop: on a remote store a read is a round trip); None: not read yet."""
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ __all__ = [
     "backoff_delay",
     "classify",
     "iso_time",
+    "read_attempts",
     "with_retries",
 ]
 
@@ -97,6 +98,16 @@ def attempt_entry(number: int, outcome: Outcome, host: str | None = None) -> dic
     }
 
 
+def read_attempts(storage: Storage, output_path: str) -> tuple[dict[str, Any], ...]:
+    """The attempts recorded in a step's ledger; none when it is absent or unreadable (it is then replaced)."""
+    try:
+        text = storage.read_text(Storage.join(output_path, LEDGER))
+        prior = json.loads(text) if text else {}
+        return tuple(a for a in prior.get("attempts", []) if isinstance(a, dict))
+    except (OSError, ValueError, AttributeError, StorageError):
+        return ()
+
+
 class AttemptLedger:
     """``attempts.json`` in a step's output folder, kept across runs of the step.
 
@@ -104,19 +115,21 @@ class AttemptLedger:
     Every write replaces the whole file atomically, so a reader never sees half of it.
     """
 
-    def __init__(self, output_path: str, step: str, head: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        output_path: str,
+        step: str,
+        head: Mapping[str, Any] | None = None,
+        previous: tuple[Mapping[str, Any], ...] | None = None,
+    ) -> None:
         self.storage = Storage.for_prefix(output_path)
         self.path = Storage.join(output_path, LEDGER)
         self.output_path = output_path
         self.head = {"step": step, **(head or {})}
-        self.previous: list[dict[str, Any]] = []
         self.entries: list[dict[str, Any]] = []
-        try:
-            text = self.storage.read_text(self.path)
-            prior = json.loads(text) if text else {}
-            self.previous = [a for a in prior.get("attempts", []) if isinstance(a, dict)]
-        except (OSError, ValueError, AttributeError, StorageError):
-            self.previous = []  # an unreadable ledger is replaced, not fatal
+        if previous is None:
+            previous = read_attempts(self.storage, output_path)
+        self.previous: list[dict[str, Any]] = [dict(a) for a in previous]
 
     @property
     def next_number(self) -> int:
@@ -166,7 +179,7 @@ class _RetryRun:
         self.owner = owner
         self.job = job
         self.on_done = on_done
-        self.ledger = AttemptLedger(job.output_path, job.name)
+        self.ledger = AttemptLedger(job.output_path, job.name, previous=job.previous_attempts)
         self.budget = owner.budget_of(job.name)
         self.backend = backend_label(owner.inner)
         self.failures = 0

@@ -28,6 +28,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,6 +37,7 @@ from marinbuild.backends.base import Job, Outcome
 from marinbuild.config_walk import LEAF_TYPES, MAPPING, RECORD, SET, children, describe_leaf, is_namedtuple
 from marinbuild.errors import LeaseLost, MarinbuildError, StorageError
 from marinbuild.execution.accounting import HELD_EXTRA, held_by
+from marinbuild.execution.retries import read_attempts
 from marinbuild.graph import Node
 from marinbuild.pyenv.launch import DECLARED_ENV_EXTRA, ENV_EXTRA
 from marinbuild.pyenv.spec import EnvSpec, environment_of
@@ -160,11 +162,11 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
         **ctx.provenance,
     }
     # The info JSON is written once, at the end, with both times; while the step runs its
-    # RUNNING status says who runs it and since when.
-    _stored(
+    # RUNNING status says who runs it and since when. The attempt ledger is read meanwhile.
+    previous = _while_reading_attempts(storage, out, lambda: _stored(
         f"write {status_file}",
         lambda: write_status(storage, out, RUNNING, owner=_owner(), name=s.name, identity=node.identity),
-    )
+    ))
     job = Job(
         name=s.name,
         output_path=out,
@@ -177,8 +179,23 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
         cores=cores,
         timeout=timeout,
         extra={**_extra(s, environment), HELD_EXTRA: held},
+        previous_attempts=previous,
     )
     return job, info
+
+
+def _while_reading_attempts(storage: Storage, output: str, write: Callable[[], Any]) -> tuple[dict[str, Any], ...]:
+    """Run ``write`` while the step's attempt ledger is read; the attempts it holds.
+
+    On a remote store the two requests are in flight together, one round trip instead of two.
+    """
+    if storage.is_local:
+        write()
+        return read_attempts(storage, output)
+    with ThreadPoolExecutor(1, thread_name_prefix="marinbuild-ledger") as pool:
+        reading = pool.submit(read_attempts, storage, output)
+        write()
+        return reading.result()
 
 
 def _extra(s: Step, environment: EnvSpec | None) -> dict[str, Any]:

@@ -100,6 +100,7 @@ class TpuDispatch:
             slices=slices,
             max_retries_preemption=self.budgets.preemption if preemption is None else preemption,
             max_retries_failure=self.budgets.failure if failure is None else failure,
+            previous_attempts=job.previous_attempts,
         )
         run = _TpuRun(self, tpu_job, job, on_done)
         if job.timeout is not None:

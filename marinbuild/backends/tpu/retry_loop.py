@@ -76,6 +76,8 @@ class TpuJob:
     setup: str = ""
     """Shell lines every host runs before ``command`` in the same shell (building the
     step's Python environment); kept out of ``attempts.json``."""
+    previous_attempts: tuple[Mapping[str, Any], ...] | None = None
+    """What earlier runs recorded in the ledger, when already read (``Job.previous_attempts``)."""
 
 
 @dataclass(frozen=True)
@@ -259,7 +261,7 @@ def run_tpu_step(
         "command": scrub(job.command, secrets_),
         "env": redact_env(job.env),
         "slices": [{"name": s.name, "tpu_type": s.tpu_type, "hosts": list(s.hosts)} for s in specs],
-    })
+    }, previous=job.previous_attempts)
     run_token = secrets.token_hex(6)
     held = {"cores": 0, "tpu_type": specs[0].tpu_type, "slices": len(specs),
             "tpu_chips": sum(tpu_topology(s.tpu_type).chips for s in specs), "tpu_hosts": sum(len(s.hosts) for s in specs)}
