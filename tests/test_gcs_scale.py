@@ -256,3 +256,18 @@ def test_a_runner_killed_before_its_marker_leaves_nothing_done(
     assert plan.decisions["slow"].action.value == "run"
     rows = status_rows(Path(file), gcs_prefix)
     assert rows[0]["status"] == RUNNING  # what its marker says; the killed runner's lease is not live
+
+
+def test_clean_takes_the_summary_entries_of_what_it_removed(gcs_emulator: Emulator, gcs_prefix: str, project: Path) -> None:
+    from typer.testing import CliRunner
+
+    file = str(write_marinfile(project, FEW))
+    assert marinbuild.run(file=file, prefix=gcs_prefix).ok
+    storage = open_project(file, gcs_prefix).storage
+    index = Storage.join(gcs_prefix, INDEX_DIR)
+    assert sorted(n.split("-")[0] for n in storage.list_names(index)) == ["a", "b", "c", "d"]
+    result = CliRunner().invoke(app, ["clean", "d", "-f", file, "--prefix", gcs_prefix, "--yes"])
+    assert result.exit_code == 0 and "removed 1 output" in result.output, result.output
+    assert sorted(n.split("-")[0] for n in storage.list_names(index)) == ["a", "b", "c"]
+    plan = marinbuild.plan(file=file, prefix=gcs_prefix)
+    assert {n: d.action.value for n, d in plan.decisions.items()} == {"a": "skip", "b": "skip", "c": "skip", "d": "run"}

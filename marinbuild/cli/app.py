@@ -601,6 +601,7 @@ def clean(
 ) -> None:
     """Delete the targets' current outputs, or (--orphans) outputs of old identities; running ones are left alone."""
     from marinbuild.store.clean import plan_clean, remove_output
+    from marinbuild.store.index import forget
 
     project = open_project(file, prefix)
     storage = project.storage
@@ -623,14 +624,15 @@ def clean(
     if not yes and not typer.confirm(f"Remove {len(victims)} output(s)?"):
         err.print("marinbuild: nothing removed", markup=False)
         raise typer.Exit(1)
-    removed = 0
+    removed: list[str] = []
     for p in victims:
         why = remove_output(storage, p, force=force)
         if why is None:
-            removed += 1
+            removed.append(p)
         else:
             err.print(f"marinbuild: leaving {p} alone: {why}", markup=False)
-    out.print(f"removed {removed} output(s)")
+    forget(storage, removed)  # their status summary entries (store/index.py)
+    out.print(f"removed {len(removed)} output(s)")
 
 
 def _command_names() -> frozenset[str]:

@@ -51,7 +51,7 @@ import xxhash
 from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, StatusRecord
 from marinbuild.store.storage import Storage
 
-__all__ = ["INDEX_DIR", "Entry", "StatusIndex", "entry_names", "index_of", "write_marker"]
+__all__ = ["INDEX_DIR", "Entry", "StatusIndex", "entry_names", "forget", "index_of", "write_marker"]
 
 INDEX_DIR = ".marinbuild/index"
 """The summary's folder, under the prefix."""
@@ -237,6 +237,23 @@ def index_of(storage: Storage) -> StatusIndex:
 def write_marker(storage: Storage, marker: str, output: str, record: StatusRecord) -> None:
     """Write a step's status marker together with its summary entry (what ``write_status`` calls)."""
     index_of(storage).write(marker, output, record)
+
+
+def forget(storage: Storage, outputs: Iterable[str]) -> int:
+    """Remove the summary entries of ``outputs`` (folders ``clean`` removed): one listing, one batch.
+
+    An entry left behind would be disbelieved anyway (its folder is gone); removing it keeps
+    the summary's listing short. Returns how many entries were removed.
+    """
+    if not storage.keeps_summary:
+        return 0
+    index = index_of(storage)
+    keys = {k for k in (index.key(o) for o in outputs) if k is not None}
+    if not keys:
+        return 0
+    stale = [index.path(e) for key, found in index.read().items() if key in keys for e in found]
+    storage.remove_many(stale)
+    return len(stale)
 
 
 def entry_names(storage: Storage, items: Iterable[tuple[str, str, StatusRecord]]) -> list[str]:
