@@ -12,6 +12,7 @@ another checkout (e.g. an older commit from ``git archive``) the same way first.
 
     python -m bench.gcs_run_requests -n 1000
     python -m bench.gcs_run_requests -n 200 --compare /tmp/before --json bench/results/gcs_run_requests.json
+    python -m bench.gcs_run_requests -n 200 -j 8 --delay 0.05 --compare /tmp/before
     python -m bench.gcs_run_requests --round-trips --delay 0.2 --compare /tmp/before
 """
 
@@ -51,8 +52,9 @@ def kind_of(method: str, url: str) -> str:
     return f"{method} {name}"
 
 
-def run_once(root: Path, n: int, workdir: Path, jobs: int) -> dict[str, Any]:
+def run_once(root: Path, n: int, workdir: Path, jobs: int, delay: float = 0.0) -> dict[str, Any]:
     emulator = start_emulator(workdir / f"emu-{root.name}")
+    proxy = start_proxy(emulator.endpoint, delay) if delay else None
     try:
         wf = workdir / f"wf-{root.name}"
         wf.mkdir()
@@ -60,6 +62,8 @@ def run_once(root: Path, n: int, workdir: Path, jobs: int) -> dict[str, Any]:
             f"from marinbuild import step\n\nSTEPS = [step(f'data/s{{i:05d}}', cmd='true') for i in range({n})]\n"
         )
         env = {**os.environ, **emulator.env, "PYTHONPATH": str(root)}
+        if proxy is not None:
+            env["STORAGE_EMULATOR_HOST"] = proxy.endpoint
         start = time.perf_counter()
         done = subprocess.run(
             [sys.executable, "-m", "marinbuild", "run", "-q", "-j", str(jobs), "--prefix", emulator.prefix()],
@@ -73,9 +77,12 @@ def run_once(root: Path, n: int, workdir: Path, jobs: int) -> dict[str, Any]:
             if m:
                 kinds[kind_of(m.group(1), m.group(2))] += 1
         total = sum(kinds.values())
-        return {"checkout": str(root), "steps": n, "rc": done.returncode, "seconds": round(seconds, 1),
-                "requests": total, "per_step": round(total / n, 2), "kinds": dict(kinds.most_common())}
+        return {"checkout": str(root), "steps": n, "jobs": jobs, "delay": delay, "rc": done.returncode,
+                "seconds": round(seconds, 1), "requests": total, "per_step": round(total / n, 2),
+                "kinds": dict(kinds.most_common())}
     finally:
+        if proxy is not None:
+            proxy.stop()
         emulator.stop()
 
 
@@ -115,23 +122,24 @@ def main() -> None:
     parser.add_argument("--compare", type=Path, help="run this other checkout first, the same way")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--round-trips", action="store_true", help="count sequential round trips of a one-step run")
-    parser.add_argument("--delay", type=float, default=0.2, help="seconds the proxy adds (with --round-trips)")
+    parser.add_argument("--delay", type=float, default=None,
+                        help="seconds a proxy adds to each request (default: no proxy; 0.2 with --round-trips)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each kind (with --round-trips)")
     args = parser.parse_args()
     results = []
     if args.round_trips:
         with tempfile.TemporaryDirectory() as tmp:
             for root in ([args.compare] if args.compare else []) + [ROOT]:
-                result = round_trips(root, Path(tmp), args.delay, args.repeats)
+                result = round_trips(root, Path(tmp), args.delay or 0.2, args.repeats)
                 results.append(result)
                 print(f"{result['checkout']}: {result['seconds_without']} s without, {result['seconds_with']} s with "
-                      f"{args.delay} s a request: {result['round_trips']} round trips one after another", flush=True)
+                      f"{args.delay or 0.2} s a request: {result['round_trips']} round trips one after another", flush=True)
         if args.json:
             args.json.write_text(json.dumps(results, indent=1) + "\n")
         return
     with tempfile.TemporaryDirectory() as tmp:
         for root in ([args.compare] if args.compare else []) + [ROOT]:
-            result = run_once(root, args.n, Path(tmp), args.j)
+            result = run_once(root, args.n, Path(tmp), args.j, args.delay or 0.0)
             results.append(result)
             print(f"{result['checkout']}: rc={result['rc']} {result['seconds']} s, {result['requests']} requests, "
                   f"{result['per_step']} per step", flush=True)
