@@ -306,10 +306,15 @@ class GcsConditionalStore:
         self.storage = storage
         self.fs: Any = storage.fs
         self._enforced: bool | None = None
+        self._probing = threading.Lock()
 
     @property
     def enforced(self) -> bool:
         """Whether the server honours generation preconditions (asked once, with a probe object)."""
+        with self._probing:  # steps take their leases on several threads at once: one probe
+            return self._probe()
+
+    def _probe(self) -> bool:
         if self._enforced is None:
             probe = Storage.join(self.storage.prefix, ".marinbuild", f"precondition-probe-{os.urandom(6).hex()}")
             first = self._post(probe, "0", "probe")
