@@ -61,6 +61,9 @@ class Outcome:
     cancelled: bool = False
     host: str | None = None
     """Where it ran, when not this machine (a Ray node)."""
+    records: Mapping[str, str] = field(default_factory=dict)
+    """Files to write with the step's record, before its final status (path -> text): the
+    attempt ledger, so that it costs no round trip of its own."""
 
     @property
     def duration(self) -> float:

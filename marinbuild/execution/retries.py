@@ -150,10 +150,13 @@ class AttemptLedger:
             self.entries.append(dict(entry))
         self.write()
 
+    def text(self) -> str:
+        """The ledger as written: its head and every attempt, earlier runs' first."""
+        return json.dumps({**self.head, "attempts": self.previous + self.entries}, indent=2) + "\n"
+
     def write(self) -> None:
-        doc = {**self.head, "attempts": self.previous + self.entries}
         self.storage.makedirs(self.output_path)
-        self.storage.write_atomic(self.path, json.dumps(doc, indent=2) + "\n")
+        self.storage.write_atomic(self.path, self.text())
 
 
 class Retrying:
@@ -203,27 +206,32 @@ class _RetryRun:
     def _attempt_done(self, number: int, outcome: Outcome) -> None:
         if self.first_start is None:
             self.first_start = outcome.started
-        try:
-            self.ledger.append({**attempt_entry(number, outcome), **attempt_extras(self.job.extra, self.backend)})
-        except Exception as e:  # a ledger that cannot be written must not hide the outcome
-            _note(self.job.log_file, f"marinbuild: could not write {LEDGER}: {type(e).__name__}: {e}")
+        entry = {**attempt_entry(number, outcome), **attempt_extras(self.job.extra, self.backend)}
         with self._lock:
             reason = self._reason
         retryable = not outcome.ok and not outcome.cancelled and not outcome.timed_out
         retryable = retryable and getattr(outcome, "retryable", True) and reason is None
-        if retryable and self.failures < self.budget:
-            self.failures += 1
-            delay = backoff_delay(self.failures)
-            _note(
-                self.job.log_file,
-                f"marinbuild: attempt {number} failed ({outcome.error}); "
-                f"retry {self.failures} of {self.budget} in {delay:.1f} s",
-            )
-            threading.Thread(target=self._retry_after, args=(delay,), daemon=True, name=f"retry-{self.job.name}").start()
+        if not (retryable and self.failures < self.budget):
+            # The last attempt: its entry is written with the step's record, in the same
+            # round trip as the info JSON (step_records.commit), not one before it.
+            self.ledger.entries.append(entry)
+            outcome = dataclasses.replace(outcome, records={**outcome.records, self.ledger.path: self.ledger.text()})
+            if self.failures and self.first_start is not None:
+                outcome = dataclasses.replace(outcome, started=self.first_start)
+            self.on_done(outcome)
             return
-        if self.failures and self.first_start is not None:
-            outcome = dataclasses.replace(outcome, started=self.first_start)
-        self.on_done(outcome)
+        try:
+            self.ledger.append(entry)
+        except Exception as e:  # a ledger that cannot be written must not hide the outcome
+            _note(self.job.log_file, f"marinbuild: could not write {LEDGER}: {type(e).__name__}: {e}")
+        self.failures += 1
+        delay = backoff_delay(self.failures)
+        _note(
+            self.job.log_file,
+            f"marinbuild: attempt {number} failed ({outcome.error}); "
+            f"retry {self.failures} of {self.budget} in {delay:.1f} s",
+        )
+        threading.Thread(target=self._retry_after, args=(delay,), daemon=True, name=f"retry-{self.job.name}").start()
 
     def _retry_after(self, delay: float) -> None:
         self._waiting.wait(delay)

@@ -302,7 +302,14 @@ def commit(
     status, never ``RUNNING``).
     """
     if isinstance(outcome, RecordedOutcome):
-        return outcome  # written beside the work by the step's holder; writing again could clobber a newer run
+        # Its markers were written beside the work by the step's holder; writing them again
+        # could clobber a newer run. Only what was left to write with them remains.
+        if outcome.records:
+            try:
+                ctx.storage.write_many(outcome.records)
+            except (MarinbuildError, OSError):
+                pass  # the ledger only explains; the step's own markers are written already
+        return outcome
     if still_owner is not None and not still_owner():
         raise LeaseLost(f"step {job.name} lost its lease; nothing recorded")
     if outcome.ok:
@@ -311,7 +318,7 @@ def commit(
             outcome = dataclasses.replace(outcome, ok=False, error=changed)
     storage = ctx.storage
     try:
-        beside: dict[str, bytes] = {}
+        beside: dict[str, str | bytes] = dict(outcome.records)
         if not storage.is_local and os.path.exists(job.log_file):
             if os.path.getsize(job.log_file) <= _LOG_WITH_INFO:
                 beside[log_path(job.output_path)] = Path(job.log_file).read_bytes()
