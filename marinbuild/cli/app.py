@@ -624,15 +624,18 @@ def clean(
     if not yes and not typer.confirm(f"Remove {len(victims)} output(s)?"):
         err.print("marinbuild: nothing removed", markup=False)
         raise typer.Exit(1)
-    removed: list[str] = []
+    # Their status summary entries go first (store/index.py): an entry outliving its folder
+    # could be believed again if a runner re-created the folder and stopped at once. One
+    # forgotten for a folder then left alone costs a marker read, never a wrong answer.
+    forget(storage, victims)
+    removed = 0
     for p in victims:
         why = remove_output(storage, p, force=force)
         if why is None:
-            removed.append(p)
+            removed += 1
         else:
             err.print(f"marinbuild: leaving {p} alone: {why}", markup=False)
-    forget(storage, removed)  # their status summary entries (store/index.py)
-    out.print(f"removed {len(removed)} output(s)")
+    out.print(f"removed {removed} output(s)")
 
 
 def _command_names() -> frozenset[str]:
