@@ -223,6 +223,7 @@ class Scheduler:
         remote = getattr(ctx.storage, "keeps_summary", False)
         self.store_work = _StoreWork(self.events, min(32, max(8, 2 * (options.jobs or 8))) if remote else 0)
         self._starting: dict[str, Grant] = {}  # claimed and prepared on a store thread, not started yet
+        self._lost_while_starting: dict[str, str] = {}
 
         to_run = plan.to_run()
         self._index = {n: i for i, n in enumerate(plan.order)}
@@ -281,6 +282,8 @@ class Scheduler:
         elif name in self.running:
             self.reporter.step_waiting(name, f"lease lost: {event.reason}; stopping it")
             self.running[name].handle.cancel(f"lease lost: {event.reason}")
+        elif name in self._starting:
+            self._lost_while_starting[name] = event.reason  # its claim is still on its way back
 
     def _give_up_on_blocked(self) -> None:
         # Nothing runs and nothing waits: whatever is still ready can never be admitted.
@@ -382,6 +385,12 @@ class Scheduler:
         """Act on a claim, on the loop: start the step, or say why it waits, was done, or failed."""
         name = node.name
         self._starting.pop(name, None)
+        lost = self._lost_while_starting.pop(name, None)
+        if lost is not None and isinstance(result, _Claimed) and result.kind == "go":
+            # Its lease was lost between the claim and now: it never starts; whoever holds
+            # the lease now runs it, or it is claimed again.
+            self.claims.release(node)
+            result = _Claimed("wait", f"lease lost before it started: {lost}")
         if isinstance(result, BaseException):
             self.admission.release(grant)
             self._failed(name, f"could not be claimed: {_describe(result)}", "")
