@@ -428,15 +428,27 @@ def test_a_takeover_on_this_machine_first_kills_what_is_left_of_the_previous_att
     me = Owner.current()
     dead = Owner(me.host, runner.pid, runner_started, "dead-runner", me.machine)
     # The dead runner's step, in a session of its own, still runs: not reaped by anyone yet.
-    leftover = subprocess.Popen(["sleep", "300"], start_new_session=True,
-                                env={TOKEN_VAR: step_token(output, dead.pid, dead.started)})
+    token = step_token(output, dead.pid, dead.started)
+    leftover = subprocess.Popen(["sleep", "300"], start_new_session=True, env={TOKEN_VAR: token})
     try:
+        # A leftover step has been running a while: wait until the kernel shows its token.
+        deadline = time.monotonic() + 10
+        while token.encode() not in Path(f"/proc/{leftover.pid}/environ").read_bytes():
+            assert time.monotonic() < deadline, "the leftover never showed its token"
+            time.sleep(0.01)
         assert store.create(path, LeaseRecord(dead, 1.0, 1.0, expiry=3600).to_json())
         lease = Lease(store, path, me, SETTINGS, clock=FakeClock(), clear_previous=lambda r: _clear_previous(r, output))
         attempt = lease.try_acquire()
         assert attempt.acquired and "its runner exited" in attempt.why
         # It was killed before the lease changed hands (only reaping is left).
-        assert leftover.wait(5) == -9
+        try:
+            code = leftover.wait(10)
+        except subprocess.TimeoutExpired:
+            code = None
+        assert code == -9, (
+            f"the leftover {leftover.pid} outlived the takeover ({attempt.why}); "
+            f"owner alive: {owner_alive(dead)}, its stat: {Path(f'/proc/{leftover.pid}/stat').read_text()[:80]!r}"
+        )
     finally:
         leftover.kill()
         leftover.wait()

@@ -94,14 +94,27 @@ def processes_with(token: str, *, prefix: bool = False, since_pid: int | None = 
     for pid in _candidates(since_pid, since):
         if pid == me:
             continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = b"\0" + f.read()
-        except OSError:  # gone, or another user's: a runner cannot have started it
+        env = _environ(pid)
+        if env is None:
             continue
         if needle in env if prefix else needle in env + b"\0":
             found.append(pid)
     return found
+
+
+def _environ(pid: int) -> bytes | None:
+    """A process's environment, led by a NUL; None when it is gone or not ours to read."""
+    for _ in range(3):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+        except OSError:  # gone, or another user's: a runner cannot have started it
+            return None
+        if env:
+            return b"\0" + env
+        # Empty: a zombie or a kernel thread, or a read that lost a race with the process's
+        # memory map (the kernel then returns nothing); asked again before being believed.
+    return b"\0"
 
 
 def kill_token(token: str, *, prefix: bool = False, since_pid: int | None = None, since: float | None = None,
@@ -112,10 +125,15 @@ def kill_token(token: str, *, prefix: bool = False, since_pid: int | None = None
     nothing (at most ``rounds`` times).
     """
     left: list[int] = []
+    clear = 0
     for _ in range(rounds):
         left = processes_with(token, prefix=prefix, since_pid=since_pid, since=since)
         if not left:
-            return []
+            clear += 1
+            if clear == 2:  # two scans in a row found none: one could have missed a process
+                return []
+            continue
+        clear = 0
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
