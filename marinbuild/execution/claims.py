@@ -199,7 +199,9 @@ def _clear_previous(record: LeaseRecord, output: str) -> str | None:
     """
     if owner_alive(record.owner) is None:
         return None
-    survivors = kill_token(step_token(output, record.owner.pid, record.owner.started))
+    # Two empty scans in a row before the lease changes hands: a missed process would
+    # overlap the next attempt.
+    survivors = kill_token(step_token(output, record.owner.pid, record.owner.started), settle=2)
     if not survivors:
         return None
     return f"{len(survivors)} of its step's processes survived SIGKILL (pids {', '.join(map(str, survivors[:5]))})"

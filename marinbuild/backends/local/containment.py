@@ -118,11 +118,11 @@ def _environ(pid: int) -> bytes | None:
 
 
 def kill_token(token: str, *, prefix: bool = False, since_pid: int | None = None, since: float | None = None,
-               rounds: int = 50) -> list[int]:
+               rounds: int = 50, settle: int = 1) -> list[int]:
     """SIGKILL every process holding ``token``, again until none is left; the survivors.
 
     A process may fork while it is being killed, so the scan repeats until it finds
-    nothing (at most ``rounds`` times).
+    nothing ``settle`` times in a row (at most ``rounds`` scans).
     """
     left: list[int] = []
     clear = 0
@@ -130,7 +130,7 @@ def kill_token(token: str, *, prefix: bool = False, since_pid: int | None = None
         left = processes_with(token, prefix=prefix, since_pid=since_pid, since=since)
         if not left:
             clear += 1
-            if clear == 2:  # two scans in a row found none: one could have missed a process
+            if clear >= settle:
                 return []
             continue
         clear = 0
