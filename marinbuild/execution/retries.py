@@ -22,10 +22,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import queue
 import random
 import socket
 import threading
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -241,7 +243,7 @@ class _RetryRun:
             now = time.time()
             self.on_done(Outcome(ok=False, started=self.first_start or now, ended=now, error=reason, cancelled=True))
             return
-        self.launch()
+        _launcher.submit(self.launch)
 
     def cancel(self, reason: str) -> None:
         with self._lock:
@@ -251,6 +253,38 @@ class _RetryRun:
         self._waiting.set()
         if handle is not None:
             handle.cancel(reason)
+
+
+class _Launcher:
+    """One long-lived thread that starts every retry.
+
+    A forked step's death signal (``PR_SET_PDEATHSIG``, which kills it when its runner dies)
+    follows the *thread* that forked it, not the process: a retry forked from the thread
+    that waited out its back-off would be killed the moment that thread ended.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, launch: Callable[[], None]) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="marinbuild-retries", daemon=True)
+                self._thread.start()
+        self._jobs.put(launch)
+
+    def _run(self) -> None:
+        while True:
+            launch = self._jobs.get()
+            try:
+                launch()
+            except Exception:  # one retry that cannot start must not stop the others
+                traceback.print_exc()
+
+
+_launcher = _Launcher()
 
 
 def _note(log_file: str, line: str) -> None:
