@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 pytest_plugins = ["tests.fixtures_gcs"]
 
 ROUNDS = 2
-CHAOS_SECONDS = 12.0
+CHAOS_SECONDS = 10.0
 """Per round; less when the runners finish the round's work before."""
 TOKEN_VAR = "MARINBUILD_UNDER_FIRE_TOKEN"
 
@@ -273,7 +273,7 @@ class Fire:
 
     def new_lines(self, kind: str) -> list[str]:
         """Record lines of ``kind`` written since the last look."""
-        found = []
+        found: list[str] = []
         if not self.records.exists():
             return found
         for path in self.records.iterdir():
@@ -305,7 +305,7 @@ class Fire:
 
     def chaos(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
-        next_shot = time.monotonic() + self.rng.uniform(0.6, 2.0)
+        next_shot = time.monotonic() + self.rng.uniform(0.4, 1.5)
         aim: str | None = None  # "start" or "end": shoot the runner of the next such line
         aim_until = 0.0
         while time.monotonic() < deadline and self.tend():
@@ -316,17 +316,17 @@ class Fire:
                 if lines:
                     self.shoot(int(self.rng.choice(lines).split()[3]))
                     aim = None
-                    next_shot = now + self.rng.uniform(0.6, 2.0)
+                    next_shot = now + self.rng.uniform(0.4, 1.5)
                 elif now >= aim_until:
                     self.shoot()
                     aim = None
-                    next_shot = now + self.rng.uniform(0.6, 2.0)
+                    next_shot = now + self.rng.uniform(0.4, 1.5)
                 continue
             if now >= next_shot:
                 how = self.rng.choice(["now", "start", "end", "end"])
                 if how == "now":
                     self.shoot()
-                    next_shot = now + self.rng.uniform(0.6, 2.0)
+                    next_shot = now + self.rng.uniform(0.4, 1.5)
                 else:
                     self.new_lines(how)  # only lines written from now on count
                     aim, aim_until = how, now + 2.0
