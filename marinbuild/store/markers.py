@@ -45,7 +45,6 @@ __all__ = [
     "read_statuses",
     "read_texts",
     "status_path",
-    "write_info",
     "write_status",
 ]
 
@@ -247,14 +246,10 @@ def write_status(storage: Storage, output: str, status: str, **fields: Any) -> S
 
 
 def info_text(info: Mapping[str, Any]) -> str:
-    """An info JSON's text, as :func:`write_info` writes it (for callers that batch it with other files)."""
+    """An info JSON's text, as a run records it (batched with the log by ``step_records.record``)."""
     # One line, sorted keys: indenting switches json to its pure-Python encoder, which cost
     # a twentieth of the runner's time per step on 10,000 trivial steps (`jq .` shows it).
     return json.dumps(info, sort_keys=True, default=repr) + "\n"
-
-
-def write_info(storage: Storage, output: str, info: Mapping[str, Any]) -> None:
-    storage.write_atomic(info_path(output), info_text(info))
 
 
 def read_info(storage: Storage, output: str) -> dict[str, Any] | None:
