@@ -1,0 +1,172 @@
+"""Unit tests of marinbuild.store.conditional: create-if-absent, swap and delete-if-unchanged."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from marinbuild.errors import StorageError
+from marinbuild.store.conditional import (
+    ConditionalStore,
+    LocalConditionalStore,
+    SerializedConditionalStore,
+    _settle,
+    conditional_store,
+    content_version,
+)
+from marinbuild.store.storage import Storage
+
+
+@pytest.fixture(params=["local", "memory"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[ConditionalStore, str]:
+    """A conditional store and a lease path on it."""
+    prefix = str(tmp_path / "p") if request.param == "local" else f"memory://cond-{uuid.uuid4().hex[:8]}"
+    storage = Storage.for_prefix(prefix)
+    storage.makedirs(prefix)
+    return conditional_store(storage, deadline=30.0), Storage.join(prefix, "lease")
+
+
+def test_the_store_fits_the_prefix(tmp_path: Path) -> None:
+    assert isinstance(conditional_store(Storage.for_prefix(str(tmp_path))), LocalConditionalStore)
+    assert isinstance(conditional_store(Storage.for_prefix("memory://cond-kind")), SerializedConditionalStore)
+
+
+def test_read_of_nothing_is_none(where: tuple[ConditionalStore, str]) -> None:
+    store, path = where
+    assert store.read(path) is None
+
+
+def test_create_only_where_nothing_is(where: tuple[ConditionalStore, str]) -> None:
+    store, path = where
+    version = store.create(path, "mine")
+    assert version is not None
+    assert store.create(path, "theirs") is None
+    seen = store.read(path)
+    assert seen is not None and (seen.text, seen.version) == ("mine", version)
+
+
+def test_swap_needs_the_version_seen(where: tuple[ConditionalStore, str]) -> None:
+    store, path = where
+    v1 = store.create(path, "one")
+    assert v1 is not None
+    v2 = store.swap(path, v1, "two")
+    assert v2 is not None and v2 != v1
+    assert store.swap(path, v1, "three") is None  # v1 is gone
+    seen = store.read(path)
+    assert seen is not None and seen.text == "two"
+    assert store.swap(Storage.join(path + "-absent"), v1, "x") is None
+
+
+def test_delete_needs_the_version_seen(where: tuple[ConditionalStore, str]) -> None:
+    store, path = where
+    v1 = store.create(path, "one")
+    assert v1 is not None
+    assert not store.delete(path, "not-the-version")
+    assert store.read(path) is not None
+    assert store.delete(path, v1)
+    assert store.read(path) is None
+    assert not store.delete(path, v1)
+
+
+def test_of_many_threads_creating_one_wins(where: tuple[ConditionalStore, str]) -> None:
+    store, path = where
+    results: list[str | None] = []
+    barrier = threading.Barrier(8)
+
+    def contend(i: int) -> None:
+        barrier.wait()
+        results.append(store.create(path, f"writer {i}"))
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(v is not None for v in results) == 1
+
+
+def test_of_many_threads_swapping_one_version_one_wins(where: tuple[ConditionalStore, str]) -> None:
+    store, path = where
+    v1 = store.create(path, "base")
+    assert v1 is not None
+    results: list[str | None] = []
+    barrier = threading.Barrier(8)
+
+    def contend(i: int) -> None:
+        barrier.wait()
+        results.append(store.swap(path, v1, f"writer {i}"))
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(v is not None for v in results) == 1
+
+
+def test_local_create_leaves_no_temporary_files(tmp_path: Path) -> None:
+    store = LocalConditionalStore()
+    path = str(tmp_path / "lease")
+    store.create(path, "a")
+    store.create(path, "b")
+    v = store.read(path)
+    assert v is not None
+    store.swap(path, v.version, "c")
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == ["lease"]
+
+
+def test_local_read_of_bytes_that_are_not_utf8_is_a_version_not_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "lease"
+    path.write_bytes(b"\xff\xfe junk")
+    seen = LocalConditionalStore().read(str(path))
+    assert seen is not None and "\ufffd" in seen.text
+
+
+def test_content_version_is_a_hash_of_the_text() -> None:
+    assert content_version("a") == content_version("a")
+    assert content_version("a") != content_version("b")
+
+
+def test_a_write_that_landed_but_whose_answer_was_lost_counts() -> None:
+    stored: dict[str, str] = {}
+    calls = 0
+
+    def write() -> str | None:
+        nonlocal calls
+        calls += 1
+        if "x" in stored:
+            return None  # a create-if-absent refused: something is there (our first try)
+        stored["x"] = "mine"
+        raise ConnectionResetError("answer lost")
+
+    def read():  # type: ignore[no-untyped-def]
+        from marinbuild.store.conditional import Versioned
+
+        return Versioned(stored["x"], content_version(stored["x"])) if "x" in stored else None
+
+    assert _settle(write, read, "mine", "create x") == content_version("mine")
+    assert calls == 1  # the retry read the file back and found its own text
+
+
+def test_a_write_refused_after_a_retry_is_refused_when_another_text_is_there() -> None:
+    tries = 0
+
+    def write() -> str | None:
+        nonlocal tries
+        tries += 1
+        if tries == 1:
+            raise TimeoutError("slow")
+        return None
+
+    from marinbuild.store.conditional import Versioned
+
+    assert _settle(write, lambda: Versioned("theirs", "v"), "mine", "create x") is None
+
+
+def test_a_bounded_store_gives_up_in_time(tmp_path: Path) -> None:
+    store = conditional_store(Storage.for_prefix(str(tmp_path)), deadline=0.0)
+    with pytest.raises(StorageError, match="did not finish in time"):
+        store.read(str(tmp_path / "lease"))
