@@ -151,6 +151,42 @@ step("train", cmd="true", pip_dependency_groups=["rll"])
         expand_groups("train", ["rl"], None)
 
 
+@pytest.mark.parametrize(
+    "entry, why",
+    [
+        ("tinypkg\n--index-url http://127.0.0.1:9/simple", "line break"),
+        ("tinypkg\r-r /etc/passwd", "line break"),
+        ("-r /etc/passwd", "installer option"),
+        ("--index-url=http://127.0.0.1:9/simple", "installer option"),
+        ("tinypkg --extra-index-url http://127.0.0.1:9/simple", "not a PEP 508 requirement"),
+        ("tinypkg # a comment", "not a PEP 508 requirement"),
+    ],
+)
+def test_an_entry_that_is_not_one_requirement_is_refused_at_plan_time(project, cache, entry, why):
+    write_marinfile(project, f"""
+from marinbuild import step
+step("train", cmd="true", pip_dependency_groups={[entry]!r})
+""")
+    for command in ("plan", "run"):
+        result = marinbuild(command, cwd=project)
+        assert result.returncode == 2, result.stdout + result.stderr
+        line = result.stderr.strip()
+        assert line.startswith("marinbuild: error: step 'train': pip_dependency_groups entry ") and why in line, line
+        assert "Traceback" not in result.stderr and len(line.splitlines()) == 1
+    assert not cache.exists()  # uv was never asked
+    assert not (project / "marinbuild-out").exists()
+
+
+def test_an_extra_holding_an_option_is_refused_naming_the_extra(project, cache):
+    (project / "pyproject.toml").write_text('[project]\nname = "demo"\n[project.optional-dependencies]\nrl = ["-r /etc/passwd"]\n')
+    write_marinfile(project, 'from marinbuild import step\nstep("train", cmd="true", pip_dependency_groups=["rl"])\n')
+    result = marinbuild("plan", cwd=project)
+    assert result.returncode == 2
+    line = result.stderr.strip()
+    assert "step 'train': extra 'rl' of " in line and "'-r /etc/passwd' is an installer option" in line, line
+    assert not cache.exists()
+
+
 def test_an_unresolvable_requirement_fails_its_step_and_keep_going_finishes_the_rest(project, cache, wheel):
     conflict = [direct_reference(wheel), "tinypkg>=2"]
     write_marinfile(project, f"""
@@ -356,3 +392,19 @@ step("tpu/sh", cmd="python -c 'import tinypkg'",
     again = marinbuild("run", "-F", "--cluster", str(cluster), cwd=project, timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr
     assert brought.stat().st_mtime_ns == stamp
+
+
+def test_a_damaged_environment_is_noticed_before_use_and_rebuilt(project, cache, wheel):
+    write_marinfile(project, MARINFILE.format(req=direct_reference(wheel)))
+    assert marinbuild("run", cwd=project, env={"MARINBUILD_ENV_CACHE": str(cache)}).returncode == 0
+    (env_dir,) = ready_envs(cache)
+    (env_dir / "bin" / "python").unlink()  # a hand, or a cleaner, damaged the cached environment
+    again = marinbuild("run", "-F", cwd=project, env={"MARINBUILD_ENV_CACHE": str(cache)})
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert ready_envs(cache) == [env_dir] and (env_dir / "bin" / "python").is_file()  # rebuilt under its key
+    assert leftovers(cache) == []
+    rows = plan_json(project)
+    for name in ("fn", "sh"):  # both ran under the rebuilt environment's interpreter, not the runner's
+        assert (Path(rows[name]["output_path"]) / "value.txt").read_text().split() == ["42", str(env_dir)]
+    logs = Path(rows["fn"]["output_path"]) / "logs"
+    assert sum(p.read_text().count("uv venv") for p in logs.glob("*.log")) == 2  # built, then rebuilt once

@@ -56,6 +56,8 @@ MANIFEST = "marinbuild-env.json"
 LAST_USE = "last-use"
 FORMAT = 1
 """Bumped whenever the layout of an environment changes, so that old ones are not reused."""
+RUNNER_PTH = "_marinbuild_runner.pth"
+"""The file in an environment's site-packages that puts the runner's packages behind its own."""
 TAIL_LINES = 15
 """How many of the resolver's last lines a failed build reports."""
 
@@ -176,8 +178,21 @@ def _tail(text: str, lines: int = TAIL_LINES) -> str:
 
 
 def is_ready(path: Path) -> bool:
-    """True for a complete environment (its manifest is written last, before the rename)."""
-    return (path / MANIFEST).is_file()
+    """True for a complete environment that can still run: its manifest (written last, before
+    the rename) and the files a step goes through, checked before every use.
+
+    A hand or a cleaner may damage a built environment: with its ``bin/python`` gone a
+    function step would fail 127 on every run, and a shell step would quietly find the
+    runner's Python next on PATH. The interpreter must be an executable file (a link is
+    followed, so an interpreter removed underneath it counts as broken too), and the
+    ``.pth`` that keeps the runner's packages importable must be there.
+    """
+    if not (path / MANIFEST).is_file():
+        return False
+    python = path / "bin" / "python"
+    if not (python.is_file() and os.access(python, os.X_OK)):
+        return False
+    return any(path.glob(f"lib/python*/site-packages/{RUNNER_PTH}"))
 
 
 def _touch(path: Path) -> None:
@@ -211,8 +226,8 @@ def ensure(
         if is_ready(final):  # built by whoever held the lock before us
             _touch(final)
             return final
-        if final.exists():  # not ready but present: a foreign leftover, never ours to trust
-            shutil.rmtree(final, ignore_errors=True)
+        if final.exists():  # not ready but present: a leftover or a damaged one, never to be trusted
+            _discard(final, root)
         tmp = root / f".tmp-{key}-{os.getpid()}-{secrets.token_hex(3)}"
         try:
             _build(tmp, sorted(set(requirements)), key, root, log)
@@ -221,6 +236,18 @@ def ensure(
             shutil.rmtree(tmp, ignore_errors=True)
     _touch(final)
     return final
+
+
+def _discard(final: Path, root: Path) -> None:
+    """Move a damaged environment aside, then delete it: the key's name is free at once even
+    if a step still running from it keeps files open, and a half-done delete leaves no
+    folder by that name to be mistaken for an environment."""
+    aside = root / f".tmp-broken-{final.name}-{os.getpid()}-{secrets.token_hex(3)}"
+    try:
+        os.rename(final, aside)
+    except OSError:
+        aside = final
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _build(folder: Path, requirements: list[str], key: str, root: Path, log: Path | None) -> None:
@@ -246,7 +273,7 @@ def _build(folder: Path, requirements: list[str], key: str, root: Path, log: Pat
     # The runner's packages (marinbuild, what the runner has installed) stay importable
     # behind the environment's own: addsitedir also reads their .pth files (editable installs).
     lines = [f"import site; site.addsitedir({d!r})" for d in runner_site_dirs()]
-    (site / "_marinbuild_runner.pth").write_text("\n".join(lines) + "\n")
+    (site / RUNNER_PTH).write_text("\n".join(lines) + "\n")
     if requirements:
         reqs = folder / "marinbuild-requirements.txt"
         reqs.write_text("\n".join(requirements) + "\n")

@@ -27,7 +27,7 @@ from typing import Any
 
 from marinbuild.errors import StepDefinitionError
 
-__all__ = ["EnvSpec", "environment_of", "expand_groups", "find_pyproject", "load_extras"]
+__all__ = ["EnvSpec", "checked_requirement", "environment_of", "expand_groups", "find_pyproject", "load_extras"]
 
 _BARE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 _SELF = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*\[([^\]]*)\]\s*$")
@@ -124,16 +124,17 @@ def expand_groups(step_name: str, groups: Sequence[str], pyproject: str | None) 
             )
         seen_extras.add(key)
         for req in extras[key]:
-            add(req, inside_extra=True)
+            add(req, inside_extra=name)
 
-    def add(entry: str, inside_extra: bool = False) -> None:
+    def add(entry: str, inside_extra: str | None = None) -> None:
         m = _SELF.match(entry)
         if inside_extra and m and project_name is not None and _normalize(m.group(1)) == project_name:
             for sub in m.group(2).split(","):
                 if sub.strip():
                     add_extra(sub.strip())
             return
-        found.add(entry)
+        where = f"extra {inside_extra!r} of {pyproject}: " if inside_extra else ""
+        found.add(checked_requirement(entry, f"step {step_name!r}: {where}"))
 
     for entry in groups:
         if not isinstance(entry, str) or not entry.strip():
@@ -144,6 +145,37 @@ def expand_groups(step_name: str, groups: Sequence[str], pyproject: str | None) 
         else:
             add(entry)
     return tuple(sorted(found))
+
+
+def checked_requirement(entry: str, who: str = "") -> str:
+    """``entry`` (stripped) once it is one PEP 508 requirement and nothing else; a
+    :class:`StepDefinitionError` starting with ``who`` otherwise.
+
+    The requirements are handed to the installer as lines of a requirements file, where a
+    line break starts another line and a leading ``-`` an option (``--index-url`` moves the
+    index, ``-r FILE`` reads a file): neither may come from an entry.
+
+    >>> checked_requirement(" numpy>=2 ")
+    'numpy>=2'
+    >>> checked_requirement("-r /etc/passwd", "step 's': ")
+    Traceback (most recent call last):
+    ...
+    marinbuild.errors.StepDefinitionError: step 's': pip_dependency_groups entry '-r /etc/passwd' is an installer option, not a requirement
+    """
+    text = entry.strip()
+    shown = f"{who}pip_dependency_groups entry {text!r}"
+    if any(c in text for c in "\n\r\x0b\x0c\x85\u2028\u2029") or not text.isprintable():
+        raise StepDefinitionError(f"{shown} holds a line break or control character: one requirement per entry")
+    if text.startswith("-"):
+        raise StepDefinitionError(f"{shown} is an installer option, not a requirement")
+    from packaging.requirements import InvalidRequirement, Requirement  # only plans with environments pay for it
+
+    try:
+        Requirement(text)
+    except InvalidRequirement as e:
+        reason = str(e).splitlines()[0] if str(e) else "unparsable"
+        raise StepDefinitionError(f"{shown} is not a PEP 508 requirement ({reason})") from None
+    return text
 
 
 def environment_of(step_name: str, groups: Iterable[str], marinfile: str) -> EnvSpec | None:
