@@ -1,6 +1,6 @@
 """Everything marinbuild shows on a terminal: tables, the live view, the run summary.
 
-Only this module and :mod:`marinbuild.cli.app` import rich.
+Only ``cli/`` imports rich, and only when a terminal is shown a table or the live view.
 """
 
 from __future__ import annotations

@@ -7,14 +7,17 @@ from typing import Annotated
 
 import typer
 
-from marinbuild.cli.app import FileOpt, PrefixOpt, TargetsArg, VerboseOpt, app, handles_errors, out
+from marinbuild.cli.exits import handles_errors
+from marinbuild.cli.options import FileOpt, PrefixOpt, TargetsArg, VerboseOpt
+from marinbuild.cli.printing import out
 from marinbuild.errors import MarinbuildError
+
+__all__ = ["EnvBuildFailed", "env_app"]
 
 env_app = typer.Typer(
     help="The steps' Python environments (pip_dependency_groups): build, list, prune.",
     no_args_is_help=True,
 )
-app.add_typer(env_app, name="env")
 
 
 class EnvBuildFailed(MarinbuildError):
@@ -42,7 +45,7 @@ def _environments(file: str, prefix: str | None, targets: list[str] | None) -> d
 
 @env_app.command("build")
 @handles_errors
-def build(
+def env_build(
     targets: TargetsArg = None,
     file: FileOpt = "Marinfile.py",
     prefix: PrefixOpt = None,
@@ -77,7 +80,7 @@ def build(
 
 @env_app.command("list")
 @handles_errors
-def list_envs(
+def env_list(
     verbose: VerboseOpt = False,
 ) -> None:
     """The cached environments: key, size, last use and what they hold (most recently used first)."""
@@ -97,7 +100,7 @@ def list_envs(
 
 @env_app.command("prune")
 @handles_errors
-def prune(
+def env_prune(
     file: FileOpt = "Marinfile.py",
     prefix: PrefixOpt = None,
     everything: Annotated[bool, typer.Option("--all", help="Remove every environment, used or not.")] = False,

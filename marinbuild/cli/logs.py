@@ -16,21 +16,22 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from marinbuild.cli.app import PrefixOpt, VerboseOpt, app, err, handles_errors, step_targets
+from marinbuild.cli.exits import handles_errors
+from marinbuild.cli.options import PrefixOpt, VerboseOpt, step_targets
+from marinbuild.cli.printing import err
 from marinbuild.errors import UserError
 
 if TYPE_CHECKING:
     from marinbuild.project import Project
     from marinbuild.store.step_logs import LogFile, LogPart
 
-__all__ = ["logs"]
+__all__ = ["logs_command"]
 
 _POLL_S = 0.2
 
 
-@app.command()
 @handles_errors
-def logs(
+def logs_command(
     step: Annotated[str, typer.Argument(help="The step: its name or its output path.")],
     file: Annotated[str, typer.Option("--file", help="The Marinfile to load.")] = "Marinfile.py",
     prefix: PrefixOpt = None,

@@ -7,15 +7,16 @@ from typing import Annotated
 
 import typer
 
-from marinbuild.cli.app import FileOpt, PrefixOpt, TargetsArg, VerboseOpt, app, err, handles_errors, step_targets
+from marinbuild.cli.exits import handles_errors
+from marinbuild.cli.options import FileOpt, PrefixOpt, TargetsArg, VerboseOpt, step_targets
+from marinbuild.cli.printing import err
 from marinbuild.errors import UserError
 
-__all__ = ["report"]
+__all__ = ["report_command"]
 
 
-@app.command()
 @handles_errors
-def report(
+def report_command(
     targets: TargetsArg = None,
     file: FileOpt = "Marinfile.py",
     prefix: PrefixOpt = None,

@@ -21,20 +21,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from marinbuild.cli.app import FileOpt, PrefixOpt, VerboseOpt, app, handles_errors, out, step_targets
+from marinbuild.cli.exits import handles_errors
+from marinbuild.cli.options import FileOpt, PrefixOpt, VerboseOpt, step_targets
+from marinbuild.cli.printing import out
 from marinbuild.errors import UserError
 
 if TYPE_CHECKING:
     from marinbuild.report.records import StepRecord
 
-__all__ = ["show", "table_of"]
+__all__ = ["show_command", "table_of"]
 
 _FIXED = ("status", "duration_s", "attempts", "accelerator_hours", "core_hours")
 
 
-@app.command()
 @handles_errors
-def show(
+def show_command(
     targets: Annotated[list[str] | None, typer.Argument(help="Step names or globs ('sweep/*'); none means every declared step.")] = None,
     file: FileOpt = "Marinfile.py",
     prefix: PrefixOpt = None,

@@ -1,0 +1,68 @@
+"""``marinbuild clean``: delete the targets' current outputs, or (``--orphans``) outputs of old identities."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from marinbuild.cli.exits import handles_errors
+from marinbuild.cli.options import FileOpt, PrefixOpt, TargetsArg, VerboseOpt, step_targets
+from marinbuild.cli.printing import err, out
+from marinbuild.errors import UserError
+from marinbuild.planner import select
+from marinbuild.project import open_project
+
+__all__ = ["clean_command"]
+
+
+@handles_errors
+def clean_command(
+    targets: TargetsArg = None,
+    file: FileOpt = "Marinfile.py",
+    prefix: PrefixOpt = None,
+    orphans: Annotated[bool, typer.Option("--orphans", help="Remove this Marinfile's outputs that no current step points to.")] = False,
+    any_orphans: Annotated[bool, typer.Option("--any-orphans", help="Like --orphans, for every NAME-HASH output under the prefix, whichever Marinfile wrote it.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Remove outputs even while a live runner holds their lease.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+    dry: Annotated[bool, typer.Option("--dry", "-n", "--dry-run", help="List what would be removed.")] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Delete the targets' current outputs, or (--orphans) outputs of old identities; running ones are left alone."""
+    from marinbuild.store.clean import plan_clean, remove_output
+    from marinbuild.store.index import forget
+
+    project = open_project(file, prefix)
+    storage = project.storage
+    names = None if orphans or any_orphans else select(project.graph, step_targets(project, targets))
+    chosen = plan_clean(storage, project.graph, names, project.marinfile.path, any_shape=any_orphans, force=force)
+    for skipped in chosen.skipped:
+        err.print(f"marinbuild: {skipped.line()}", markup=False)
+    victims = chosen.remove
+    if not victims:
+        out.print("nothing to remove")
+        return
+    # Without a terminal to ask on, list what would go (nothing is removed) before refusing.
+    cannot_ask = not dry and not yes and not sys.stdin.isatty()
+    for p in victims:
+        out.print(("would remove " if dry or cannot_ask else "remove ") + p, markup=False)
+    if dry:
+        return
+    if cannot_ask:
+        raise UserError(f"refusing to delete {len(victims)} output(s) without confirmation: nothing removed; pass --yes")
+    if not yes and not typer.confirm(f"Remove {len(victims)} output(s)?"):
+        err.print("marinbuild: nothing removed", markup=False)
+        raise typer.Exit(1)
+    # Their status summary entries go first (store/index.py): an entry outliving its folder
+    # could be believed again if a runner re-created the folder and stopped at once. One
+    # forgotten for a folder then left alone costs a marker read, never a wrong answer.
+    forget(storage, victims)
+    removed = 0
+    for p in victims:
+        why = remove_output(storage, p, force=force)
+        if why is None:
+            removed += 1
+        else:
+            err.print(f"marinbuild: leaving {p} alone: {why}", markup=False)
+    out.print(f"removed {removed} output(s)")

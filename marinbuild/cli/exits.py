@@ -1,0 +1,67 @@
+"""How a command ends: a marinbuild error as one line and an exit code, a traceback only with ``-v``.
+
+Exit codes: 0 ok, 1 a step failed (or an internal error), 2 bad input or usage, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import functools
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+
+from marinbuild.cli.printing import err
+from marinbuild.errors import MarinbuildError, missing_extra
+
+__all__ = ["handles_errors"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def handles_errors(fn: F) -> F:
+    """Turn marinbuild errors into one line and an exit code; tracebacks only with -v."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        verbose = bool(kwargs.get("verbose"))
+        try:
+            return fn(*args, **kwargs)
+        except MarinbuildError as e:
+            if verbose:
+                traceback.print_exc()
+            err.print(f"marinbuild: error: {e}", markup=False)
+            raise typer.Exit(e.exit_code) from None
+        except KeyboardInterrupt:
+            err.print("marinbuild: interrupted", markup=False)
+            raise typer.Exit(130) from None
+        except (typer.Exit, typer.Abort):
+            raise
+        except ImportError as e:
+            extra = missing_extra(e)
+            if extra is None:
+                raise _internal_error(e, verbose) from None
+            if verbose:
+                traceback.print_exc()
+            err.print(f"marinbuild: error: {extra}", markup=False)
+            raise typer.Exit(extra.exit_code) from None
+        except OSError as e:
+            if not e.filename:
+                raise _internal_error(e, verbose) from None
+            # A prefix that is full, read-only or not ours: one line naming the path.
+            if verbose:
+                traceback.print_exc()
+            err.print(f"marinbuild: error: {e.filename}: {e.strerror or e}", markup=False)
+            raise typer.Exit(2) from None
+        except Exception as e:
+            raise _internal_error(e, verbose) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _internal_error(e: Exception, verbose: bool) -> typer.Exit:
+    if verbose:
+        traceback.print_exc()
+    err.print(f"marinbuild: internal error: {type(e).__name__}: {e} (rerun with -v for details)", markup=False)
+    return typer.Exit(1)

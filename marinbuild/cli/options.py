@@ -1,0 +1,73 @@
+"""The options and arguments several commands share, and what a target on the command line names."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from marinbuild.execution.session import Machine
+    from marinbuild.project import Project
+
+__all__ = [
+    "ClusterOpt",
+    "CoresOpt",
+    "FileOpt",
+    "ForceAllOpt",
+    "ForceOpt",
+    "MemOpt",
+    "PrefixOpt",
+    "QuietOpt",
+    "ResourcesOpt",
+    "TargetsArg",
+    "TokenOpt",
+    "VerboseOpt",
+    "machine_of",
+    "step_targets",
+]
+
+FileOpt = Annotated[str, typer.Option("-f", "--file", help="The Marinfile to load.")]
+PrefixOpt = Annotated[
+    str | None,
+    typer.Option("--prefix", envvar="MARIN_PREFIX", help="Where outputs live (any fsspec URL); default ./marinbuild-out."),
+]
+TargetsArg = Annotated[list[str] | None, typer.Argument(help="Step names or globs; none means every declared step.")]
+VerboseOpt = Annotated[bool, typer.Option("-v", "--verbose", help="Tracebacks and more detail.")]
+QuietOpt = Annotated[bool, typer.Option("-q", "--quiet", help="Only failures and the summary.")]
+ForceOpt = Annotated[list[str] | None, typer.Option("--force", "-R", help="Rerun this step (and what depends on it); repeatable.")]
+ForceAllOpt = Annotated[bool, typer.Option("--force-all", "-F", help="Rerun every step the targets need.")]
+CoresOpt = Annotated[int | None, typer.Option("--cores", help="Cores this run may use (default: detected).")]
+MemOpt = Annotated[str | None, typer.Option("--mem", help="Memory this run may use, e.g. 16g (g = GiB; default: detected minus headroom).")]
+ResourcesOpt = Annotated[list[str] | None, typer.Option("--resources", help="A custom counted resource NAME=N steps may ask for; repeatable.")]
+TokenOpt = Annotated[list[str] | None, typer.Option("--token", help="A token this run offers; repeatable.")]
+ClusterOpt = Annotated[str | None, typer.Option("--cluster", help="TPU cluster file (TOML); default: the Marinfile's DEFAULT_CLUSTER.")]
+
+
+def machine_of(cores: int | None, mem: str | None, resources: list[str] | None, tokens: list[str] | None) -> Machine:
+    """What ``--cores``, ``--mem``, ``--resources`` and ``--token`` say this run may use."""
+    from marinbuild.execution.session import Machine
+
+    return Machine(cores=cores, mem=mem, resources=tuple(resources or ()), tokens=tuple(tokens or ()))
+
+
+def step_targets(project: Project, targets: list[str] | None) -> list[str]:
+    """The targets as step names or globs: an output path (``marinbuild-out/data-1f0e…``, or a
+    file inside one) stands for the step writing it; anything else is left for ``select``."""
+    wanted = list(targets or [])
+    nodes = project.graph.nodes
+    looks_like_path = [t for t in wanted if t not in nodes and ("/" in t or os.sep in t) and not any(c in t for c in "*?[")]
+    if not looks_like_path:
+        return wanted
+    local = project.storage.is_local
+    by_output = {node.output_path.rstrip("/"): name for name, node in nodes.items()}
+    out: list[str] = []
+    for t in wanted:
+        if t in looks_like_path:
+            path = os.path.abspath(t) if local and "://" not in t else t.rstrip("/")
+            while path and path not in by_output and os.path.dirname(path) != path:
+                path = os.path.dirname(path)  # a file inside an output names its step too
+            t = by_output.get(path, t)
+        out.append(t)
+    return out

@@ -1,0 +1,122 @@
+"""``marinbuild plan``: what ``run`` would do, and why, as a table, JSON, or a graph for Graphviz/Mermaid."""
+
+from __future__ import annotations
+
+import enum
+import json
+import sys
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+import typer
+
+from marinbuild.cli import dag_text
+from marinbuild.cli.exits import handles_errors
+from marinbuild.cli.options import (
+    ClusterOpt,
+    CoresOpt,
+    FileOpt,
+    ForceAllOpt,
+    ForceOpt,
+    MemOpt,
+    PrefixOpt,
+    ResourcesOpt,
+    TargetsArg,
+    TokenOpt,
+    VerboseOpt,
+    machine_of,
+    step_targets,
+)
+from marinbuild.cli.printing import err, out, print_notes, print_plan, with_environments
+from marinbuild.execution.admission import describe_request
+
+__all__ = ["DagFormat", "plan_command"]
+
+
+class DagFormat(enum.StrEnum):
+    """Text formats of the step graph."""
+
+    dot = "dot"
+    mermaid = "mermaid"
+
+
+@handles_errors
+def plan_command(
+    targets: TargetsArg = None,
+    file: FileOpt = "Marinfile.py",
+    prefix: PrefixOpt = None,
+    dry: Annotated[bool, typer.Option("--dry", "-n", "--dry-run", help="Accepted for habit: plan never runs anything.")] = True,
+    check: Annotated[bool, typer.Option("--check", "-q", help="Print nothing; exit 1 when anything would run (like make -q).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as a JSON list.")] = False,
+    dag: Annotated[DagFormat | None, typer.Option("--dag", case_sensitive=False, help="Print the graph for Graphviz or Mermaid.")] = None,
+    force: ForceOpt = None,
+    force_all: ForceAllOpt = False,
+    cores: CoresOpt = None,
+    mem: MemOpt = None,
+    resources: ResourcesOpt = None,
+    token: TokenOpt = None,
+    cluster: ClusterOpt = None,
+    output: Annotated[str | None, typer.Option("-o", "--output", help="Also write the plan to this file, for `marinbuild run --plan FILE`.")] = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Show what `run` would do, and why, without running or writing anything (but the -o file)."""
+    from marinbuild.execution import session
+
+    project = session.load(file, prefix=prefix)
+    planned = session.plan_run(
+        project,
+        step_targets(project, targets),
+        force=force or [],
+        force_all=force_all,
+        machine=machine_of(cores, mem, resources, token),
+        cluster=cluster,
+        explain=not check,
+    )
+    print_notes(planned)
+    the_plan, requests = planned.plan, planned.requests
+    environments = planned.fields.environments if planned.fields is not None else {}
+    if output is not None:
+        from marinbuild.plan_review import plan_document, write_plan_file
+
+        write_plan_file(output, plan_document(the_plan, project.graph.prefix, force or [], force_all, project.marinfile.path))
+    if check:
+        raise typer.Exit(1 if the_plan.to_run() else 0)
+    from marinbuild.cli import plan_notes
+
+    for line in plan_notes.drift_lines(project, the_plan):
+        err.print(f"marinbuild: {line}", markup=False)
+    estimates = plan_notes.estimates(project, the_plan) if dag is None else {}
+    if dag is DagFormat.dot:
+        sys.stdout.write(dag_text.to_dot(the_plan))
+    elif dag is DagFormat.mermaid:
+        sys.stdout.write(dag_text.to_mermaid(the_plan))
+    elif as_json:
+        rows = [
+            {
+                "name": n,
+                "identity": the_plan.node(n).identity,
+                "output_path": the_plan.node(n).output_path,
+                "action": the_plan.decisions[n].action.value,
+                "reason": the_plan.decisions[n].reason,
+                "dependencies": list(the_plan.node(n).deps),
+                "resources": describe_request(requests[n]),
+                "environment": environments[n].to_json() if n in environments else None,
+                "estimate": _estimate_json(estimates, n),
+            }
+            for n in the_plan.order
+        ]
+        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+    else:
+        print_plan(the_plan, with_environments(planned))
+        from marinbuild.cli.plan_view import columns_text
+
+        for line in plan_notes.estimate_lines(estimates, columns_text):
+            out.print(line, markup=False)
+    if output is not None:
+        err.print(f"marinbuild: plan written to {output}; run exactly it with: marinbuild run --plan {output}", markup=False)
+
+
+def _estimate_json(estimates: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    """A step's estimate in `plan --json`: null for a step that would not run or has no history."""
+    found = estimates.get(name)
+    return found.to_json() if found is not None else None

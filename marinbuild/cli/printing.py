@@ -1,0 +1,83 @@
+"""Where commands print: stdout and stderr consoles made on first use, and the printers that
+``run`` and ``plan`` share (the plan, planning notes, steps' lines).
+
+Plain text never imports rich; a table on a terminal does (through :mod:`marinbuild.cli.console`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from marinbuild.execution.session import PlannedRun
+    from marinbuild.planner import Plan
+
+__all__ = ["LazyConsole", "err", "out", "print_notes", "print_plan", "step_line_printer", "with_environments"]
+
+
+class LazyConsole:
+    """A rich Console made on first use: commands that print plain text never import rich."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+
+    @functools.cached_property
+    def console(self) -> Console:
+        from rich.console import Console
+
+        return Console(**self._options)
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        self.console.print(*objects, **options)
+
+
+out = LazyConsole(highlight=False, soft_wrap=True)
+err = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
+
+
+def step_line_printer(json_events: bool, event: str, template: str) -> Callable[[str, str], None]:
+    """A printer of ``(step, text)``: ``template`` filled on stdout, or a JSON ``event`` line.
+
+    ``run`` prints what steps print (``output``, ``[{step}] {text}``) and, with ``-p``, each
+    shell step's command (``command``, ``[{step}] $ {text}``); the JSON event names its text
+    after the event (``line`` for output, ``command`` for a command).
+    """
+    key = "line" if event == "output" else event
+    if json_events:
+        def as_json(step: str, text: str) -> None:
+            sys.stdout.write(json.dumps({"event": event, "time": time.time(), "step": step, key: text}) + "\n")
+            sys.stdout.flush()
+
+        return as_json
+    return lambda step, text: out.print(template.format(step=step, text=text), markup=False, highlight=False)
+
+
+def print_notes(planned: PlannedRun) -> None:
+    """What planning could not check, said once on stderr."""
+    for note in planned.fields.notes if planned.fields is not None else ():
+        err.print(f"marinbuild: note: {note}", markup=False)
+
+
+def with_environments(planned: PlannedRun) -> dict[str, object]:
+    """The resources column, with the key of each step's Python environment after its request."""
+    envs = planned.fields.environments if planned.fields is not None else {}
+    return {n: f"{r} env={envs[n].short}" if n in envs else r for n, r in planned.requests.items()}
+
+
+def print_plan(plan: Plan, requests: Mapping[str, object]) -> None:
+    """A rich table on a terminal; plain columns into a pipe or a file."""
+    if not sys.stdout.isatty():
+        from marinbuild.cli.plan_view import plan_text
+
+        sys.stdout.write(plan_text(plan, requests))
+        return
+    from marinbuild.cli.console import plan_table
+
+    out.print(plan_table(plan, requests))

@@ -1,0 +1,111 @@
+"""``marinbuild status``: each step's stored status, output path, last duration and lease."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Annotated, Any
+
+import typer
+
+from marinbuild.cli.exits import handles_errors
+from marinbuild.cli.options import FileOpt, PrefixOpt, TargetsArg, VerboseOpt, step_targets
+from marinbuild.cli.printing import err, out
+from marinbuild.planner import closure, select
+from marinbuild.project import open_project, probe
+from marinbuild.store.markers import UNREADABLE
+
+__all__ = ["status_command"]
+
+
+@handles_errors
+def status_command(
+    targets: TargetsArg = None,
+    file: FileOpt = "Marinfile.py",
+    prefix: PrefixOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Each step's stored status, output path and last duration."""
+    project = open_project(file, prefix)
+    graph = project.graph
+    needed = closure(graph, select(graph, step_targets(project, targets)))  # once: per step it made status quadratic
+    names = [n for n in graph.order if n in needed]
+    leases: dict[str, Any] = {}
+    problems: dict[str, str] = {}
+    records = probe(project, names, leases, problems)  # the leases of RUNNING steps come with it
+    # A marker that cannot be used is named, never fatal: the step is simply planned to run.
+    problems.update({p: rec.error or p for p, rec in records.items() if rec.status == UNREADABLE})
+    for line in sorted(set(problems.values())):
+        err.print(f"marinbuild: warning: {line} (treated as unknown: the step will run)", markup=False)
+    if leases:
+        from marinbuild.store.lease import owner_alive
+
+        # A lease whose runner exited on this machine is no one's: plan runs the step again.
+        leases = {p: lease for p, lease in leases.items() if lease is None or owner_alive(lease.owner) is not False}
+    rows: list[dict[str, Any]] = []
+    for n in names:
+        node = graph.nodes[n]
+        rec = records.get(node.output_path)
+        lease = leases.get(node.output_path)
+        foreign = rec is not None and rec.mismatch is not None
+        rows.append(
+            {
+                "name": n,
+                "status": rec.status if rec and not foreign else "NONE",
+                "output_path": node.output_path,
+                "duration": rec.duration if rec and not foreign else None,
+                "time": (rec.time or None) if rec and not foreign else None,
+                "error": f"its output path holds the {rec.mismatch}" if rec and foreign else rec.error if rec else None,
+                "lease": {"owner": str(lease.owner), "since": lease.acquired, "renewed": lease.renewed} if lease else None,
+            }
+        )
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+        return
+    _print_status(rows)
+
+
+def _print_status(rows: list[dict[str, Any]]) -> None:
+    """Plain columns into a pipe or a file (never wrapped: `status | grep` sees whole paths); a table on a terminal."""
+    with_lease = any(r["status"] == "RUNNING" for r in rows)
+    with_error = any(r["error"] for r in rows)
+    columns = ("step", "status", "duration", "finished", "output") + (("lease",) if with_lease else ()) + (
+        ("error",) if with_error else ()
+    )
+    cells: list[tuple[str, ...]] = []
+    for r in rows:
+        dur = f"{r['duration']:.1f} s" if r["duration"] is not None else ""
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["time"])) if r["time"] else ""
+        row = [r["name"], r["status"], dur, when, r["output_path"]]
+        if with_lease:
+            row.append(_lease_text(r["lease"]) if r["status"] == "RUNNING" else "")
+        if with_error:
+            row.append((r["error"] or "").splitlines()[0] if r["error"] else "")
+        cells.append(tuple(row))
+    if not sys.stdout.isatty():
+        from marinbuild.cli.plan_view import columns_text
+
+        sys.stdout.write("".join(line + "\n" for line in columns_text([columns, *cells])))
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_edge=False)
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    colors = {"SUCCESS": "green", "FAILED": "red", "RUNNING": "cyan", "NONE": "dim"}
+    for shown in cells:
+        styled = [Text(c) for c in shown]
+        styled[1].stylize(colors.get(shown[1], "white"))
+        table.add_row(*styled)
+    out.print(table)
+
+
+def _lease_text(lease: dict[str, Any] | None) -> str:
+    if lease is None:
+        return "none: its runner is gone (the next run redoes it)"
+    since = time.strftime("%H:%M:%S", time.localtime(lease["since"])) if lease["since"] else "?"
+    renewed = time.strftime("%H:%M:%S", time.localtime(lease["renewed"])) if lease["renewed"] else "?"
+    return f"{lease['owner']} since {since}, renewed {renewed}"
