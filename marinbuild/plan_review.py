@@ -2,7 +2,8 @@
 
 ``marinbuild plan -o plan.json`` writes :func:`plan_document`: the targets and forced
 steps it was made with, and per step its identity, identity payload, output path and
-action. ``marinbuild run --plan plan.json`` plans again and runs only when
+action. Reading it back recomputes each identity from its payload and refuses the file
+when one does not match, so the payload a reviewer read is the one that runs. ``marinbuild run --plan plan.json`` plans again and runs only when
 :func:`differences` finds nothing: a step whose identity or output path is no longer the
 one reviewed, or a step that would run although the file did not list it to run, makes
 the run refuse before anything starts. A step the file lists to run that another runner
@@ -26,6 +27,7 @@ from typing import Any
 
 from marinbuild.errors import UserError
 from marinbuild.graph import StepGraph
+from marinbuild.identity import hash_payload
 from marinbuild.planner import Plan
 from marinbuild.staleness import Action, diff_payloads
 
@@ -103,6 +105,7 @@ def read_plan_file(path: str) -> Reviewed:
     for entry in doc["steps"]:
         if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("name", "identity", "action")):
             raise UserError(f"{path}: a step entry lacks its name, identity or action")
+        _check_payload(path, entry)
         steps[entry["name"]] = entry
     targets = doc.get("targets") or []
     force = doc.get("force") or []
@@ -110,6 +113,27 @@ def read_plan_file(path: str) -> Reviewed:
         raise UserError(f"{path}: targets and force must be lists of step names")
     prefix = doc.get("prefix")
     return Reviewed(path, tuple(targets), tuple(force), bool(doc.get("force_all")), prefix if isinstance(prefix, str) else None, steps)
+
+
+def _check_payload(path: str, entry: Mapping[str, Any]) -> None:
+    """Refuse an entry whose payload does not hash to its identity.
+
+    The payload is what a reviewer reads (``versioned`` values, dependencies), the identity
+    what the run compares with the Marinfile: an edit to one and not the other would show
+    the reviewer one step and run another.
+    """
+    name, payload = entry["name"], entry.get("payload")
+    if not isinstance(payload, dict):
+        raise UserError(f"{path}: step {name!r} has no identity payload; nothing was run: plan again with `marinbuild plan -o`")
+    try:
+        recomputed = hash_payload(payload)
+    except (TypeError, ValueError):
+        recomputed = None
+    if recomputed != entry["identity"]:
+        raise UserError(
+            f"{path}: step {name!r}: its payload hashes to {recomputed or 'nothing'}, not to its identity "
+            f"{entry['identity']} (the file was edited); nothing was run: plan again and review it"
+        )
 
 
 def differences(reviewed: Reviewed, plan: Plan, graph: StepGraph) -> list[str]:

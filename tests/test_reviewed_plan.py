@@ -105,3 +105,24 @@ def test_plan_o_into_a_missing_folder_is_one_line_and_writes_nothing(project):
     assert result.returncode == 2
     assert result.stderr.strip() == "marinbuild: error: cannot write the plan to no/such/plan.json: No such file or directory"
     assert sorted(p.name for p in project.iterdir()) == ["Marinfile.py"]
+
+
+def test_run_plan_refuses_a_payload_edited_in_the_file(project):
+    write_marinfile(project, MARINFILE % {"n": 3})
+    assert marinbuild("plan", "-o", "plan.json", cwd=project).returncode == 0
+    doc = json.loads((project / "plan.json").read_text())
+    data = next(s for s in doc["steps"] if s["name"] == "data")
+    assert data["payload"]["versioned"] == {"n": 3}
+    data["payload"]["versioned"]["n"] = 99  # what a reviewer reads now; the identity still says 3
+    (project / "plan.json").write_text(json.dumps(doc))
+    refused = marinbuild("run", "--plan", "plan.json", cwd=project)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    (line,) = refused.stderr.strip().splitlines()
+    assert line.startswith("marinbuild: error: plan.json: step 'data': its payload hashes to ") and "the file was edited" in line
+    assert f"not to its identity {data['identity']}" in line and "nothing was run" in line
+    assert not (project / "marinbuild-out").exists() or not any((project / "marinbuild-out").glob("*-*"))
+    # A payload dropped from an entry is refused too: nothing would back what was reviewed.
+    del data["payload"]
+    (project / "plan.json").write_text(json.dumps(doc))
+    refused = marinbuild("run", "--plan", "plan.json", cwd=project)
+    assert refused.returncode == 2 and "step 'data' has no identity payload" in refused.stderr
