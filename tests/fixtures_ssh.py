@@ -230,8 +230,22 @@ SetEnv FAKE_HOST_ID={index} HOME={home} GCE_METADATA_IP={metadata}
 """
 
 
-def start_fleet(n: int, root: Path) -> FakeFleet:
-    """Generate keys and start ``n`` fake hosts on 127.0.0.2 upwards."""
+def common_free_port(ips: Sequence[str]) -> int:
+    """A port free on every one of ``ips`` (hosts reached with one ``[ssh] port``, as real VMs use 22)."""
+    for _ in range(100):
+        port = free_port(ips[0])
+        try:
+            for ip in ips[1:]:
+                with socket.socket() as s:
+                    s.bind((ip, port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no port free on every fake host address")
+
+
+def start_fleet(n: int, root: Path, *, same_port: bool = False) -> FakeFleet:
+    """Generate keys and start ``n`` fake hosts on 127.0.0.2 upwards (``same_port``: all on one port)."""
     root.mkdir(parents=True, exist_ok=True)
     # sshd refuses to start without its privilege separation directory.
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
@@ -245,13 +259,14 @@ def start_fleet(n: int, root: Path) -> FakeFleet:
     ssh_config = root / "ssh_config"
     ssh_config.write_text("")
     hosts: list[FakeHost] = []
+    shared = common_free_port([f"127.0.0.{FIRST_IP + i}" for i in range(n)]) if same_port else None
     try:
         for i in range(n):
             ip = f"127.0.0.{FIRST_IP + i}"
             host_dir = root / f"host{i}"
             home = host_dir / "home"
             home.mkdir(parents=True, exist_ok=True)
-            port = free_port(ip)
+            port = shared or free_port(ip)
             metadata = MetadataServer(ip)
             config = host_dir / "sshd_config"
             config.write_text(_sshd_config(host_dir, ip, port, i, host_key, authorized, home, metadata.address))

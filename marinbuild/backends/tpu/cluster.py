@@ -27,22 +27,34 @@ declaring ``ResourceConfig(preemptible=False)``.
 A host may be written ``[user@]host[:port]``. ``internal_addresses`` (optional, one per
 host) gives the addresses the hosts use to reach each other when they differ from the
 ones used for SSH; the coordinator addresses are built from them.
+
+A ``[gcp]`` table, beside or instead of ``[[slices]]``, lets marinbuild create slices on
+demand as queued resources (see :class:`GcpSettings`)::
+
+    [gcp]
+    project = "my-project"
+    zone = "us-central2-b"
+    runtime_version = "tpu-ubuntu2204-base"
+    spot = true
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from marinbuild.errors import ClusterConfigError, ResourceError
+from marinbuild.errors import ClusterConfigError, MarinbuildError, ResourceError
 from marinbuild.tpu_types import TpuTopology, tpu_topology
 
 __all__ = [
     "DEFAULT_HYGIENE_COMMAND",
+    "DEFAULT_PROVISION_TIMEOUT",
     "Cluster",
+    "GcpSettings",
     "HostEntry",
     "SliceSpec",
     "SshSettings",
@@ -125,9 +137,49 @@ class SliceSpec:
         return tuple(parse_host_entry(h) for h in self.hosts)
 
 
+DEFAULT_PROVISION_TIMEOUT = 3600.0
+"""Seconds a queued resource may take to become ACTIVE, FAILED ones retried meanwhile (a slice
+can take over 10 minutes to boot, and capacity can take longer to free up)."""
+
+
+@dataclass(frozen=True)
+class GcpSettings:
+    """The ``[gcp]`` table: where and how marinbuild creates TPU slices as queued resources.
+
+    ``api_endpoint`` is the TPU API's address (Google's when None); an ``http://`` one on
+    loopback is an emulator, reached without credentials.
+
+    >>> g = GcpSettings("p", "us-central2-b", "tpu-ubuntu2204-base")
+    >>> g.region, g.provision_timeout, g.spot
+    ('us-central2', 3600.0, False)
+    """
+
+    project: str
+    zone: str
+    runtime_version: str
+    spot: bool = False
+    network: str | None = None
+    subnetwork: str | None = None
+    service_account: str | None = None
+    tags: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    """Extra labels on every node created, as (key, value) pairs."""
+    provision_timeout: float = DEFAULT_PROVISION_TIMEOUT
+    api_endpoint: str | None = None
+    os_login: bool = False
+    """True: nodes log users in through OS Login, so no ``ssh-keys`` metadata is set."""
+    external_ips: bool = False
+    """True: nodes get external IPs and marinbuild connects to those, not to internal addresses."""
+
+    @property
+    def region(self) -> str:
+        """The zone's region: ``us-central2-b`` -> ``us-central2``."""
+        return self.zone.rsplit("-", 1)[0] if self.zone.count("-") >= 2 else self.zone
+
+
 @dataclass(frozen=True)
 class Cluster:
-    """Every slice marinbuild may use, in file order.
+    """Every slice marinbuild may use, in file order, and how it may create more.
 
     >>> c = parse_cluster({"slices": [{"name": "a", "tpu_type": "v4-8", "hosts": ["h"]}]})
     >>> c.slices_by_type()
@@ -137,6 +189,13 @@ class Cluster:
     slices: tuple[SliceSpec, ...]
     max_parallel: int = 32
     source: str = "<cluster>"
+    gcp: GcpSettings | None = None
+    """The ``[gcp]`` table: slices created on demand; None when the file has none."""
+    ssh: SshSettings = field(default_factory=SshSettings)
+    """The ``[ssh]`` table: how created slices are reached (static slices carry their own)."""
+    progress_timeout: float | None = None
+    """Top-level ``progress_timeout`` (seconds or ``"15m"``): the hang timeout of the steps run on
+    this cluster that set none of their own; None: no hang detection by default."""
 
     def slices_by_type(self) -> dict[str, tuple[str, ...]]:
         """TPU type -> names of the slices of that type, in file order."""
@@ -181,7 +240,12 @@ _SSH_TYPES: dict[str, type | tuple[type, ...]] = {
     "connect_timeout": (int, float), "kill_grace": (int, float),
 }
 _SLICE_KEYS = {"name", "tpu_type", "hosts", "ssh", "internal_addresses", "preemptible"}
-_TOP_KEYS = {"ssh", "slices", "max_parallel"}
+_TOP_KEYS = {"ssh", "slices", "max_parallel", "gcp", "progress_timeout"}
+_GCP_STRINGS = ("project", "zone", "runtime_version", "network", "subnetwork", "service_account", "api_endpoint")
+_GCP_BOOLS = ("spot", "os_login", "external_ips")
+_GCP_KEYS = {*_GCP_STRINGS, *_GCP_BOOLS, "tags", "labels", "provision_timeout"}
+_LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}\Z")
+_LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}\Z")
 
 
 def _has_type(value: object, want: type | tuple[type, ...]) -> bool:
@@ -214,6 +278,8 @@ def _parse_slice(raw: Any, index: int, defaults: SshSettings, source: str) -> Sl
     if not isinstance(name, str) or not name:
         raise ClusterConfigError(f"{source}: slices[{index}] needs a non-empty 'name'")
     where = f"{source}: slice {name!r}"
+    if name.startswith("@"):
+        raise ClusterConfigError(f"{where}: a slice name may not start with '@' (kept for slices created on demand)")
     unknown = set(raw) - _SLICE_KEYS
     if unknown:
         raise ClusterConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -250,15 +316,59 @@ def _parse_slice(raw: Any, index: int, defaults: SshSettings, source: str) -> Sl
     return SliceSpec(name, tpu_type, tuple(hosts), ssh, tuple(internal), preemptible)
 
 
+def _parse_gcp(raw: Any, source: str) -> GcpSettings:
+    where = f"{source}: [gcp]"
+    if not isinstance(raw, Mapping):
+        raise ClusterConfigError(f"{where} must be a table")
+    unknown = set(raw) - _GCP_KEYS
+    if unknown:
+        raise ClusterConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(_GCP_KEYS))})")
+    for key in ("project", "zone", "runtime_version"):
+        if key not in raw:
+            raise ClusterConfigError(f"{where}: needs {key!r}")
+    for key in _GCP_STRINGS:
+        if key in raw and (not isinstance(raw[key], str) or not raw[key]):
+            raise ClusterConfigError(f"{where}: {key!r} must be a non-empty string")
+    for key in _GCP_BOOLS:
+        if key in raw and not isinstance(raw[key], bool):
+            raise ClusterConfigError(f"{where}: {key!r} must be true or false")
+    tags = raw.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) and t for t in tags):
+        raise ClusterConfigError(f"{where}: 'tags' must be a list of strings")
+    labels = raw.get("labels", {})
+    if not isinstance(labels, Mapping):
+        raise ClusterConfigError(f"{where}: 'labels' must be a table of strings")
+    for k, v in labels.items():
+        if not _LABEL_KEY.match(k) or not isinstance(v, str) or not _LABEL_VALUE.match(v):
+            raise ClusterConfigError(
+                f"{where}: label {k!r} = {v!r} is not a GCP label (lowercase letters, digits, '-', '_'; "
+                "keys start with a letter; at most 63 characters)"
+            )
+    timeout = raw.get("provision_timeout", DEFAULT_PROVISION_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ClusterConfigError(f"{where}: 'provision_timeout' must be a positive number of seconds")
+    endpoint = raw.get("api_endpoint")
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        raise ClusterConfigError(f"{where}: 'api_endpoint' must be an http:// or https:// URL, not {endpoint!r}")
+    return GcpSettings(
+        project=raw["project"], zone=raw["zone"], runtime_version=raw["runtime_version"],
+        spot=raw.get("spot", False), network=raw.get("network"), subnetwork=raw.get("subnetwork"),
+        service_account=raw.get("service_account"), tags=tuple(tags), labels=tuple(sorted(labels.items())),
+        provision_timeout=float(timeout), api_endpoint=endpoint,
+        os_login=raw.get("os_login", False), external_ips=raw.get("external_ips", False),
+    )
+
+
 def parse_cluster(data: Mapping[str, Any], *, source: str = "<cluster>") -> Cluster:
     """Validate an already-decoded cluster document (see the module docstring)."""
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise ClusterConfigError(f"{source}: unknown top-level key(s) {', '.join(sorted(unknown))}")
     defaults = _ssh_settings(SshSettings(), data.get("ssh", {}), f"{source}: [ssh]")
+    gcp = _parse_gcp(data["gcp"], source) if "gcp" in data else None
     raw_slices = data.get("slices", [])
-    if not isinstance(raw_slices, list) or not raw_slices:
-        raise ClusterConfigError(f"{source}: needs at least one [[slices]] entry")
+    if not isinstance(raw_slices, list) or (not raw_slices and gcp is None):
+        raise ClusterConfigError(f"{source}: needs at least one [[slices]] entry or a [gcp] table")
     max_parallel = data.get("max_parallel", 32)
     if not isinstance(max_parallel, int) or isinstance(max_parallel, bool) or max_parallel < 1:
         raise ClusterConfigError(f"{source}: 'max_parallel' must be a positive integer")
@@ -277,7 +387,22 @@ def parse_cluster(data: Mapping[str, Any], *, source: str = "<cluster>") -> Clus
                 )
             seen_hosts[key] = s.name
         slices.append(s)
-    return Cluster(tuple(slices), max_parallel, source)
+    return Cluster(tuple(slices), max_parallel, source, gcp, defaults, _progress_timeout(data, source))
+
+
+def _progress_timeout(data: Mapping[str, Any], source: str) -> float | None:
+    raw = data.get("progress_timeout")
+    if raw is None:
+        return None
+    from marinbuild.units import parse_timeout
+
+    try:
+        seconds = parse_timeout(raw) if not isinstance(raw, bool) else -1.0
+    except MarinbuildError as e:
+        raise ClusterConfigError(f"{source}: 'progress_timeout': {e}") from None
+    if seconds <= 0:
+        raise ClusterConfigError(f"{source}: 'progress_timeout' must be a duration over 0 s, such as \"15m\"")
+    return seconds
 
 
 def load_cluster(path: str | Path) -> Cluster:

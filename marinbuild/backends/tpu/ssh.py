@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import getpass
 import logging
 import os
@@ -94,6 +96,9 @@ class HostTarget:
     accept_unknown_host_keys: bool = False
     connect_timeout: float = 10.0
     proxy_command: str | None = None
+    trusted_host_keys: tuple[str, ...] = ()
+    """``TYPE BASE64`` keys the TPU API reports for this host: when given, the only keys
+    accepted (``known_hosts`` is not read, nothing is written to it)."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,19 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         )
 
 
+def _trust_keys(client: paramiko.SSHClient, target: HostTarget) -> None:
+    """Accept exactly ``target.trusted_host_keys`` for the host's address, in memory only."""
+    name = target.hostname if target.port == 22 else f"[{target.hostname}]:{target.port}"
+    keys = client.get_host_keys()
+    for line in target.trusted_host_keys:
+        try:
+            key_type, data = line.split()[:2]
+            key = paramiko.PKey.from_type_string(key_type, base64.b64decode(data))
+        except (ValueError, binascii.Error, paramiko.SSHException) as e:
+            raise HostKeyError(target.alias, f"the TPU API reports a host key that cannot be read ({e})") from None
+        keys.add(name, key.get_name(), key)
+
+
 class SshConnection:
     """One authenticated SSH connection to a host; close it (or use ``with``) when done.
 
@@ -188,7 +206,9 @@ class SshConnection:
     def connect(cls, target: HostTarget) -> SshConnection:
         """Open and authenticate a connection, mapping paramiko's failures to :class:`SshError`."""
         client = paramiko.SSHClient()
-        if target.known_hosts and os.path.isfile(target.known_hosts):
+        if target.trusted_host_keys:
+            _trust_keys(client, target)
+        elif target.known_hosts and os.path.isfile(target.known_hosts):
             client.load_host_keys(target.known_hosts)
         client.set_missing_host_key_policy(_HostKeyPolicy(target))
         sock = paramiko.ProxyCommand(target.proxy_command) if target.proxy_command else None
@@ -212,10 +232,10 @@ class SshConnection:
             raise
         except paramiko.BadHostKeyException as e:
             client.close()
+            source = "the one the TPU API reports" if target.trusted_host_keys else f"the one in {target.known_hosts}"
             raise HostKeyError(
                 target.alias,
-                f"host key ({e.key.get_name()}) differs from the one in {target.known_hosts}; "
-                "refusing to connect",
+                f"host key ({e.key.get_name()}) differs from {source}; refusing to connect",
             ) from None
         except socket.gaierror as e:
             client.close()

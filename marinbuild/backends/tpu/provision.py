@@ -1,0 +1,359 @@
+"""TPU slices made on demand: one queued resource per step, re-created after a preemption.
+
+A step asking for ``K`` slices of a type no static slice serves gets a queued resource of ``K``
+nodes (multislice through the queued-resource API). :class:`SliceProvider` owns it for the
+step's whole life::
+
+    provider = SliceProvider(api, cluster, ProvisionRequest("train", out, prefix, "v4-32", 2))
+    slices = provider.acquire(cancel)   # waits for ACTIVE; reuses a healthy one
+    ...                                 # run the gang on slices.specs
+    if provider.lost():                 # the API says a node was preempted
+        provider.discard()              # deleted at once (a preempted node holds quota)
+    provider.release()                  # when the step ends, however it ends
+
+Every node carries labels naming marinbuild, the prefix, the step and its identity, and its
+output path in its description, so that leftovers of a killed runner can be found and
+deleted (:mod:`marinbuild.backends.tpu.leftovers`). Every queued resource this process
+created and has not deleted is deleted at interpreter exit too (Ctrl-C, SIGTERM mapped to
+KeyboardInterrupt); only SIGKILL leaves one behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import getpass
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from marinbuild.backends.tpu.cluster import Cluster, GcpSettings, SliceSpec, SshSettings
+from marinbuild.backends.tpu.tpu_api import LABEL_PREFIX, QueuedResourceSpec, TpuApi, TpuApiError, label_value
+from marinbuild.errors import ClusterConfigError, MarinbuildError
+from marinbuild.tpu_types import tpu_topology
+
+__all__ = [
+    "DESCRIPTION_PREFIX",
+    "CapacityUnavailable",
+    "HeldResource",
+    "ProvisionCancelled",
+    "ProvisionRequest",
+    "ProvisionedSlices",
+    "SliceProvider",
+    "node_labels",
+    "public_key_line",
+]
+
+DESCRIPTION_PREFIX = "marinbuild output "
+"""A created node's description: this, then the step's output path (where its lease lives)."""
+_GONE_STATES = frozenset({"PREEMPTED", "TERMINATED", "STOPPED", "STOPPING", "DELETING", "HIDDEN", "HIDING"})
+_FAILED_STATES = frozenset({"FAILED", "SUSPENDING", "SUSPENDED"})
+_WAITING = {"CREATING": "waiting for capacity", "ACCEPTED": "waiting for capacity",
+            "WAITING_FOR_RESOURCES": "waiting for capacity", "PROVISIONING": "provisioning"}
+
+
+class CapacityUnavailable(MarinbuildError):
+    """The queued resource went FAILED (no capacity) or did not turn ACTIVE within ``provision_timeout``."""
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+class ProvisionCancelled(MarinbuildError):
+    """The step was cancelled while its slices were being provisioned."""
+
+
+@dataclass(frozen=True)
+class ProvisionRequest:
+    """What one step needs made: ``count`` slices of ``tpu_type`` for the step at ``output_path``."""
+
+    step: str
+    output_path: str
+    prefix: str
+    tpu_type: str
+    count: int
+
+    @property
+    def identity(self) -> str:
+        """The hash that ends the output folder's name (``NAME-HASH``)."""
+        return os.path.basename(self.output_path.rstrip("/")).rsplit("-", 1)[-1]
+
+
+@dataclass(frozen=True)
+class ProvisionedSlices:
+    """One ACTIVE queued resource: a slice spec per node (slice 0 first) and their host keys."""
+
+    queued_resource: str
+    specs: tuple[SliceSpec, ...]
+    host_keys: Mapping[str, tuple[str, ...]]
+    """SSH address -> the ``TYPE BASE64`` keys guest attributes report (absent: none reported)."""
+
+
+@dataclass
+class HeldResource:
+    """A queued resource this step held: for the ledger's provisioned hours."""
+
+    name: str
+    tpu_type: str
+    count: int
+    created_at: float
+    active_at: float | None = None
+    deleted_at: float | None = None
+    why_deleted: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "queued_resource": self.name, "tpu_type": self.tpu_type, "slices": self.count,
+            "created_at": round(self.created_at, 3),
+            "active_at": None if self.active_at is None else round(self.active_at, 3),
+            "deleted_at": None if self.deleted_at is None else round(self.deleted_at, 3),
+            "why_deleted": self.why_deleted,
+        }
+
+
+def node_labels(gcp: GcpSettings, request: ProvisionRequest) -> dict[str, str]:
+    """The labels on every node of a step's queued resource (the cluster file's own too).
+
+    >>> req = ProvisionRequest("Sweep/A", "/o/Sweep/A-3f2a", "/o", "v4-8", 1)
+    >>> sorted(node_labels(GcpSettings("p", "z", "r"), req).items())  # doctest: +NORMALIZE_WHITESPACE
+    [('marinbuild', 'managed'), ('marinbuild-identity', '3f2a'), ('marinbuild-prefix', '-o'),
+     ('marinbuild-step', 'sweep-a')]
+    """
+    return {
+        **dict(gcp.labels),
+        LABEL_PREFIX: "managed",
+        f"{LABEL_PREFIX}-prefix": label_value(request.prefix),
+        f"{LABEL_PREFIX}-step": label_value(request.step),
+        f"{LABEL_PREFIX}-identity": label_value(request.identity),
+    }
+
+
+def public_key_line(ssh: SshSettings) -> str:
+    """``TYPE BASE64`` of the ``[ssh] identity_file``'s public half (its ``.pub``, else derived)."""
+    if not ssh.identity_file:
+        raise ClusterConfigError(
+            "[gcp] needs [ssh] identity_file: its public half goes into created nodes' ssh-keys "
+            "metadata (or set [gcp] os_login = true)"
+        )
+    path = os.path.expanduser(ssh.identity_file)
+    try:
+        with open(path + ".pub") as f:
+            parts = f.read().split()
+        if len(parts) >= 2:
+            return f"{parts[0]} {parts[1]}"
+    except OSError:
+        pass
+    import paramiko
+
+    try:
+        key = paramiko.PKey.from_path(path)
+    except (OSError, paramiko.SSHException) as e:
+        raise ClusterConfigError(f"[ssh] identity_file {path!r}: cannot read its public key: {e}") from None
+    return f"{key.get_name()} {key.get_base64()}"
+
+
+_LIVE: dict[str, tuple[TpuApi, str]] = {}
+_LIVE_LOCK = threading.Lock()
+
+
+def _delete_live() -> None:
+    """At exit: delete every queued resource this process made and still holds."""
+    with _LIVE_LOCK:
+        held = list(_LIVE.items())
+        _LIVE.clear()
+    for _, (api, name) in held:
+        try:
+            api.delete(name, force=True)
+        except Exception:
+            pass
+
+
+atexit.register(_delete_live)
+
+
+class SliceProvider:
+    """The queued resource of one step, across its attempts."""
+
+    def __init__(
+        self,
+        api: TpuApi,
+        cluster: Cluster,
+        request: ProvisionRequest,
+        *,
+        report: Callable[[str], None] = lambda line: None,
+        poll: float | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if cluster.gcp is None:
+            raise ClusterConfigError(f"{cluster.source}: no [gcp] table, so no slice can be created")
+        self.api = api
+        self.gcp: GcpSettings = cluster.gcp
+        self.cluster = cluster
+        self.request = request
+        self.report = report
+        # An emulator answers at once; Google's API is asked every few seconds.
+        endpoint = self.gcp.api_endpoint or ""
+        self.poll = poll if poll is not None else (0.1 if endpoint.startswith("http://") else 5.0)
+        self.clock = clock
+        self.current: ProvisionedSlices | None = None
+        self.held: list[HeldResource] = []
+        self.state: str | None = None
+        """What the live view shows: "waiting for capacity 12 s", "provisioning 3 s", None when ready."""
+        self.started: float | None = None
+        self._metadata = {} if self.gcp.os_login else {"ssh-keys": f"{self._user()}:{public_key_line(cluster.ssh)}"}
+
+    def _user(self) -> str:
+        return self.cluster.ssh.user or getpass.getuser()
+
+    def _name(self) -> str:
+        step = label_value(self.request.step).replace("_", "-").strip("-")[:24] or "step"
+        return f"mb-{step}-{label_value(self.request.identity)[:8]}-{secrets.token_hex(3)}".replace("--", "-")
+
+    def acquire(self, cancel: threading.Event) -> ProvisionedSlices:
+        """The step's slices: the current ones if still healthy, else a new queued resource.
+
+        Raises :class:`CapacityUnavailable` when the new one goes FAILED (it is deleted first)
+        or ``provision_timeout`` passes, counted from the step's first request for slices;
+        :class:`ProvisionCancelled` when ``cancel`` is set meanwhile (it is deleted too).
+        """
+        if self.started is None:
+            self.started = self.clock()
+        if self.current is not None:
+            if not self.lost():
+                return self.current
+            self.discard("preempted")
+        spec = QueuedResourceSpec(
+            name=self._name(),
+            tpu_type=self.request.tpu_type,
+            count=self.request.count,
+            runtime_version=self.gcp.runtime_version,
+            spot=self.gcp.spot,
+            labels=node_labels(self.gcp, self.request),
+            metadata=self._metadata,
+            description=DESCRIPTION_PREFIX + self.request.output_path,
+            network=self.gcp.network,
+            subnetwork=self.gcp.subnetwork,
+            service_account=self.gcp.service_account,
+            tags=self.gcp.tags,
+            external_ips=self.gcp.external_ips,
+        )
+        record = HeldResource(spec.name, spec.tpu_type, spec.count, self.clock())
+        with _LIVE_LOCK:
+            _LIVE[f"{id(self)}:{spec.name}"] = (self.api, spec.name)
+        self.held.append(record)
+        try:
+            self.api.create(spec)
+            self._wait_active(spec, record, cancel)
+            self.current = self._read_nodes(spec)
+        except BaseException as e:
+            why = "cancelled" if isinstance(e, ProvisionCancelled | KeyboardInterrupt) else "not provisioned"
+            self._delete(record, why)
+            raise
+        record.active_at = self.clock()
+        self.state = None
+        return self.current
+
+    def _wait_active(self, spec: QueuedResourceSpec, record: HeldResource, cancel: threading.Event) -> None:
+        assert self.started is not None
+        deadline = self.started + self.gcp.provision_timeout
+        last: str | None = None
+        while True:
+            info = self.api.get(spec.name)
+            state = info.state if info is not None else "DELETED"
+            now = self.clock()
+            if state == "ACTIVE":
+                return
+            if state in _FAILED_STATES or info is None:
+                why = (info.error if info is not None else None) or f"queued resource is {state}"
+                raise CapacityUnavailable(f"queued resource {spec.name} {state}: {why}")
+            phase = _WAITING.get(state, state.lower())
+            self.state = f"{phase} {now - record.created_at:.0f} s"
+            if state != last:
+                self.report(f"queued resource {spec.name} ({spec.count} x {spec.tpu_type}): {phase}")
+                last = state
+            if now >= deadline:
+                raise CapacityUnavailable(
+                    f"queued resource {spec.name} not ACTIVE within provision_timeout "
+                    f"({self.gcp.provision_timeout:g} s; last state {state})", timed_out=True,
+                )
+            if cancel.wait(min(self.poll, max(0.0, deadline - now))):
+                raise ProvisionCancelled(f"cancelled while queued resource {spec.name} was {state}")
+
+    def _read_nodes(self, spec: QueuedResourceSpec) -> ProvisionedSlices:
+        specs: list[SliceSpec] = []
+        keys: dict[str, tuple[str, ...]] = {}
+        vms = tpu_topology(spec.tpu_type).vm_count
+        for name in spec.node_names():
+            node = self.api.node(name)
+            if node is None or not node.addresses:
+                raise CapacityUnavailable(f"queued resource {spec.name} is ACTIVE but node {name} has no endpoints")
+            if len(node.addresses) != vms:
+                raise TpuApiError(f"node {name} has {len(node.addresses)} worker(s) but {spec.tpu_type} has {vms}")
+            hosts = node.addresses
+            if self.gcp.external_ips:
+                if not all(node.external_addresses):
+                    raise TpuApiError(f"node {name} has a worker without an external IP (external_ips = true)")
+                hosts = tuple(a for a in node.external_addresses if a)
+            reported: list[tuple[str, ...]] = self.api.host_keys(name)
+            for address, worker_keys in zip(hosts, reported, strict=False):
+                if worker_keys:
+                    keys[address] = _preferred_first(worker_keys)
+            specs.append(SliceSpec(name, spec.tpu_type, hosts, self.cluster.ssh, node.addresses, self.gcp.spot))
+        return ProvisionedSlices(spec.name, tuple(specs), keys)
+
+    def lost(self) -> tuple[str, ...]:
+        """Nodes of the current queued resource the API says are gone (preempted, deleted)."""
+        if self.current is None:
+            return ()
+        info = self.api.get(self.current.queued_resource)
+        if info is None or info.state != "ACTIVE":
+            return tuple(s.name for s in self.current.specs)
+        gone = []
+        for s in self.current.specs:
+            node = self.api.node(s.name)
+            if node is None or node.state in _GONE_STATES:
+                gone.append(s.name)
+        return tuple(gone)
+
+    def discard(self, why: str = "preempted") -> None:
+        """Delete the current queued resource now (``force``): the next acquire makes a new one."""
+        if self.current is not None:
+            record = next(r for r in self.held if r.name == self.current.queued_resource)
+            self.current = None
+            self._delete(record, why)
+
+    def release(self) -> None:
+        """The step is over: delete what it still holds."""
+        self.discard("step ended")
+        for r in self.held:
+            if r.deleted_at is None:
+                self._delete(r, "step ended")
+
+    def _delete(self, record: HeldResource, why: str) -> None:
+        try:
+            self.api.delete(record.name, force=True)
+        finally:
+            record.deleted_at = self.clock()
+            record.why_deleted = why
+            with _LIVE_LOCK:
+                _LIVE.pop(f"{id(self)}:{record.name}", None)
+
+    def ledger(self) -> list[dict[str, object]]:
+        """The queued resources held so far, for ``attempts.json``."""
+        return [r.to_json() for r in self.held]
+
+
+_KEY_ORDER = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa")
+
+
+def _preferred_first(keys: tuple[str, ...]) -> tuple[str, ...]:
+    """Keys in the order paramiko should ask for them (it asks for the first type only)."""
+    def rank(line: str) -> int:
+        kind = line.split()[0]
+        return _KEY_ORDER.index(kind) if kind in _KEY_ORDER else len(_KEY_ORDER)
+
+    return tuple(sorted(keys, key=rank))
+

@@ -1,0 +1,101 @@
+"""Queued resources through the real google-cloud-tpu client against the emulator (hosts without sshd)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from marinbuild.backends.tpu.provision import (
+    CapacityUnavailable,
+    ProvisionCancelled,
+    ProvisionRequest,
+    node_labels,
+    public_key_line,
+)
+from marinbuild.backends.tpu.tpu_api import label_value
+from marinbuild.errors import ClusterConfigError
+from tests.tpu_api_emulator import TpuApiEmulator
+
+from .emulated import StandIn, provider
+
+
+def test_multislice_queued_resource_is_labelled_keyed_and_read_in_worker_order(emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    p = provider(emulator, tmp_path, count=2, tpu_type="v5litepod-16", spot=True, labels={"team": "x"})
+    got = p.acquire(threading.Event())
+    body = emulator.requests("POST", "/queuedResources")[0][2]
+    spec = body["tpu"]["nodeSpec"][0]
+    assert spec["multisliceParams"]["nodeCount"] == 2 and "spot" in body
+    node = spec["node"]
+    assert node["metadata"] == {"ssh-keys": "ops:ssh-ed25519 AAAAPUBLIC"}
+    assert node["labels"] == {"team": "x", "marinbuild": "managed", "marinbuild-prefix": "-out",
+                              "marinbuild-step": "train-big", "marinbuild-identity": "0123abcd"}
+    assert node["description"] == "marinbuild output /out/train/Big-0123abcd"
+    assert [s.name for s in got.specs] == [f"{got.queued_resource}-0", f"{got.queued_resource}-1"]
+    assert [s.hosts for s in got.specs] == [tuple(f"10.0.0.{i}" for i in range(2, 6)), tuple(f"10.0.0.{i}" for i in range(6, 10))]
+    assert got.host_keys["10.0.0.7"] == ("ssh-ed25519 KEY10007",)
+    assert all(s.ssh.user == "ops" for s in got.specs)
+    assert emulator.states()[got.queued_resource][:2] == ["CREATING", "WAITING_FOR_RESOURCES"]
+    p.release()
+    assert emulator.queued_resource_names() == []
+
+
+def test_one_slice_uses_node_id_and_os_login_sets_no_key(emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    p = provider(emulator, tmp_path, count=1, os_login=True, external_ips=True)
+    got = p.acquire(threading.Event())
+    node = emulator.requests("POST", "/queuedResources")[0][2]["tpu"]["nodeSpec"][0]
+    assert node["nodeId"] == got.queued_resource and "metadata" not in node["node"]
+    assert node["node"]["networkConfig"] == {"enableExternalIps": True}
+    p.release()
+
+
+def test_a_preempted_node_means_a_new_queued_resource_on_other_hosts(emulator: TpuApiEmulator, tmp_path: Path, hosts: list[StandIn]) -> None:
+    p = provider(emulator, tmp_path, count=1, tpu_type="v4-32")
+    first = p.acquire(threading.Event())
+    assert p.lost() == () and p.acquire(threading.Event()) is first  # healthy: reused
+    emulator.preempt(first.specs[0].name)
+    assert p.lost() == (first.specs[0].name,)
+    second = p.acquire(threading.Event())
+    assert second.queued_resource != first.queued_resource
+    assert set(second.specs[0].hosts).isdisjoint(first.specs[0].hosts)
+    assert first.queued_resource in emulator.deleted
+    p.release()
+    assert [h["why_deleted"] for h in p.ledger()] == ["preempted", "step ended"]
+    assert all(h["deleted_at"] >= h["created_at"] for h in p.ledger())
+
+
+def test_capacity_failure_is_deleted_and_reported(emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    p = provider(emulator, tmp_path)
+    emulator.fail_next(1)
+    with pytest.raises(CapacityUnavailable, match="FAILED: There is no more capacity") as e:
+        p.acquire(threading.Event())
+    assert not e.value.timed_out
+    assert emulator.queued_resource_names() == []
+    assert p.acquire(threading.Event()).specs
+    p.release()
+
+
+def test_provision_timeout_and_cancel_delete_the_queued_resource(emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    emulator.waiting_s = 60
+    p = provider(emulator, tmp_path, provision_timeout=0.2)
+    with pytest.raises(CapacityUnavailable, match="not ACTIVE within provision_timeout") as e:
+        p.acquire(threading.Event())
+    assert e.value.timed_out and emulator.queued_resource_names() == []
+    cancel = threading.Event()
+    q = provider(emulator, tmp_path)
+    threading.Timer(0.2, cancel.set).start()
+    with pytest.raises(ProvisionCancelled):
+        q.acquire(cancel)
+    assert emulator.queued_resource_names() == []
+
+
+def test_labels_and_public_key(tmp_path: Path) -> None:
+    assert label_value("A" * 80 + "/x") == "a" * 63
+    req = ProvisionRequest("Exp/One", "gs://b/p/Exp/One-ff00", "gs://b/p", "v4-8", 1)
+    from marinbuild.backends.tpu.cluster import GcpSettings, SshSettings
+
+    labels = node_labels(GcpSettings("p", "z", "r"), req)
+    assert labels["marinbuild-prefix"] == "gs-b-p" and labels["marinbuild-identity"] == "ff00"
+    with pytest.raises(ClusterConfigError, match="identity_file"):
+        public_key_line(SshSettings())

@@ -1,0 +1,42 @@
+"""The TPU API layer: the real google-cloud-tpu client (REST) against the emulator."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from marinbuild.backends.tpu.provision import ProvisionRequest
+from marinbuild.backends.tpu.tpu_api import QueuedResourceSpec, TpuApi, TpuApiError
+from tests.tpu_api_emulator import TpuApiEmulator
+
+from .emulated import cluster_for, provider
+
+
+def test_create_list_get_delete_round_trip(emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    cluster = cluster_for(emulator, tmp_path)
+    assert cluster.gcp is not None
+    with TpuApi(cluster.gcp) as api:
+        api.create(QueuedResourceSpec("mb-x-1", "v4-8", count=3, runtime_version="rt", labels={"marinbuild": "managed"},
+                                      description="marinbuild output /o/x-1"))
+        listed = api.queued_resources()
+        assert [(q.name, q.tpu_type, q.node_names) for q in listed] == [("mb-x-1", "v4-8", ("mb-x-1-0", "mb-x-1-1", "mb-x-1-2"))]
+        assert listed[0].labels == {"marinbuild": "managed"} and listed[0].created is not None
+        assert listed[0].description == "marinbuild output /o/x-1"
+        info = api.get("mb-x-1")
+        assert info is not None and info.state in ("WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE")
+        assert api.delete("mb-x-1") and api.get("mb-x-1") is None and api.queued_resources() == []
+
+
+def test_api_errors_are_one_line(emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    cluster = cluster_for(emulator, tmp_path)
+    assert cluster.gcp is not None
+    api = TpuApi(cluster.gcp)
+    assert api.get("nope") is None and api.node("nope") is None and not api.delete("nope")
+    assert api.host_keys("nope") == []
+    p = provider(emulator, tmp_path, tpu_type="v4-8")
+    p.request = ProvisionRequest("s", "/o/s-1", "/o", "v9-8", 1)  # a type the API does not know
+    with pytest.raises(TpuApiError, match=r"^TPU API: creating queued resource .* failed: .*unknown acceleratorType") as e:
+        p.acquire(threading.Event())
+    assert "\n" not in str(e.value)
