@@ -254,6 +254,7 @@ class SliceProvider:
             raise
         record.active_at = self.clock()
         self.state = None
+        self.started = None  # the next wait for hosts has provision_timeout of its own
         return self.current
 
     def _wait_active(self, spec: QueuedResourceSpec, record: HeldResource, cancel: threading.Event) -> None:
@@ -325,12 +326,12 @@ class SliceProvider:
             self.current = None
             self._delete(record, why)
 
-    def release(self) -> None:
-        """The step is over: delete what it still holds."""
-        self.discard("step ended")
+    def release(self, why: str = "step ended") -> None:
+        """Delete everything still held (the attempt or the step is over)."""
+        self.discard(why)
         for r in self.held:
             if r.deleted_at is None:
-                self._delete(r, "step ended")
+                self._delete(r, why)
 
     def _delete(self, record: HeldResource, why: str) -> None:
         try:
@@ -341,9 +342,9 @@ class SliceProvider:
             with _LIVE_LOCK:
                 _LIVE.pop(f"{id(self)}:{record.name}", None)
 
-    def ledger(self) -> list[dict[str, object]]:
-        """The queued resources held so far, for ``attempts.json``."""
-        return [r.to_json() for r in self.held]
+    def ledger(self, since: int = 0) -> list[dict[str, object]]:
+        """The queued resources held so far (from the ``since``-th on), for ``attempts.json``."""
+        return [r.to_json() for r in self.held[since:]]
 
 
 _KEY_ORDER = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa")

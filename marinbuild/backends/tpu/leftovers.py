@@ -1,0 +1,113 @@
+"""Queued resources marinbuild made, found by their labels; those no live runner holds are deleted.
+
+A runner deletes its queued resources when a step ends, on Ctrl-C and SIGTERM; one killed with
+SIGKILL leaves them holding quota. Every node marinbuild creates is labelled ``marinbuild =
+managed`` with the prefix, and its description names the step's output path, where the step's
+lease lives. A queued resource is *held* while that lease's owner runs: on this machine its pid
+is checked; a lease from another machine counts as held (its runner may well be alive).
+``marinbuild run`` deletes what is not held under its prefix before it starts, and
+``marinbuild tpu down`` does it on request::
+
+    found = find_made(api, "gs://bucket/exp")
+    for leftover in held_by(found, storage): ...
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from marinbuild.backends.tpu.provision import DESCRIPTION_PREFIX
+from marinbuild.backends.tpu.tpu_api import LABEL_PREFIX, QueuedResourceInfo, TpuApi, label_value
+from marinbuild.store.lease import owner_alive, read_leases
+from marinbuild.store.storage import Storage
+
+__all__ = ["MadeResource", "delete_unheld", "find_made", "output_of"]
+
+
+@dataclass(frozen=True)
+class MadeResource:
+    """A queued resource marinbuild made: what the API says, the step's output, who holds it."""
+
+    info: QueuedResourceInfo
+    output_path: str | None
+    holder: str | None
+    """The live runner holding the step's lease (``host:pid since ...``); None: no one."""
+
+    @property
+    def step(self) -> str:
+        return self.info.labels.get(f"{LABEL_PREFIX}-step", "")
+
+    def hours_held(self, now: float | None = None) -> float:
+        """Hours since it was created (what its quota has cost so far), times its slices."""
+        if self.info.created is None:
+            return 0.0
+        slices = max(1, len(self.info.node_names))
+        return max(0.0, ((now or time.time()) - self.info.created) / 3600.0) * slices
+
+
+def output_of(info: QueuedResourceInfo) -> str | None:
+    """The output path of the step a queued resource was made for (from its nodes' description)."""
+    if info.description.startswith(DESCRIPTION_PREFIX):
+        return info.description[len(DESCRIPTION_PREFIX):] or None
+    return None
+
+
+def find_made(api: TpuApi, prefix: str | None, storage: Storage | None = None) -> list[MadeResource]:
+    """Every queued resource marinbuild made (under ``prefix`` when given), and who holds each."""
+    wanted = label_value(prefix) if prefix is not None else None
+    infos = [
+        q for q in api.queued_resources()
+        if q.labels.get(LABEL_PREFIX) == "managed"
+        and (wanted is None or q.labels.get(f"{LABEL_PREFIX}-prefix") == wanted)
+    ]
+    holders = _holders(infos, storage)
+    return [MadeResource(q, output_of(q), holders.get(q.name)) for q in infos]
+
+
+def _holders(infos: list[QueuedResourceInfo], storage: Storage | None) -> dict[str, str | None]:
+    outputs = {q.name: path for q in infos if (path := output_of(q)) is not None}
+    if not outputs:
+        return {}
+    by_store: dict[str, list[str]] = {}
+    for path in outputs.values():
+        by_store.setdefault(_root(path), []).append(path)
+    leases = {}
+    for root, paths in by_store.items():
+        store = storage if storage is not None and _root(storage.prefix) == root else Storage.for_prefix(root)
+        leases.update(read_leases(store, paths))
+    holders: dict[str, str | None] = {}
+    for name, path in outputs.items():
+        record = leases.get(path)
+        holders[name] = None if record is None or owner_alive(record.owner) is False else record.describe()
+    return holders
+
+
+def _root(path: str) -> str:
+    """Where a store for ``path`` is opened: the bucket of a URL, the root of a local path."""
+    if "://" in path:
+        scheme, rest = path.split("://", 1)
+        return f"{scheme}://{rest.split('/', 1)[0]}"
+    return "/"
+
+
+def delete_unheld(
+    api: TpuApi,
+    made: Iterable[MadeResource],
+    *,
+    say: Callable[[str], None] = lambda line: None,
+) -> list[str]:
+    """Delete (``force``, in parallel) the queued resources no live runner holds; their names."""
+    doomed = [m for m in made if m.holder is None]
+
+    def delete(m: MadeResource) -> str:
+        api.delete(m.info.name, force=True)
+        say(f"deleted queued resource {m.info.name} (step {m.step or '?'}, {m.info.state}; no live runner holds it)")
+        return m.info.name
+
+    if not doomed:
+        return []
+    with ThreadPoolExecutor(max_workers=min(8, len(doomed))) as pool:
+        return list(pool.map(delete, doomed))

@@ -1,0 +1,71 @@
+"""Leftover queued resources: found by label, held while the step's lease has a live owner."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+from marinbuild.backends.tpu.leftovers import delete_unheld, find_made
+from marinbuild.backends.tpu.provision import ProvisionRequest, SliceProvider
+from marinbuild.backends.tpu.tpu_api import QueuedResourceSpec, TpuApi
+from marinbuild.store.conditional import conditional_store
+from marinbuild.store.lease import Lease, Owner, lease_path
+from marinbuild.store.storage import Storage
+from tests.tpu_api_emulator import TpuApiEmulator
+
+from .emulated import cluster_for
+
+
+def leave_behind(emulator: TpuApiEmulator, tmp_path: Path, prefix: str, step: str) -> tuple[str, str]:
+    """A queued resource made for ``step`` and never deleted (its runner was killed)."""
+    cluster = cluster_for(emulator, tmp_path)
+    assert cluster.gcp is not None
+    out = f"{prefix}/{step}-00ff{len(step)}"
+    p = SliceProvider(TpuApi(cluster.gcp), cluster, ProvisionRequest(step, out, prefix, "v4-8", 1), poll=0.01)
+    return p.acquire(threading.Event()).queued_resource, out
+
+
+def dead_owner() -> Owner:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    me = Owner.current()
+    return Owner(socket.gethostname(), child.pid, "1", "gone", me.machine)
+
+
+def test_only_what_no_live_runner_holds_is_deleted(emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    prefix = str(tmp_path / "out")
+    storage = Storage.for_prefix(prefix)
+    free_name, _ = leave_behind(emulator, tmp_path, prefix, "free")
+    dead_name, dead_out = leave_behind(emulator, tmp_path, prefix, "dead")
+    held_name, held_out = leave_behind(emulator, tmp_path, prefix, "held")
+    other_name, _ = leave_behind(emulator, tmp_path, str(tmp_path / "elsewhere"), "other")
+    os.makedirs(os.path.dirname(lease_path(dead_out)))
+    Path(lease_path(dead_out)).write_text(json.dumps({"owner": vars(dead_owner()), "acquired": 1, "renewed": 1}))
+    lease = Lease(conditional_store(storage), lease_path(held_out), Owner.current())
+    assert lease.try_acquire().acquired
+    cluster = cluster_for(emulator, tmp_path)
+    assert cluster.gcp is not None
+    api = TpuApi(cluster.gcp)
+    made = {m.info.name: m for m in find_made(api, prefix, storage)}
+    assert set(made) == {free_name, dead_name, held_name}  # another prefix's are not ours to judge
+    assert made[held_name].holder is not None and made[held_name].holder.startswith(socket.gethostname())
+    assert made[free_name].holder is None and made[dead_name].holder is None
+    assert made[held_name].step == "held" and made[held_name].output_path == held_out
+    said: list[str] = []
+    assert sorted(delete_unheld(api, made.values(), say=said.append)) == sorted([free_name, dead_name])
+    assert sorted(emulator.queued_resource_names()) == sorted([held_name, other_name])
+    assert any("no live runner holds it" in line for line in said)
+    lease.release()
+    assert [m.holder for m in find_made(api, prefix, storage)] == [None]
+
+
+def test_foreign_queued_resources_are_never_touched(emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    cluster = cluster_for(emulator, tmp_path)
+    assert cluster.gcp is not None
+    api = TpuApi(cluster.gcp)
+    api.create(QueuedResourceSpec("someone-elses", "v4-8", 1, "rt", labels={"team": "x"}))
+    assert find_made(api, None) == []
