@@ -15,6 +15,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 from marinbuild.errors import StorageError, UserError
 from marinbuild.store.conditional import SerializedConditionalStore
 from marinbuild.store.fsspec_store import FsspecStorage, _is_gcs, single_attempt
+from marinbuild.store.retry import RetryPolicy
 
 
 class Flaky(MemoryFileSystem):
@@ -79,7 +80,7 @@ def test_a_read_that_keeps_failing_is_one_storage_error(monkeypatch: pytest.Monk
 
     prefix = _prefix()
     s = FsspecStorage(prefix, Down())
-    monkeypatch.setattr("marinbuild.store.retry.time.sleep", lambda seconds: None)
+    monkeypatch.setattr("marinbuild.store.retry.DEFAULT_POLICY", RetryPolicy(attempts=2, base=0.001, cap=0.001))
     with pytest.raises(StorageError, match="read"):
         s.read_text(f"{prefix}/x")
 
