@@ -9,8 +9,9 @@ The topological order is networkx's lexicographical sort by discovery order, fou
 pass when the discovery order already is one (nearly always: a config can only refer to
 steps that exist).
 
-Output paths are checked here too: an ``override_output_path`` stays strictly inside the
-prefix, and no two steps write to one output (nor one inside another's).
+Output paths are checked here too: a relative ``override_output_path`` stays strictly inside
+the prefix, an absolute one is used verbatim (never the prefix, a folder holding it, or a
+root), and no two steps write to one output (nor one inside another's).
 """
 
 from __future__ import annotations
@@ -190,14 +191,19 @@ def _topological(objects: dict[Step, list[Step]]) -> list[Step]:
 
 
 def override_path(prefix: str, override: str, name: str = "") -> str:
-    """Where ``override_output_path`` puts a step: strictly inside the prefix, and nowhere else.
+    """Where ``override_output_path`` puts a step.
 
-    A relative override is joined to the prefix and must not hold ``..``; an absolute path
-    or URL must already lie inside the prefix. A step's output is cleared and removed by
-    ``clean``, so it can never be allowed to name the prefix itself or anything outside it.
+    A relative override is joined to the prefix and must stay strictly inside it (no
+    ``..``). An absolute path or URL is used verbatim, inside the prefix or not (as in
+    Marin: a tokenized dataset pinned in another bucket), but it must hold no ``..``, be on
+    the prefix's kind of store, name no filesystem root or bucket, and neither be the prefix
+    nor hold it: a step's output may be cleared. ``clean`` leaves an output outside the
+    prefix alone unless its step is named with ``--outside-prefix``.
 
     >>> override_path("/p", "fixed/place")
     '/p/fixed/place'
+    >>> override_path("/p", "/shared/tokenized/")
+    '/shared/tokenized'
     >>> override_path("/p", "../x", "s")
     Traceback (most recent call last):
     ...
@@ -209,11 +215,31 @@ def override_path(prefix: str, override: str, name: str = "") -> str:
     absolute = "://" in override or override.startswith("/")
     rest = override.split("://", 1)[-1]
     if ".." in rest.split("/"):
-        raise StepDefinitionError(f"{who}override_output_path {override!r} must stay inside the prefix (no '..')")
-    path = override.rstrip("/") if absolute else Storage.join(prefix, posixpath.normpath(override))
-    if not _strictly_inside(path, prefix):
+        where = "not hold '..'" if absolute else "stay inside the prefix (no '..')"
+        raise StepDefinitionError(f"{who}override_output_path {override!r} must {where}")
+    if not absolute:
+        path = Storage.join(prefix, posixpath.normpath(override))
+        if not _strictly_inside(path, prefix):
+            raise StepDefinitionError(
+                f"{who}override_output_path {override!r} must be a folder strictly inside the prefix {prefix!r}"
+            )
+        return path
+    path = override.rstrip("/")
+    if path.startswith("file://") and "://" not in prefix:
+        path = path[len("file://"):]  # a local store's paths are plain paths
+    if _strictly_inside(path, prefix):
+        return path
+    scheme, body = _split_scheme(path)
+    if scheme != _split_scheme(prefix)[0]:
         raise StepDefinitionError(
-            f"{who}override_output_path {override!r} must be a folder strictly inside the prefix {prefix!r}"
+            f"{who}override_output_path {override!r} is on another kind of store than the prefix {prefix!r}"
+        )
+    norm = posixpath.normpath(body)
+    if norm in ("/", ".", "") or (scheme != "file" and "/" not in norm.strip("/")):
+        raise StepDefinitionError(f"{who}override_output_path {override!r} names a filesystem root or a bucket")
+    if _strictly_inside(prefix, path) or posixpath.normpath(_split_scheme(prefix)[1]) == norm:
+        raise StepDefinitionError(
+            f"{who}override_output_path {override!r} is the prefix {prefix!r} or holds it: its output would be cleared"
         )
     return path
 

@@ -22,7 +22,7 @@ from marinbuild.staleness import Decision
 from marinbuild.steps import Step
 from marinbuild.store.history import explain_new_steps
 from marinbuild.store.index import index_of
-from marinbuild.store.markers import RUNNING, StatusRecord, read_statuses
+from marinbuild.store.markers import RUNNING, STATUS_IN_OUTPUT, StatusRecord, read_statuses
 from marinbuild.store.storage import Storage, resolve_prefix
 
 if TYPE_CHECKING:
@@ -95,7 +95,10 @@ def probe(
     """Stored status of the named steps, keyed by output path, in a few batched requests.
 
     1. A listing of each parent folder rules out steps that never ran: a fresh plan reads
-       no marker at all (on GCS a listing answers for up to 1,000 entries).
+       no marker at all (on GCS a listing answers for up to 1,000 entries). Where the summary
+       is kept, the listing is of the status markers themselves (``FOLDER/*/.marinbuild/status``,
+       one ``matchGlob`` listing on GCS): an output folder or a marker deleted by hand rules
+       its step out even though its summary entry stays.
     2. One listing of the status summary (:mod:`marinbuild.store.index`) gives the status
        of every step whose lone, sound entry names its identity.
     3. The markers of the others (no entry, two entries, a FAILED one) are read in one batch.
@@ -105,11 +108,13 @@ def probe(
 
     ``leases``, when given, receives the lease read for each step left RUNNING (None where
     unreadable) and ``problems`` a line for each unusable lease, so that ``status`` need not
-    read them again; ``listed`` receives the listing of each parent folder (folder -> names).
+    read them again; ``listed`` receives the listing of each parent folder (folder -> names;
+    where the summary is kept, only the outputs holding a status marker).
     """
     graph, storage = project.graph, project.storage
     nodes = [graph.nodes[n] for n in names]
     present: dict[str, set[str]] = listed if listed is not None else {}
+    keeps_summary = storage.keeps_summary
     kept = []
     for node in nodes:
         out = node.output_path
@@ -118,7 +123,8 @@ def probe(
         if not folder and out.startswith("/"):
             folder = "/"
         if folder not in present:
-            present[folder] = set(storage.list_names(folder))
+            present[folder] = set(storage.list_holding(folder, STATUS_IN_OUTPUT) if keeps_summary
+                                  else storage.list_names(folder))
         if base in present[folder]:
             kept.append(node)
     summary = index_of(storage)

@@ -271,3 +271,33 @@ def test_clean_takes_the_summary_entries_of_what_it_removed(gcs_emulator: Emulat
     assert sorted(n.split("-")[0] for n in storage.list_names(index)) == ["a", "b", "c"]
     plan = marinbuild.plan(file=file, prefix=gcs_prefix)
     assert {n: d.action.value for n, d in plan.decisions.items()} == {"a": "skip", "b": "skip", "c": "skip", "d": "run"}
+
+
+def test_an_output_or_marker_deleted_by_hand_is_planned_to_run_within_the_budget(
+    gcs_emulator: Emulator, gcs_prefix: str, project: Path
+) -> None:
+    """``gsutil rm -r`` of an output folder, or of its SUCCESS marker alone, forces a rerun
+    even though the summary entry stays; the plan still costs one listing of the markers and
+    one of the summary."""
+    file = str(write_marinfile(project, FEW))
+    assert marinbuild.run(file=file, prefix=gcs_prefix).ok
+    proj = open_project(file, gcs_prefix)
+    nodes, storage = proj.graph.nodes, proj.storage
+    index = Storage.join(gcs_prefix, INDEX_DIR)
+    entries = sorted(storage.list_names(index))
+    storage.remove(nodes["a"].output_path)  # the whole folder
+    storage.remove(status_path(nodes["b"].output_path))  # the marker alone: logs and info stay
+    assert sorted(storage.list_names(index)) == entries  # every summary entry still says SUCCESS
+
+    plan, requests = count(gcs_emulator, lambda: marinbuild.plan(file=file, prefix=gcs_prefix))
+    assert {n: d.action.value for n, d in plan.decisions.items()} == {"a": "run", "b": "run", "c": "skip", "d": "skip"}
+    assert requests <= 2, requests  # the markers' listing and the summary's
+    rows = {r["name"]: r["status"] for r in status_rows(Path(file), gcs_prefix)}
+    assert rows == {"a": "NONE", "b": "NONE", "c": "SUCCESS", "d": "SUCCESS"}
+
+    summary = marinbuild.run(file=file, prefix=gcs_prefix)
+    assert summary.ok and {n: r.outcome.value for n, r in summary.steps.items() if r.outcome.value != "skipped"} == {
+        "a": "ran", "b": "ran"}
+    assert storage.read_text(status_path(nodes["b"].output_path)) is not None
+    plan = marinbuild.plan(file=file, prefix=gcs_prefix)
+    assert plan.counts() == {"skip": 4}

@@ -47,7 +47,7 @@ def test_failed_and_running_steps_rerun_with_reasons():
         g.nodes["train/left"].output_path: StatusRecord("RUNNING", 0.0),
     }
     plan = make_plan(g, ["train/left"], statuses)
-    assert plan.decisions["root"].reason == "failed before: boom"
+    assert plan.decisions["root"].reason == "failed before: boom; resumes from partial output; --fresh-output to start over"
     assert plan.decisions["train/left"].reason.startswith("incomplete")
 
 
@@ -132,7 +132,7 @@ def test_a_cycle_through_several_steps_is_named_from_the_graph():
     assert message.startswith("the steps form a cycle: ") and all(n in message for n in ("c/a", "c/b", "c/c"))
 
 
-@pytest.mark.parametrize("override", ["../outside", "sub/../..", "sub/..", ".", "/elsewhere/x", "/p", "/p/../q",
+@pytest.mark.parametrize("override", ["../outside", "sub/../..", "sub/..", ".", "/", "/p", "/p/../q", "/elsewhere/../p/x",
                                       "gs://other/p/x", "a/\0b"])
 def test_an_override_that_leaves_the_prefix_is_refused_when_planning(override):
     s = step("o/s", cmd="true", override_output_path=override)
@@ -142,8 +142,8 @@ def test_an_override_that_leaves_the_prefix_is_refused_when_planning(override):
 
 
 @pytest.mark.parametrize("override, path", [("fixed/place", "/p/fixed/place"), ("/p/abs/x/", "/p/abs/x"),
-                                            ("./here", "/p/here")])
-def test_an_override_inside_the_prefix_is_kept(override, path):
+                                            ("./here", "/p/here"), ("/elsewhere/pinned", "/elsewhere/pinned")])
+def test_an_override_inside_the_prefix_or_absolute_is_kept_verbatim(override, path):
     s = step("o/s", cmd="true", override_output_path=override)
     assert build_graph([s], "/p").nodes["o/s"].output_path == path
 

@@ -27,16 +27,29 @@ def clean_command(
     force: Annotated[bool, typer.Option("--force", help="Remove outputs even while a live runner holds their lease.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
     dry: Annotated[bool, typer.Option("--dry", "-n", "--dry-run", help="List what would be removed.")] = False,
+    outside_prefix: Annotated[bool, typer.Option("--outside-prefix", help="Also remove the outputs that an absolute override_output_path put outside the prefix, of the steps named exactly (no glob).")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Delete the targets' current outputs, or (--orphans) outputs of old identities; running ones are left alone."""
     from marinbuild.store.clean import plan_clean, remove_output
     from marinbuild.store.index import forget
 
+    if not dry:
+        from marinbuild.store.storage import check_writable_prefix
+
+        check_writable_prefix(prefix)  # a read-only prefix: one line, before anything is listed
     project = open_project(file, prefix)
     storage = project.storage
-    names = None if orphans or any_orphans else select(project.graph, step_targets(project, targets))
-    chosen = plan_clean(storage, project.graph, names, project.marinfile.path, any_shape=any_orphans, force=force)
+    wanted = step_targets(project, targets)
+    names = None if orphans or any_orphans else select(project.graph, wanted)
+    outside: set[str] = set()
+    if outside_prefix:
+        # Outside the prefix only what the user named, never what a glob or no target reaches.
+        outside = {t for t in wanted if t in project.graph.nodes}
+        if names is None or not outside:
+            raise UserError("--outside-prefix removes the outputs of steps named exactly: name them (no glob, no --orphans)")
+    chosen = plan_clean(storage, project.graph, names, project.marinfile.path, any_shape=any_orphans, force=force,
+                        outside=outside)
     for skipped in chosen.skipped:
         err.print(f"marinbuild: {skipped.line()}", markup=False)
     victims = chosen.remove

@@ -14,6 +14,7 @@ import typer
 
 from marinbuild.cli.printing import err
 from marinbuild.errors import MarinbuildError, missing_extra
+from marinbuild.store.storage import store_refusal
 
 __all__ = ["handles_errors"]
 
@@ -47,12 +48,14 @@ def handles_errors(fn: F) -> F:
             err.print(f"marinbuild: error: {extra}", markup=False)
             raise typer.Exit(extra.exit_code) from None
         except OSError as e:
-            if not e.filename:
+            refusal = store_refusal(e)
+            if not e.filename and refusal is None:
                 raise _internal_error(e, verbose) from None
             # A prefix that is full, read-only or not ours: one line naming the path.
             if verbose:
                 traceback.print_exc()
-            err.print(f"marinbuild: error: {e.filename}: {e.strerror or e}", markup=False)
+            where = f"{e.filename}: " if e.filename else ""
+            err.print(f"marinbuild: error: {where}{refusal or e.strerror or e}", markup=False)
             raise typer.Exit(2) from None
         except Exception as e:
             raise _internal_error(e, verbose) from None

@@ -73,6 +73,11 @@ def plan_command(
         explain=not check,
     )
     print_notes(planned)
+    from marinbuild.store.storage import prefix_write_problem
+
+    unwritable = prefix_write_problem(project.storage)
+    if unwritable is not None and not check:  # reading another team's outputs is fine; running there is not
+        err.print(f"marinbuild: note: `run` could not write there: {unwritable}", markup=False)
     the_plan, requests = planned.plan, planned.requests
     environments = planned.fields.environments if planned.fields is not None else {}
     if output is not None:

@@ -20,6 +20,10 @@ which something outside the runner enforces, so that a runner that stops renewin
 one suspended, running nothing) has its steps killed before anyone can take them over. A
 lease found in another's hands makes the deadline *now*.
 
+A lease that cannot be created because the store is full, over quota or read-only
+(``ENOSPC``, ``EDQUOT``, ``EROFS``) fails its step at once with a line naming the cause:
+waiting would not cure it. Other errors reading or writing a lease make the step wait.
+
 Taking over a lease whose owner ran on this machine first kills whatever is left of the
 previous attempt (found by its step token, :mod:`marinbuild.backends.local.containment`),
 and waits while anything survives.
@@ -36,12 +40,12 @@ from collections.abc import Callable, Mapping
 
 from marinbuild.backends.deadlines import Deadline, deadlines
 from marinbuild.backends.local.containment import kill_token, step_token
-from marinbuild.errors import MarinbuildError
+from marinbuild.errors import MarinbuildError, StorageError
 from marinbuild.graph import Node
 from marinbuild.store.conditional import conditional_store
 from marinbuild.store.lease import Heartbeat, Lease, LeaseRecord, LeaseSettings, Owner, lease_path, owner_alive
 from marinbuild.store.markers import StatusRecord, read_status
-from marinbuild.store.storage import Storage
+from marinbuild.store.storage import Storage, store_refusal
 
 __all__ = ["LeaseClaims"]
 
@@ -85,6 +89,9 @@ class LeaseClaims:
         except (MarinbuildError, IsADirectoryError):
             raise  # a folder where the lease belongs never goes away by itself: the step fails alone
         except Exception as e:  # an unreadable lease file: the step waits, the run goes on
+            refusal = store_refusal(e)
+            if refusal is not None:  # a full or read-only store does not heal while the step waits
+                raise StorageError(f"its lease {lease.path} cannot be created: {refusal}") from e
             return "wait", f"its lease {lease.path} cannot be used ({type(e).__name__}: {e})"
         if not attempt.acquired:
             return "wait", attempt.why

@@ -1,6 +1,9 @@
 """Removing outputs: the current outputs of chosen steps, or orphans under the prefix.
 
-``clean`` only ever removes step folders of this Marinfile that lie inside the prefix:
+``clean`` only ever removes step folders of this Marinfile that lie inside the prefix, but
+for one exception: the output of a step named exactly with ``--outside-prefix``, placed
+outside the prefix by an absolute ``override_output_path`` (a shared dataset pinned in
+another bucket). Orphans are never looked for outside the prefix.
 
 * **Containment** is checked on normalized paths and, locally, on real paths: a folder
   reached through a symlink, an override such as ``../outside`` or ``sub/..`` (which
@@ -22,15 +25,16 @@ import os
 import posixpath
 import re
 import stat
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from marinbuild.errors import UserError
+from marinbuild.errors import StorageError, UserError
 from marinbuild.graph import StepGraph
 from marinbuild.store.markers import MARKER_DIR, read_info, read_status
-from marinbuild.store.storage import Storage
+from marinbuild.store.storage import Storage, store_refusal
 
 __all__ = [
+    "OUTSIDE_FLAG",
     "CleanPlan",
     "Skipped",
     "check_prefix",
@@ -109,18 +113,35 @@ def _split(path: str) -> tuple[str, str]:
     return (scheme, rest) if sep else ("", path)
 
 
-def outputs_of(graph: StepGraph, names: Iterable[str]) -> tuple[list[str], list[Skipped]]:
-    """Output paths of ``names`` (normalized): those safely inside the prefix, and the others."""
-    inside: list[str] = []
+OUTSIDE_FLAG = "--outside-prefix"
+"""The ``clean`` flag that lets the outputs of steps named exactly, placed outside the prefix
+by an absolute ``override_output_path``, be removed."""
+
+
+def outputs_of(
+    graph: StepGraph, names: Iterable[str], outside: Collection[str] = ()
+) -> tuple[list[str], list[Skipped]]:
+    """Output paths of ``names`` (normalized): those safe to remove, and the others.
+
+    Safe means inside the prefix (see :func:`containment_problem`), or, for a step in
+    ``outside``, placed outside it by an absolute override (the step named exactly with
+    :data:`OUTSIDE_FLAG`). The prefix itself, or a folder holding it, is never safe.
+    """
+    chosen: list[str] = []
     skipped: list[Skipped] = []
     for name in names:
         out = graph.nodes[name].output_path
         problem = containment_problem(out, graph.prefix)
+        if problem == "it is outside the prefix":
+            if name in outside and not inside_prefix(graph.prefix, out):
+                problem = None
+            else:
+                problem = f"it is outside the prefix (name the step {name!r} with {OUTSIDE_FLAG} to remove it)"
         if problem is None:
-            inside.append(_normalized(out))
+            chosen.append(_normalized(out))
         else:
             skipped.append(Skipped(out, problem))
-    return inside, skipped
+    return chosen, skipped
 
 
 def _normalized(path: str) -> str:
@@ -214,11 +235,14 @@ def plan_clean(
     marinfile: str | None = None,
     any_shape: bool = False,
     force: bool = False,
+    outside: Collection[str] = (),
 ) -> CleanPlan:
     """What to remove: the existing outputs of ``names``, or orphans when ``names`` is None.
 
     A target's output holding another identity's status is left alone; unless ``force``,
-    so is every folder with a live lease (see :func:`live_lease`).
+    so is every folder with a live lease (see :func:`live_lease`). An output outside the
+    prefix is removed only for a step in ``outside`` (see :func:`outputs_of`); orphans are
+    only ever looked for inside the prefix.
     """
     check_prefix(graph.prefix)
     if names is None:
@@ -226,10 +250,10 @@ def plan_clean(
     else:
         victims, skipped = [], []
         wanted = list(names)
-        inside, outside = outputs_of(graph, wanted)
-        skipped.extend(outside)
+        chosen, left = outputs_of(graph, wanted, outside)
+        skipped.extend(left)
         identity_at = {_normalized(graph.nodes[n].output_path): graph.nodes[n].identity for n in wanted}
-        for path in inside:
+        for path in chosen:
             if not storage.exists(path):
                 continue
             if storage.is_local and not _is_real_folder(storage, path):
@@ -280,7 +304,17 @@ def remove_output(storage: Storage, path: str, force: bool = False) -> str | Non
     from marinbuild.store.lease import Lease, Owner, lease_path
 
     lease = Lease(conditional_store(storage), lease_path(path), Owner.current())
-    attempt = lease.try_acquire()
+    try:
+        attempt = lease.try_acquire()
+    except OSError as e:
+        refusal = store_refusal(e)
+        if refusal is None:
+            raise
+        # Every other output would fail the same way: stop at the first, in one line.
+        raise StorageError(
+            f"cannot take the lease of {path} to remove it: {refusal}; "
+            "`clean --force` removes outputs without taking their leases"
+        ) from None
     if not attempt.acquired:
         return f"it is running: {attempt.why} (--force removes it anyway)"
     for entry in storage.list_names(path):

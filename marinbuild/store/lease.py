@@ -52,6 +52,7 @@ __all__ = [
     "DEFAULT_EXPIRY",
     "DEFAULT_HEARTBEAT",
     "DEFAULT_POLL",
+    "MIN_HEARTBEAT",
     "Attempt",
     "Heartbeat",
     "Lease",
@@ -61,6 +62,7 @@ __all__ = [
     "Verdict",
     "Watch",
     "judge",
+    "lease_flag_problem",
     "lease_path",
     "observe",
     "owner_alive",
@@ -72,6 +74,9 @@ DEFAULT_HEARTBEAT = 10.0
 """Seconds between renewals (``MARINBUILD_LEASE_HEARTBEAT``, ``--lease-heartbeat``)."""
 DEFAULT_EXPIRY = 60.0
 """Seconds a lease must be seen unchanged before it is taken over (``MARINBUILD_LEASE_EXPIRY``)."""
+MIN_HEARTBEAT = 0.1
+"""Shortest heartbeat a runner accepts (``--lease-heartbeat``): below it renewals of a remote
+store overlap and a loaded machine misses them, so every step would be fenced."""
 DEFAULT_POLL = 5.0
 """Upper bound on seconds between two looks at a step leased elsewhere (``MARINBUILD_LEASE_POLL``)."""
 
@@ -111,19 +116,47 @@ class LeaseSettings:
         beat = heartbeat if heartbeat is not None else _env_seconds(env, "MARINBUILD_LEASE_HEARTBEAT", DEFAULT_HEARTBEAT)
         exp = expiry if expiry is not None else _env_seconds(env, "MARINBUILD_LEASE_EXPIRY", DEFAULT_EXPIRY)
         poll = _env_seconds(env, "MARINBUILD_LEASE_POLL", min(DEFAULT_POLL, beat))
-        if not (0 < beat < math.inf and 0 < poll < math.inf):  # NaN fails every comparison
-            raise UserError(f"lease heartbeat and poll interval must be positive (got {beat:g} s and {poll:g} s)")
-        if exp < 2 * beat:
-            raise UserError(
-                f"lease expiry ({exp:g} s) must be at least twice the heartbeat ({beat:g} s), "
+        if not 0 < poll < math.inf:  # NaN fails every comparison
+            raise UserError(f"lease poll interval must be positive (got {poll:g} s)")
+        problem = lease_flag_problem(beat, exp)
+        if problem is not None:
+            raise UserError(problem)
+        return cls(heartbeat=float(beat), expiry=float(exp), poll=float(poll))
+
+
+def lease_flag_problem(heartbeat: float | None = None, expiry: float | None = None) -> str | None:
+    """What is wrong with a lease heartbeat and expiry (either may be None: not given); None if nothing.
+
+    The bounds: a heartbeat of at least :data:`MIN_HEARTBEAT`; an expiry between
+    :data:`MIN_EXPIRY` and :data:`MAX_EXPIRY`, and at least twice the heartbeat.
+
+    >>> lease_flag_problem(1e-9)
+    'lease heartbeat (1e-09 s) must be at least 0.1 s: a renewal reads and writes the store, and one that cannot keep up fences every step'
+    >>> lease_flag_problem(2, 60) is None
+    True
+    """
+    if heartbeat is not None:
+        if not 0 < heartbeat < math.inf:  # NaN fails every comparison
+            return f"lease heartbeat must be positive (got {heartbeat:g} s)"
+        if heartbeat < MIN_HEARTBEAT:
+            return (
+                f"lease heartbeat ({heartbeat:g} s) must be at least {MIN_HEARTBEAT:g} s: a renewal reads and writes "
+                "the store, and one that cannot keep up fences every step"
+            )
+    if expiry is not None:
+        if not expiry >= MIN_EXPIRY:  # NaN fails every comparison
+            return f"lease expiry ({expiry:g} s) must be at least {MIN_EXPIRY:g} s: waiters honour no shorter one"
+        if expiry > MAX_EXPIRY:
+            return (
+                f"lease expiry ({expiry:g} s) must be at most {MAX_EXPIRY:g} s: waiters take a lease over after that "
+                "long unrenewed, whatever it says"
+            )
+        if heartbeat is not None and expiry < 2 * heartbeat:
+            return (
+                f"lease expiry ({expiry:g} s) must be at least twice the heartbeat ({heartbeat:g} s), "
                 "or a slow renewal would look like a dead runner"
             )
-        if not exp <= MAX_EXPIRY:
-            raise UserError(
-                f"lease expiry ({exp:g} s) must be at most {MAX_EXPIRY:g} s: waiters take a lease over after that long "
-                "unrenewed, whatever it says"
-            )
-        return cls(heartbeat=float(beat), expiry=float(exp), poll=float(poll))
+    return None
 
 
 def _env_seconds(env: Mapping[str, str], name: str, default: float) -> float:

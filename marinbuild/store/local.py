@@ -95,6 +95,9 @@ class LocalStorage(Storage):
         except (FileNotFoundError, NotADirectoryError):
             return []
 
+    def list_holding(self, folder: str, inner: str) -> list[str]:
+        return [n for n in self.list_names(folder) if os.path.isfile(os.path.join(folder, n, inner))]
+
     @retrying("remove")
     def remove(self, path: str) -> None:
         if os.path.isdir(path) and not os.path.islink(path):

@@ -34,6 +34,7 @@ from marinbuild.store.storage import Storage
 __all__ = [
     "FAILED",
     "RUNNING",
+    "STATUS_IN_OUTPUT",
     "SUCCESS",
     "UNREADABLE",
     "StatusRecord",
@@ -164,8 +165,12 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+STATUS_IN_OUTPUT = f"{MARKER_DIR}/status"
+"""Where a step's status marker lies inside its output folder."""
+
+
 def status_path(output: str) -> str:
-    return Storage.join(output, MARKER_DIR, "status")
+    return Storage.join(output, STATUS_IN_OUTPUT)
 
 
 def info_path(output: str) -> str:

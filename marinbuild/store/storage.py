@@ -16,6 +16,7 @@ a write always puts a whole file.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import posixpath
@@ -24,7 +25,18 @@ from typing import BinaryIO, Protocol, runtime_checkable
 
 from marinbuild.errors import UserError
 
-__all__ = ["DEFAULT_PREFIX", "Storage", "check_local_prefix", "resolve_prefix", "unlink_quietly", "write_temporary"]
+__all__ = [
+    "DEFAULT_PREFIX",
+    "Storage",
+    "check_local_prefix",
+    "check_writable_prefix",
+    "prefix_not_writable",
+    "prefix_write_problem",
+    "resolve_prefix",
+    "store_refusal",
+    "unlink_quietly",
+    "write_temporary",
+]
 
 DEFAULT_PREFIX = "marinbuild-out"
 """The prefix used when neither ``--prefix`` nor ``MARIN_PREFIX`` is set, relative to the
@@ -44,15 +56,18 @@ def resolve_prefix(prefix: str | None) -> str:
     path = os.path.abspath(os.path.expanduser(raw))
     if os.path.dirname(path) == path or os.path.realpath(path) == "/":
         raise UserError(f"prefix {given!r} is a filesystem root; give a folder for the outputs (e.g. /data/experiments)")
-    check_local_prefix(path, given)
+    check_local_prefix(path, given, writable=False)  # whoever writes checks that it can
     return path
 
 
-def check_local_prefix(path: str, given: str | None = None, create: bool = False) -> None:
-    """Refuse (UserError naming the prefix) a local prefix that is not a folder or cannot be written.
+def check_local_prefix(path: str, given: str | None = None, create: bool = False, writable: bool = True) -> None:
+    """Refuse (UserError naming the prefix) a local prefix that is not a folder, or (``writable``)
+    cannot be written.
 
     Without ``create`` nothing is written: the nearest existing folder on the way must let
     this user create folders. With ``create`` the prefix folder is made, as a run will.
+    Commands that only read (``plan``, ``status``, ``show``, ``report``) pass
+    ``writable=False``: another team's read-only outputs are for reading.
     """
     shown = repr(given if given is not None else path)
     existing = path
@@ -61,13 +76,67 @@ def check_local_prefix(path: str, given: str | None = None, create: bool = False
     if not os.path.isdir(existing):
         where = "" if existing == path else f" ({existing} is a file)"
         raise UserError(f"prefix {shown} is not a folder{where}; give a folder for the outputs")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"prefix {shown} is not writable by this user (in {existing})")
+    if not (writable or create):
+        return
+    problem = prefix_not_writable(path)
+    if problem is not None:
+        raise UserError(f"prefix {shown} {problem}")
     if create:
         try:
             os.makedirs(path, exist_ok=True)
         except OSError as e:
             raise UserError(f"prefix {shown} cannot be created: {e.strerror or e}") from None
+
+
+def prefix_not_writable(path: str) -> str | None:
+    """Why this user cannot write under the local prefix ``path`` (``is not writable by this
+    user (in FOLDER)``, or a read-only filesystem); None when it can."""
+    existing = path
+    while not os.path.lexists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if os.access(existing, os.W_OK | os.X_OK):
+        return None
+    try:
+        read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    return f"is on a read-only filesystem (in {existing})" if read_only else f"is not writable by this user (in {existing})"
+
+
+def prefix_write_problem(storage: Storage) -> str | None:
+    """Why a run could not write under ``storage``'s prefix (``prefix '…' is not writable by
+    this user (in …)``); None when it can, or where only a write would tell (object stores)."""
+    if not storage.is_local:
+        return None
+    problem = prefix_not_writable(storage.prefix)
+    return None if problem is None else f"prefix {storage.prefix!r} {problem}"
+
+
+def check_writable_prefix(prefix: str | None) -> None:
+    """Refuse, before anything is loaded, a local prefix this user cannot write (what ``run`` needs)."""
+    resolved = resolve_prefix(prefix)
+    if "://" not in resolved:
+        check_local_prefix(resolved, prefix, writable=True)
+
+
+_REFUSALS = {
+    errno.ENOSPC: "the store is full",
+    errno.EDQUOT: "the store's quota is used up",
+    errno.EROFS: "the store is read-only",
+}
+
+
+def store_refusal(error: BaseException) -> str | None:
+    """What a full, over-quota or read-only store says, for an error waiting cannot cure; else None.
+
+    >>> store_refusal(OSError(errno.ENOSPC, "No space left on device"))
+    'No space left on device (the store is full)'
+    >>> store_refusal(OSError(errno.EAGAIN, "try again")) is None
+    True
+    """
+    if not isinstance(error, OSError) or error.errno not in _REFUSALS:
+        return None
+    return f"{error.strerror or os.strerror(error.errno)} ({_REFUSALS[error.errno]})"
 
 
 @runtime_checkable
@@ -140,6 +209,12 @@ class Storage(Protocol):
 
     def list_names(self, folder: str) -> list[str]:
         """Names of the entries directly inside ``folder`` (empty when it does not exist)."""
+        ...
+
+    def list_holding(self, folder: str, inner: str) -> list[str]:
+        """Names of the entries directly inside ``folder`` that hold the file ``inner`` (a path
+        relative to each entry, e.g. ``.marinbuild/status``): one listing on GCS (``matchGlob``),
+        1,000 names a request, so that a file deleted by hand is noticed without a read per entry."""
         ...
 
     def remove(self, path: str) -> None:

@@ -96,10 +96,23 @@ def test_override_path_inside_prefix() -> None:
     assert override_path("/p", "/p/inside") == "/p/inside"
 
 
-@pytest.mark.parametrize("bad", ["../x", "/elsewhere", "/p", "gs://b/p/y", "a\0b", "/p/../q"])
-def test_override_path_outside_prefix_is_refused(bad: str) -> None:
+def test_an_absolute_override_outside_the_prefix_is_used_verbatim() -> None:
+    assert override_path("/p", "/elsewhere/pinned/") == "/elsewhere/pinned"
+    assert override_path("/p", "file:///elsewhere/pinned") == "/elsewhere/pinned"
+    assert override_path("gs://b/p", "gs://other/tokenized") == "gs://other/tokenized"
+
+
+@pytest.mark.parametrize("bad", ["../x", "/p", "/", "//", "/p/../q", "/elsewhere/../p/x", "a\0b", "gs://b/p/y",
+                                 "/p/", "sub/..", "."])
+def test_override_path_escaping_or_holding_the_prefix_is_refused(bad: str) -> None:
     with pytest.raises(StepDefinitionError):
         override_path("/p", bad, "s")
+
+
+@pytest.mark.parametrize("bad", ["gs://b", "gs://other", "gs://b/p", "gs://b/", "/local/x", "gs://o/../b/p"])
+def test_override_path_on_gcs_never_names_a_bucket_the_prefix_or_another_store(bad: str) -> None:
+    with pytest.raises(StepDefinitionError):
+        override_path("gs://b/p", bad, "s")
 
 
 def test_two_steps_with_one_output_are_refused() -> None:
