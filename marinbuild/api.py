@@ -18,10 +18,11 @@ A script can end with :func:`main` (the habit of Marin's ``executor_main``)::
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from marinbuild.execution.reporting import PlainReporter, Reporter
-from marinbuild.execution.session import Machine, RunSettings, RunSummary, execute, load, plan_run
+from marinbuild.execution.invocation import RunParameters, RunVoice, invoke
+from marinbuild.execution.reporting import JsonReporter, NullReporter, PlainReporter, Reporter, json_step_lines
+from marinbuild.execution.session import Machine, RunSummary, load, plan_run
 from marinbuild.planner import Plan
 from marinbuild.steps import Step, declaring
 
@@ -74,28 +75,42 @@ def run(
     prefix: str | None = None,
     jobs: int | None = None,
     keep_going: bool = False,
-    backend: str | None = None,
     force: Sequence[str] = (),
     force_all: bool = False,
+    dry: bool = False,
+    print_output: bool | None = None,
+    json: bool = False,
     cores: int | None = None,
     mem: str | None = None,
     resources: Sequence[str] = (),
-    tokens: Sequence[str] = (),
-    cluster: str | None = None,
+    token: Sequence[str] = (),
+    walltime: str | None = None,
+    backend: str | None = None,
     ray_address: str | None = None,
+    lease_heartbeat: float | None = None,
+    lease_expiry: float | None = None,
     fresh_output: bool = False,
+    cluster: str | None = None,
     max_retries_preemption: int = 100,
     max_retries_failure: int = 0,
-    walltime: str | None = None,
-    reporter: Reporter | None = None,
+    no_sync: bool = False,
+    plan: str | None = None,
+    print_commands: bool = False,
     quiet: bool = False,
+    verbose: bool = False,
+    reporter: Reporter | None = None,
 ) -> RunSummary:
     """Run the targets and whatever they need that is not up to date; returns what happened.
 
-    Takes the options of ``marinbuild run`` as keywords (``backend``: ``"local"`` or ``"ray"``;
-    default the Marinfile's ``DEFAULT_BACKEND``, else local). Progress goes to stderr as plain
-    lines unless ``quiet`` or another ``reporter`` is given. Bad input raises
-    :class:`~marinbuild.MarinbuildError`; a failed step does not raise: the summary says so.
+    Takes every option of ``marinbuild run`` as a keyword of the same name (``--lease-heartbeat``
+    is ``lease_heartbeat``, ``--plan FILE`` is ``plan="FILE"``, ``--token`` is ``token``;
+    :class:`~marinbuild.execution.invocation.RunParameters` documents each). ``backend``:
+    ``"local"`` or ``"ray"``, default the Marinfile's ``DEFAULT_BACKEND``, else local.
+    Progress, what steps print (``print_output``) and their commands (``print_commands``) go to
+    stderr as plain lines, unless ``quiet`` or another ``reporter`` is given; ``json`` writes
+    the events as JSON lines on stdout. ``dry`` starts nothing: the summary lists the steps that
+    would run as not started. Bad input raises :class:`~marinbuild.MarinbuildError`; a failed
+    step does not raise: the summary says so.
 
     >>> import marinbuild, tempfile
     >>> s = marinbuild.step("hello", cmd="echo hi > {output}/hi.txt")
@@ -103,31 +118,35 @@ def run(
     >>> summary.ok, summary.steps["hello"].outcome.value
     (True, 'ran')
     """
-    settings = RunSettings(
-        jobs=jobs,
-        keep_going=keep_going,
-        backend=backend,
-        ray_address=ray_address,
-        fresh_output=fresh_output,
-        max_retries_preemption=max_retries_preemption,
-        max_retries_failure=max_retries_failure,
-        walltime=walltime,
-    )
-    project = load(file, steps, prefix)
-    machine = Machine(cores=cores, mem=mem, resources=tuple(resources), tokens=tuple(tokens))
-    planned = plan_run(
-        project,
-        _targets(targets),
-        force=force,
-        force_all=force_all,
-        machine=machine,
-        cluster=cluster,
-        settings=settings,
-        dry=False,
-    )
-    if reporter is None and not quiet:
+    keywords = dict(locals())
+    del keywords["steps"], keywords["reporter"]
+    params = RunParameters.of(**keywords)
+    return invoke(params, _voice(params, reporter), steps)
+
+
+def _voice(params: RunParameters, reporter: Reporter | None) -> RunVoice:
+    """The library prints on stderr (stdout is the script's), JSON events on stdout."""
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    def step_line(event: str, template: str) -> Callable[[str, str], None]:
+        if params.json:
+            return json_step_lines(event, sys.stdout)
+        return lambda step, text: say(template.format(step=step, text=text))
+
+    if reporter is None and params.json:
+        reporter = JsonReporter(sys.stdout)
+    elif reporter is None and not params.quiet:
         reporter = PlainReporter(sys.stderr)
-    return execute(planned, settings, reporter, echo=lambda line: print(line, file=sys.stderr))
+    quiet = params.quiet or params.json
+    return RunVoice(
+        reporter=reporter or NullReporter(),
+        echo=(lambda line: None) if quiet else say,
+        warn=say,
+        on_output=step_line("output", "[{step}] {text}") if params.prints_output else None,
+        on_command=step_line("command", "[{step}] $ {text}") if params.print_commands else None,
+    )
 
 
 def main(steps: Sequence[Step], argv: Sequence[str] | None = None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -52,7 +53,7 @@ def machine_of(cores: int | None, mem: str | None, resources: list[str] | None, 
     return Machine(cores=cores, mem=mem, resources=tuple(resources or ()), tokens=tuple(tokens or ()))
 
 
-def step_targets(project: Project, targets: list[str] | None) -> list[str]:
+def step_targets(project: Project, targets: Sequence[str] | None) -> list[str]:
     """The targets as step names or globs: an output path (``marinbuild-out/data-1f0e…``, or a
     file inside one) stands for the step writing it; anything else is left for ``select``."""
     wanted = list(targets or [])

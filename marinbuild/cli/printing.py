@@ -7,9 +7,7 @@ Plain text never imports rich; a table on a terminal does (through :mod:`marinbu
 from __future__ import annotations
 
 import functools
-import json
 import sys
-import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -46,16 +44,12 @@ def step_line_printer(json_events: bool, event: str, template: str) -> Callable[
     """A printer of ``(step, text)``: ``template`` filled on stdout, or a JSON ``event`` line.
 
     ``run`` prints what steps print (``output``, ``[{step}] {text}``) and, with ``-p``, each
-    shell step's command (``command``, ``[{step}] $ {text}``); the JSON event names its text
-    after the event (``line`` for output, ``command`` for a command).
+    shell step's command (``command``, ``[{step}] $ {text}``).
     """
-    key = "line" if event == "output" else event
     if json_events:
-        def as_json(step: str, text: str) -> None:
-            sys.stdout.write(json.dumps({"event": event, "time": time.time(), "step": step, key: text}) + "\n")
-            sys.stdout.flush()
+        from marinbuild.execution.reporting import json_step_lines
 
-        return as_json
+        return json_step_lines(event)
     return lambda step, text: out.print(template.format(step=step, text=text), markup=False, highlight=False)
 
 

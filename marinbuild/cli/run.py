@@ -21,10 +21,10 @@ from marinbuild.cli.options import (
     TargetsArg,
     TokenOpt,
     VerboseOpt,
-    machine_of,
     step_targets,
 )
-from marinbuild.cli.printing import err, out, print_notes, print_plan, step_line_printer, with_environments
+from marinbuild.cli.printing import err, out, print_plan, step_line_printer, with_environments
+from marinbuild.execution.invocation import RunParameters, RunVoice, invoke
 from marinbuild.execution.session import BackendChoice
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def run_command(
     force_all: ForceAllOpt = False,
     dry: Annotated[bool, typer.Option("--dry", "-n", "--dry-run", help="Only show the plan (same as `marinbuild plan`).")] = False,
     print_output: Annotated[bool | None, typer.Option("--print-output/--no-print-output", help="Print what steps print, each line after [step] (default: yes, except with -q or --json).")] = None,
-    json_events: Annotated[bool, typer.Option("--json", help="Report events as JSON lines.")] = False,
+    json: Annotated[bool, typer.Option("--json", help="Report events as JSON lines.")] = False,
     cores: CoresOpt = None,
     mem: MemOpt = None,
     resources: ResourcesOpt = None,
@@ -57,86 +57,44 @@ def run_command(
     fresh_output: Annotated[bool, typer.Option("--fresh-output", help="Clear each step's output directory before it runs instead of keeping partial output.")] = False,
     cluster: ClusterOpt = None,
     max_retries_preemption: Annotated[int, typer.Option("--max-retries-preemption", min=0, help="Retries of a preempted TPU step (a step's own setting wins).")] = 100,
-    max_retries_failure: Annotated[int, typer.Option("--retries", "--max-retries-failure", min=0, help="Retries of a failed step, on every backend (a step's own max_retries_failure wins).")] = 0,
+    max_retries_failure: Annotated[int, typer.Option("--max-retries-failure", "--retries", min=0, help="Retries of a failed step, on every backend (a step's own max_retries_failure wins).")] = 0,
     no_sync: Annotated[bool, typer.Option("--no-sync", help="Do not copy the project directory to TPU hosts.")] = False,
-    reviewed: Annotated[str | None, typer.Option("--plan", help="Run exactly the plan `marinbuild plan -o FILE` wrote; refuse when it no longer holds.")] = None,
+    plan: Annotated[str | None, typer.Option("--plan", help="Run exactly the plan `marinbuild plan -o FILE` wrote; refuse when it no longer holds.")] = None,
     print_commands: Annotated[bool, typer.Option("-p", "--print-commands", help="Print each shell step's command, resolved, as it starts.")] = False,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Run the targets and whatever they need that is not up to date."""
-    from marinbuild.execution import session
-
-    settings = session.RunSettings(
-        jobs=jobs,
-        keep_going=keep_going,
-        backend=backend.value if backend is not None else None,
-        ray_address=ray_address,
-        lease_heartbeat=lease_heartbeat,
-        lease_expiry=lease_expiry,
-        fresh_output=fresh_output,
-        max_retries_preemption=max_retries_preemption,
-        max_retries_failure=max_retries_failure,
-        sync=not no_sync,
-        walltime=walltime,
+    # Every option is a field of RunParameters: one added here fails until the library takes it too.
+    params = RunParameters.of(**locals())
+    quiet = params.quiet
+    voice = RunVoice(
+        reporter=_reporter(quiet, params.json),
+        echo=_silent if quiet else lambda line: out.print(line, markup=False, highlight=False),
+        warn=lambda line: err.print(line, markup=False),
+        on_output=step_line_printer(params.json, "output", "[{step}] {text}") if params.prints_output else None,
+        on_command=step_line_printer(params.json, "command", "[{step}] $ {text}") if params.print_commands else None,
+        show_plan=lambda planned: print_plan(planned.plan, with_environments(planned)),
+        starting=_stop_on_signals,
     )
-    project = session.load(file, prefix=prefix)
-    review = None
-    if reviewed is not None:
-        from marinbuild.cli.reviewed import load_review
-
-        review = load_review(reviewed, targets, force, force_all)
-        targets, force, force_all = list(review.targets), list(review.force), review.force_all
-    planned = session.plan_run(
-        project,
-        step_targets(project, targets),
-        force=force or [],
-        force_all=force_all,
-        machine=machine_of(cores, mem, resources, token),
-        cluster=cluster,
-        settings=settings,
-        explain=dry,
-        dry=dry,
-    )
-    print_notes(planned)
-    if review is not None:
-        from marinbuild.cli.reviewed import check_review
-
-        check_review(review, planned.plan, project.graph, lambda line: err.print(line, markup=False))
-    if dry:
-        print_plan(planned.plan, with_environments(planned))
-        return
-    if not planned.plan.to_run():
-        if not quiet:
-            n = len(planned.plan.order)
-            out.print(f"nothing to do: {n} step{'' if n == 1 else 's'} up to date")
-        return
-    if walltime is not None:
-        from marinbuild.units import parse_duration
-
-        parse_duration(walltime)  # refused before the prefix folder is made
-    if project.storage.is_local:
-        from marinbuild.store.storage import check_local_prefix
-
-        check_local_prefix(project.storage.prefix, prefix, create=True)
-    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
-    # A background job of a script starts with SIGINT ignored, and Python then leaves it
-    # ignored: `kill -INT` would do nothing. The runner stops on it as on Ctrl-C.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    if print_output is None:
-        print_output = not quiet and not json_events
-    summary = session.execute(
-        planned,
-        settings,
-        _reporter(quiet, json_events),
-        echo=(lambda line: None) if quiet else (lambda line: out.print(line, markup=False, highlight=False)),
-        on_output=step_line_printer(json_events, "output", "[{step}] {text}") if print_output else None,
-        on_command=step_line_printer(json_events, "command", "[{step}] $ {text}") if print_commands else None,
-    )
+    summary = invoke(params, voice, target_names=step_targets)
+    if params.dry:
+        return  # the plan was the answer
     if summary.interrupted:
         raise typer.Exit(130)
     if not summary.ok:
         raise typer.Exit(1)
+
+
+def _silent(line: str) -> None:
+    pass
+
+
+def _stop_on_signals() -> None:
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    # A background job of a script starts with SIGINT ignored, and Python then leaves it
+    # ignored: `kill -INT` would do nothing. The runner stops on it as on Ctrl-C.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _terminate_as_interrupt(signum: int, frame: Any) -> None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TextIO
 
-__all__ = ["Failure", "JsonReporter", "NullReporter", "PlainReporter", "Reporter", "Summary"]
+__all__ = ["Failure", "JsonReporter", "NullReporter", "PlainReporter", "Reporter", "Summary", "json_step_lines"]
 
 
 @dataclass(frozen=True)
@@ -135,3 +136,15 @@ class PlainReporter(NullReporter):
 
     def step_failed(self, name: str, error: str, log: str) -> None:
         self._line(f"FAIL  {name}: {error}" + (f" (log: {log})" if log else ""))
+
+
+def json_step_lines(event: str, stream: TextIO | None = None) -> Callable[[str, str], None]:
+    """``(step, text)`` as JSON event lines: ``output`` events carry a ``line``, ``command`` events a ``command``."""
+    key = "line" if event == "output" else event
+
+    def emit(step: str, text: str) -> None:
+        out = stream or sys.stdout
+        out.write(json.dumps({"event": event, "time": time.time(), "step": step, key: text}) + "\n")
+        out.flush()
+
+    return emit

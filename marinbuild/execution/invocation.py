@@ -1,0 +1,241 @@
+"""A run as asked for: every option of ``marinbuild run`` and :func:`marinbuild.run` in one value,
+and the one function that carries it out.
+
+The command line and the library both build a :class:`RunParameters` from their keywords and
+call :func:`invoke`; they differ only in how they print (a :class:`RunVoice`). Their option
+lists are the dataclass's fields, so they cannot drift (``tests/unit/execution/test_invocation.py``
+compares ``marinbuild run --help`` with :func:`marinbuild.run`'s keywords).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from marinbuild.errors import UserError
+from marinbuild.execution.reporting import NullReporter, Reporter
+from marinbuild.execution.session import (
+    Machine,
+    PlannedRun,
+    RunSettings,
+    RunSummary,
+    StepOutcome,
+    StepResult,
+    execute,
+    load,
+    plan_run,
+)
+
+if TYPE_CHECKING:
+    from marinbuild.graph import StepGraph
+    from marinbuild.plan_review import Reviewed
+    from marinbuild.planner import Plan
+    from marinbuild.project import Project
+    from marinbuild.steps import Step
+
+__all__ = ["RunParameters", "RunVoice", "check_review", "invoke", "load_review"]
+
+_SEQUENCES = ("targets", "force", "resources", "token")
+
+
+@dataclass(frozen=True)
+class RunParameters:
+    """Every option of a run, named as ``marinbuild run`` names it (``--lease-heartbeat`` is
+    ``lease_heartbeat``, ``--plan FILE`` is ``plan``, ``--no-sync`` is ``no_sync``)."""
+
+    targets: tuple[str, ...] = ()
+    """Step names, globs or output paths; none: every declared step."""
+    file: str = "Marinfile.py"
+    prefix: str | None = None
+    jobs: int | None = None
+    """Steps running at once; steps that declare no resources then take no core. 0: the core count."""
+    keep_going: bool = False
+    force: tuple[str, ...] = ()
+    force_all: bool = False
+    dry: bool = False
+    """Decide and start nothing: the command line prints the plan."""
+    print_output: bool | None = None
+    """Pass on what steps print; None: yes, except with ``quiet`` or ``json``."""
+    json: bool = False
+    """Report events as JSON lines on stdout."""
+    cores: int | None = None
+    mem: str | None = None
+    resources: tuple[str, ...] = ()
+    """Custom counted resources this run offers, ``NAME=N`` each."""
+    token: tuple[str, ...] = ()
+    """Tokens this run offers."""
+    walltime: str | None = None
+    backend: str | None = None
+    """``"local"`` or ``"ray"``; None: the Marinfile's ``DEFAULT_BACKEND``, else local."""
+    ray_address: str | None = None
+    lease_heartbeat: float | None = None
+    lease_expiry: float | None = None
+    fresh_output: bool = False
+    cluster: str | None = None
+    max_retries_preemption: int = 100
+    max_retries_failure: int = 0
+    no_sync: bool = False
+    """Do not copy the project directory to TPU hosts."""
+    plan: str | None = None
+    """A plan file written by ``marinbuild plan -o``: run exactly it, or refuse."""
+    print_commands: bool = False
+    quiet: bool = False
+    verbose: bool = False
+    """The command line's tracebacks; the library raises with its traceback either way."""
+
+    @classmethod
+    def of(cls, **values: Any) -> RunParameters:
+        """From keywords as the command line or the library take them: a sequence may be a
+        list, None or (targets) one string, and ``backend`` an enum member."""
+        for name in _SEQUENCES:
+            given = values.get(name)
+            if given is None or isinstance(given, str):
+                values[name] = () if given is None else (given,)
+            else:
+                values[name] = tuple(given)
+        if values.get("backend") is not None:
+            values["backend"] = str(values["backend"])
+        return cls(**values)
+
+    @property
+    def settings(self) -> RunSettings:
+        """How the run behaves, as the session takes it."""
+        return RunSettings(
+            jobs=self.jobs,
+            keep_going=self.keep_going,
+            backend=self.backend,
+            ray_address=self.ray_address,
+            lease_heartbeat=self.lease_heartbeat,
+            lease_expiry=self.lease_expiry,
+            fresh_output=self.fresh_output,
+            max_retries_preemption=self.max_retries_preemption,
+            max_retries_failure=self.max_retries_failure,
+            sync=not self.no_sync,
+            walltime=self.walltime,
+        )
+
+    @property
+    def machine(self) -> Machine:
+        """What the run may use of this machine."""
+        return Machine(cores=self.cores, mem=self.mem, resources=self.resources, tokens=self.token)
+
+    @property
+    def prints_output(self) -> bool:
+        """Whether what steps print is passed on."""
+        return self.print_output if self.print_output is not None else not self.quiet and not self.json
+
+
+def _quiet(line: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class RunVoice:
+    """How a front end prints a run: the command line on a terminal, the library on stderr."""
+
+    reporter: Reporter = field(default_factory=NullReporter)
+    echo: Callable[[str], None] = _quiet
+    """Lines for the user beside the events ("nothing to do", what TPU hosts say)."""
+    warn: Callable[[str], None] = _quiet
+    """Lines for stderr: planning notes, a reviewed plan's differences."""
+    on_output: Callable[[str, str], None] | None = None
+    on_command: Callable[[str, str], None] | None = None
+    show_plan: Callable[[PlannedRun], None] = lambda planned: None
+    """A dry run's plan."""
+    starting: Callable[[], None] = lambda: None
+    """Called once the run is about to start steps (the command line maps SIGTERM then)."""
+
+
+def invoke(
+    params: RunParameters,
+    voice: RunVoice,
+    steps: Sequence[Step] | None = None,
+    target_names: Callable[[Project, Sequence[str]], list[str]] | None = None,
+) -> RunSummary:
+    """Plan and run ``params``; returns what happened (a failed step does not raise).
+
+    ``steps`` instead of the Marinfile; ``target_names`` turns the targets into step names or
+    globs (the command line's output paths). A dry run starts nothing: its summary lists the
+    steps it would run as not started.
+    """
+    project = load(params.file, steps, params.prefix)
+    targets, force, force_all = list(params.targets), list(params.force), params.force_all
+    review = None
+    if params.plan is not None:
+        review = load_review(params.plan, targets, force, force_all)
+        targets, force, force_all = list(review.targets), list(review.force), review.force_all
+    planned = plan_run(
+        project,
+        target_names(project, targets) if target_names is not None else targets,
+        force=force,
+        force_all=force_all,
+        machine=params.machine,
+        cluster=params.cluster,
+        settings=params.settings,
+        explain=params.dry,
+        dry=params.dry,
+    )
+    for note in planned.fields.notes if planned.fields is not None else ():
+        voice.warn(f"marinbuild: note: {note}")
+    if review is not None:
+        check_review(review, planned.plan, project.graph, voice.warn)
+    if params.dry:
+        voice.show_plan(planned)
+        return _not_started(planned.plan)
+    if not planned.plan.to_run():
+        n = len(planned.plan.order)
+        voice.echo(f"nothing to do: {n} step{'' if n == 1 else 's'} up to date")
+        return execute(planned, params.settings)
+    if params.walltime is not None:
+        from marinbuild.units import parse_duration
+
+        parse_duration(params.walltime)  # refused before the prefix folder is made
+    if project.storage.is_local:
+        from marinbuild.store.storage import check_local_prefix
+
+        check_local_prefix(project.storage.prefix, params.prefix, create=True)
+    voice.starting()
+    return execute(
+        planned, params.settings, voice.reporter, echo=voice.echo, on_output=voice.on_output, on_command=voice.on_command
+    )
+
+
+def _not_started(plan: Plan) -> RunSummary:
+    to_run = set(plan.to_run())
+    return RunSummary(
+        {
+            n: StepResult(n, StepOutcome.NOT_STARTED if n in to_run else StepOutcome.SKIPPED, plan.node(n).output_path)
+            for n in plan.order
+        }
+    )
+
+
+def load_review(path: str, targets: Sequence[str] | None, force: Sequence[str] | None, force_all: bool) -> Reviewed:
+    """Read the plan file; the targets and forced steps come from it, so none may be given beside it."""
+    from marinbuild.plan_review import read_plan_file
+
+    if targets or force or force_all:
+        raise UserError("--plan runs the targets and forced steps written in the plan file; give no targets, --force or -F with it")
+    return read_plan_file(path)
+
+
+def check_review(reviewed: Reviewed, plan: Plan, graph: StepGraph, say: Callable[[str], None]) -> None:
+    """Refuse (printing each difference) unless ``plan`` is the reviewed plan, less steps finished meanwhile."""
+    from marinbuild.plan_review import differences, finished_meanwhile
+
+    if reviewed.prefix is not None and reviewed.prefix != graph.prefix:
+        say(f"marinbuild: the plan was made for the prefix {reviewed.prefix}, this run's is {graph.prefix}")
+        raise UserError(f"the plan in {reviewed.path} is for another prefix; nothing was run")
+    found = differences(reviewed, plan, graph)
+    if found:
+        for line in found:
+            say(f"marinbuild: differs from the plan: {line}")
+        n = len(found)
+        raise UserError(
+            f"the plan in {reviewed.path} no longer holds ({n} difference{'' if n == 1 else 's'}); nothing was run: "
+            "plan again and review it"
+        )
+    for name in finished_meanwhile(reviewed, plan):
+        say(f"marinbuild: {name}: finished by another runner since the plan was made; skipped")
+
