@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from marinbuild.config_walk import LEAF_TYPES, SET, children, is_placeholder
-from marinbuild.errors import StepDefinitionError, UserError
+from marinbuild.errors import MarinbuildError, StepDefinitionError, UserError
 
 __all__ = [
     "ConfigScan",
@@ -96,6 +96,9 @@ class Step:
     env: tuple[tuple[str, str], ...] = field(default=())
     max_retries_preemption: int | None = None
     max_retries_failure: int | None = None
+    max_retries_hang: int | None = None
+    progress_timeout: float | None = None
+    """Seconds without progress after which an attempt is killed as a hang (not part of the identity)."""
     pip_dependency_groups: tuple[str, ...] = ()
     hash_code: bool = False
     """Whether the command template (or the function's source) enters the identity."""
@@ -207,6 +210,8 @@ def step(
     env: dict[str, str] | None = None,
     max_retries_preemption: int | None = None,
     max_retries_failure: int | None = None,
+    max_retries_hang: int | None = None,
+    progress_timeout: float | str | None = None,
     pip_dependency_groups: Iterable[str] | None = None,
     hash_code: bool = False,
 ) -> Step:
@@ -219,6 +224,11 @@ def step(
     :mod:`marinbuild.pyenv`). ``hash_code=True`` puts the command template (or the
     function's own source text) into the step's identity, so that editing it reruns the
     step; without it such an edit is only reported by ``plan`` and ``why``.
+
+    ``progress_timeout`` (seconds, or ``"15m"``, ``"1:30:00"``) kills an attempt whose log and
+    progress file (``$MARINBUILD_PROGRESS``, which the program touches or appends to) have
+    not changed for that long, as a hang, retried up to ``max_retries_hang`` times (default 2).
+    Retry budgets and timeouts are not part of the step's identity.
 
     >>> s = step("hello", cmd="echo {greeting} > {output}/hello.txt", config={"greeting": "hi"})
     >>> s.kind
@@ -238,6 +248,11 @@ def step(
         if "\0" in k or "\0" in v or "=" in k or not k:
             raise StepDefinitionError(f"step {name!r}: env {k!r} is not a valid variable (no NUL byte, no '=')")
     groups = _check_groups(name, pip_dependency_groups) if pip_dependency_groups else ()
+    timeout = _check_progress_timeout(name, progress_timeout) if progress_timeout is not None else None
+    for what, count in (("max_retries_preemption", max_retries_preemption), ("max_retries_failure", max_retries_failure),
+                        ("max_retries_hang", max_retries_hang)):
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+            raise StepDefinitionError(f"step {name!r}: {what} must be a whole number ≥ 0, got {count!r}")
     # The frozen dataclass __init__ sets its 11 fields one object.__setattr__ call at a
     # time; filling the instance dict at once is 3x cheaper, and a Marinfile calls step()
     # once per step on every command. Step(...) itself still works the usual way.
@@ -254,6 +269,8 @@ def step(
         env=env_pairs,
         max_retries_preemption=max_retries_preemption,
         max_retries_failure=max_retries_failure,
+        max_retries_hang=max_retries_hang,
+        progress_timeout=timeout,
         pip_dependency_groups=groups,
         hash_code=bool(hash_code),
     )
@@ -261,6 +278,18 @@ def step(
     if declared is not None:
         declared.append(s)
     return s
+
+
+def _check_progress_timeout(name: str, value: object) -> float:
+    from marinbuild.units import parse_timeout
+
+    try:
+        seconds = parse_timeout(value)  # type: ignore[arg-type]
+    except MarinbuildError as e:
+        raise StepDefinitionError(f"step {name!r}: progress_timeout: {e}") from None
+    if seconds <= 0:
+        raise StepDefinitionError(f"step {name!r}: progress_timeout must be more than 0 s")
+    return seconds
 
 
 def _check_groups(name: str, groups: Iterable[str]) -> tuple[str, ...]:

@@ -30,12 +30,15 @@ import re
 
 from marinbuild.errors import ResourceError
 
-__all__ = ["format_bytes", "format_duration", "parse_duration", "parse_memory"]
+__all__ = ["format_bytes", "format_duration", "parse_duration", "parse_memory", "parse_timeout"]
 
 _LETTERS = "kmgtp"
 _NUMBER = r"(?P<num>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 _MEMORY_RE = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[A-Za-z]*)\s*$")
 _DURATION_RE = re.compile(r"^\s*(?:(?P<d>\d+)-)?(?:(?P<h>\d+):)?(?P<m>\d+):(?P<s>\d+(?:\.\d*)?)\s*$")
+_UNITS_RE = re.compile(
+    r"^\s*(?:(?P<d>\d+(?:\.\d*)?)d)?(?:(?P<h>\d+(?:\.\d*)?)h)?(?:(?P<m>\d+(?:\.\d*)?)m)?(?:(?P<s>\d+(?:\.\d*)?)s)?\s*$"
+)
 _MEMORY_HINT = "write bytes or a number with a unit such as '4g', '512MiB' or '2GB'"
 
 
@@ -114,6 +117,29 @@ def parse_duration(value: float | str) -> float:
     if not math.isfinite(seconds) or seconds < 0:
         raise ResourceError(f"duration {value!r} must be a finite number of seconds ≥ 0")
     return seconds
+
+
+def parse_timeout(value: float | str) -> float:
+    """A timeout in seconds: whatever :func:`parse_duration` reads, or units such as ``"15m"``.
+
+    Units are ``d``, ``h``, ``m`` and ``s``, largest first, with no spaces between them
+    (``"1h30m"``). Wall times keep the clock forms only; a timeout is usually a round
+    figure, written the way people say it.
+
+    >>> parse_timeout("15m"), parse_timeout("1h30m"), parse_timeout("0:30")
+    (900.0, 5400.0, 30.0)
+    """
+    if isinstance(value, str):
+        units = _UNITS_RE.match(value)
+        if units is not None and any(units.groupdict().values()):
+            d, h, m, s = (float(units[k] or 0) for k in ("d", "h", "m", "s"))
+            return ((d * 24 + h) * 60 + m) * 60 + s
+        if not _DURATION_RE.match(value):
+            try:
+                float(value)
+            except ValueError:
+                raise ResourceError(f"cannot read timeout {value!r}: write seconds, '15m', '1h30m' or hh:mm:ss") from None
+    return parse_duration(value)
 
 
 def _parse_duration_text(text: str) -> float:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from marinbuild.backends.base import Job, Outcome
-from marinbuild.execution.retries import AttemptLedger, Retrying
+from marinbuild.backends.retrying import Retrying
+from marinbuild.store.attempt_ledger import AttemptLedger
 
 from .helpers import marinbuild, plan_json, status_of, write_marinfile
 

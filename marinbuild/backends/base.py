@@ -4,15 +4,55 @@ A backend starts a :class:`Job` and reports its :class:`Outcome` through a callb
 any thread; the scheduler never waits on a backend directly. ``cancel`` asks a running job
 to stop (Ctrl-C, a lost lease, a wall-time limit). A :class:`Grant` is what admission
 reserved for the job: cores to pin, environment, wall-time limit.
+
+A backend runs **one attempt** of a job; retrying is the business of the one retry loop
+(:mod:`marinbuild.backends.retrying`), which wraps every backend. An attempt's
+:class:`Outcome` says how it ended (:class:`Cause`), and the loop draws on that cause's
+budget. Optional hooks a backend may define, looked up by name:
+
+* ``watches_progress = True``: the backend detects hangs itself (the TPU gang watches every
+  host's log and progress file); otherwise the loop watches ``job.log_file`` and the
+  ``$MARINBUILD_PROGRESS`` file on this machine.
+* ``ledger_head(job) -> Mapping``: fields the backend adds at the top of ``attempts.json``.
+* ``step_ended(job)``: called once after the step's last attempt (per-step state may go).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
-__all__ = ["Backend", "Grant", "Job", "Outcome", "Running"]
+__all__ = ["HELD_EXTRA", "PROGRESS_VAR", "Backend", "Cause", "Grant", "Job", "Outcome", "Running"]
+
+HELD_EXTRA = "held"
+"""The key of :attr:`Job.extra` holding what the step holds while it runs (for accelerator-hours)."""
+PROGRESS_VAR = "MARINBUILD_PROGRESS"
+"""The variable naming the file a step touches or appends to, to show it is making progress."""
+
+
+class Cause(StrEnum):
+    """How one attempt ended; each retryable cause draws on a budget of its own.
+
+    The values are what ``attempts.json`` records as an attempt's ``class``.
+    """
+
+    SUCCESS = "SUCCESS"
+    FAILED = "FAILED"
+    """The program failed: the (small) failure budget, ``max_retries_failure``."""
+    PREEMPTED = "PREEMPTED"
+    """A host or worker was taken away: the (large) preemption budget."""
+    INFRA = "INFRA"
+    """SSH, sync or launch trouble not caused by the program: ``max_retries_infra``."""
+    PROVISIONING = "PROVISIONING"
+    """No hosts could be had (capacity): retried until ``provision_timeout``, counted apart."""
+    HANG = "HANG"
+    """No progress (log and progress file unchanged) for ``progress_timeout``: ``max_retries_hang``."""
+    TIMEOUT = "TIMEOUT"
+    """Ran out of wall time: never retried."""
+    CANCELLED = "CANCELLED"
+    """The run was asked to stop: never retried."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +86,9 @@ class Job:
     previous_attempts: tuple[Mapping[str, Any], ...] | None = None
     """Attempts earlier runs of the step recorded in its ledger, read while it was prepared
     (off the run loop: on a remote store a read is a round trip); None: not read yet."""
+    progress_timeout: float | None = None
+    """Seconds without progress (log and ``$MARINBUILD_PROGRESS`` unchanged) after which the
+    attempt is killed as a hang; None: never."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +107,26 @@ class Outcome:
     records: Mapping[str, str] = field(default_factory=dict)
     """Files to write with the step's record, before its final status (path -> text): the
     attempt ledger, so that it costs no round trip of its own."""
+    cause: Cause | None = None
+    """How the attempt ended, when the backend knows more than ``ok``/``timed_out``/``cancelled``
+    say (a preemption, SSH trouble); see :attr:`kind`."""
+    details: Mapping[str, Any] = field(default_factory=dict)
+    """More fields for this attempt's ledger entry (the TPU backend: every host's exit code)."""
+    fatal: bool = False
+    """No retry can help (a refused host key): the loop stops whatever the budget."""
+
+    @property
+    def kind(self) -> Cause:
+        """The attempt's cause: the backend's own, else read from the flags."""
+        if self.cause is not None:
+            return self.cause
+        if self.ok:
+            return Cause.SUCCESS
+        if self.timed_out:
+            return Cause.TIMEOUT
+        if self.cancelled:
+            return Cause.CANCELLED
+        return Cause.FAILED
 
     @property
     def duration(self) -> float:

@@ -19,7 +19,6 @@ each, or nothing when there is no history.
 from __future__ import annotations
 
 import json
-import socket
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,22 +29,15 @@ from marinbuild.resources import as_request
 from marinbuild.tpu_types import tpu_topology
 
 __all__ = [
-    "HELD_EXTRA",
     "Estimate",
     "Usage",
-    "attempt_extras",
     "attempt_usage",
-    "backend_label",
     "estimate",
     "estimates_for",
     "held_by",
     "parse_time",
     "run_attempts",
 ]
-
-HELD_EXTRA = "held"
-"""The key of :attr:`Job.extra <marinbuild.backends.base.Job.extra>` holding what the step holds."""
-
 
 def held_by(resources: Any, cores: Sequence[int] = ()) -> dict[str, Any]:
     """What a step with ``resources`` holds while it runs (``cores``: the cores it was pinned to).
@@ -69,22 +61,6 @@ def held_by(resources: Any, cores: Sequence[int] = ()) -> dict[str, Any]:
         if request.gpus.gpu_type:
             held["gpu_type"] = request.gpus.gpu_type
     return held
-
-
-def backend_label(backend: Any) -> str:
-    """A short name for the backend that ran an attempt: local, container, ray, tpu."""
-    names = {"LocalBackend": "local", "InContainers": "container", "RayBackend": "ray", "TpuDispatch": "tpu"}
-    seen = 0
-    while type(backend).__name__ not in names and hasattr(backend, "inner") and seen < 8:
-        backend, seen = backend.inner, seen + 1
-    name = type(backend).__name__
-    return names.get(name, name.lower().removesuffix("backend") or "local")
-
-
-def attempt_extras(extra: Mapping[str, Any] | None, backend: str) -> dict[str, Any]:
-    """The fields every ledger entry carries beside its outcome: what it held, the backend, the runner."""
-    held = (extra or {}).get(HELD_EXTRA)
-    return {"held": dict(held) if isinstance(held, Mapping) else None, "backend": backend, "runner": socket.gethostname()}
 
 
 @dataclass(frozen=True)
@@ -209,7 +185,7 @@ def estimates_for(storage: Any, graph: Any, names: Sequence[str]) -> dict[str, E
     Reads the info JSON and the ledger of every earlier output of those step names (one
     listing per folder, then one batch read of each kind).
     """
-    from marinbuild.execution.retries import LEDGER
+    from marinbuild.store.attempt_ledger import LEDGER
     from marinbuild.store.history import RunIndex
     from marinbuild.store.index import index_of
     from marinbuild.store.markers import info_path

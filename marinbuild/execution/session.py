@@ -32,7 +32,6 @@ from marinbuild.units import parse_duration
 if TYPE_CHECKING:
     from marinbuild.backends.base import Backend
     from marinbuild.backends.ray.cluster import Placement
-    from marinbuild.backends.tpu.backend import RetryBudgets
     from marinbuild.backends.tpu.cluster import Cluster
     from marinbuild.execution.output_stream import OutputFollower
     from marinbuild.execution.scheduler import Admission
@@ -84,6 +83,8 @@ class RunSettings:
     fresh_output: bool = False
     max_retries_preemption: int = 100
     max_retries_failure: int = 0
+    max_retries_hang: int = 2
+    max_retries_infra: int = 2
     sync: bool = True
     walltime: str | None = None
 
@@ -406,14 +407,8 @@ def _backends(
     runner: Backend = _local_runner(planned)
     backend_for: Callable[[Node], Backend] | None = None
     if planned.cluster is not None:
-        try:
-            from marinbuild.backends.tpu.backend import RetryBudgets
-        except ImportError as e:
-            raise missing_extra(e, "TPU steps") or e from None
-
-        budgets = RetryBudgets(settings.max_retries_preemption, settings.max_retries_failure)
         output = echo if print_output else (lambda line: None)
-        backend_for = _tpu_backend_for(planned, runner, budgets, settings.sync, echo, output)
+        backend_for = _tpu_backend_for(planned, runner, settings.sync, echo, output)
     if planned.placements is not None:
         from marinbuild.backends.ray.backend import RayBackend, ship_project_code
         from marinbuild.backends.ray.cluster import RayAdmission
@@ -442,14 +437,22 @@ def _local_runner(planned: PlannedRun) -> Backend:
 def _retrying(
     planned: PlannedRun, settings: RunSettings, backend: Backend, backend_for: Callable[[Node], Backend] | None
 ) -> tuple[Backend, Callable[[Node], Backend]]:
-    """Failed steps retried within their budget on every backend (TPU slices retry on their own)."""
-    from marinbuild.execution.retries import with_retries
+    """Every backend wrapped in the one retry loop, with each step's budgets by cause."""
+    from marinbuild.backends.retrying import RetryBudgets, with_retries
 
     graph = planned.project.graph
+    gcp = getattr(planned.cluster, "gcp", None) if planned.cluster is not None else None
+    provision_timeout = float(getattr(gcp, "provision_timeout", None) or RetryBudgets.provision_timeout)
 
-    def budget_of(name: str) -> int:
-        own = graph.nodes[name].step.max_retries_failure
-        return settings.max_retries_failure if own is None else own
+    def budget_of(name: str) -> RetryBudgets:
+        s = graph.nodes[name].step
+        return RetryBudgets(
+            failure=settings.max_retries_failure if s.max_retries_failure is None else s.max_retries_failure,
+            preemption=settings.max_retries_preemption if s.max_retries_preemption is None else s.max_retries_preemption,
+            hang=settings.max_retries_hang if s.max_retries_hang is None else s.max_retries_hang,
+            infra=settings.max_retries_infra,
+            provision_timeout=provision_timeout,
+        )
 
     return with_retries(backend, backend_for, budget_of)
 
@@ -457,28 +460,23 @@ def _retrying(
 def _tpu_backend_for(
     planned: PlannedRun,
     local: Backend,
-    budgets: RetryBudgets,
     sync: bool,
     echo: Callable[[str], None],
     output: Callable[[str], None] | None = None,
 ) -> Callable[[Node], Backend]:
     """Steps holding TPU slices go to the SSH gang backend; the rest run locally."""
-    from marinbuild.backends.tpu.backend import TpuDispatch
+    try:
+        from marinbuild.backends.tpu.backend import TpuDispatch
+    except ImportError as e:
+        raise missing_extra(e, "TPU steps") or e from None
 
     graph = planned.project.graph
     assert planned.cluster is not None
-
-    def retries_of(name: str) -> tuple[int | None, int | None]:
-        s = graph.nodes[name].step
-        return s.max_retries_preemption, s.max_retries_failure
-
     tpu = TpuDispatch(
         planned.cluster,
         marinfile=planned.project.marinfile.path,
         prefix=graph.prefix,
         sync=sync,
-        budgets=budgets,
-        retries_of=retries_of,
         console=echo,
         output=output,
     )

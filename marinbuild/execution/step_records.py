@@ -33,11 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from marinbuild.backends.base import Job, Outcome
+from marinbuild.backends.base import HELD_EXTRA, Job, Outcome
 from marinbuild.config_walk import LEAF_TYPES, MAPPING, RECORD, SET, children, describe_leaf, is_namedtuple
 from marinbuild.errors import LeaseLost, MarinbuildError, StorageError
-from marinbuild.execution.accounting import HELD_EXTRA, held_by
-from marinbuild.execution.retries import read_attempts
+from marinbuild.execution.accounting import held_by
 from marinbuild.graph import Node
 from marinbuild.pyenv.launch import DECLARED_ENV_EXTRA, ENV_EXTRA
 from marinbuild.pyenv.spec import EnvSpec, environment_of
@@ -45,6 +44,7 @@ from marinbuild.redact import redact_env
 from marinbuild.resolve import render_command, resolve_config
 from marinbuild.resources import ResourceConfig
 from marinbuild.steps import Step
+from marinbuild.store.attempt_ledger import read_attempts
 from marinbuild.store.drift import code_record, drift_digest
 from marinbuild.store.lease import LeaseRecord, LeaseSettings, Owner, Verdict, Watch, judge, observe, read_leases
 from marinbuild.store.markers import (
@@ -180,6 +180,7 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
         timeout=timeout,
         extra={**_extra(s, environment), HELD_EXTRA: held},
         previous_attempts=previous,
+        progress_timeout=s.progress_timeout,
     )
     return job, info
 

@@ -47,7 +47,7 @@ a backend that drops variables meant for this machine keeps these."""
 class EnvFailure(Outcome):
     """The step's environment could not be built: the step never started, and retrying cannot help."""
 
-    retryable: bool = False
+    fatal: bool = True
 
 
 def spec_of(job: Job) -> EnvSpec | None:

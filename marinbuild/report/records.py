@@ -2,7 +2,7 @@
 
 Reads only what runs left beside their outputs: the status marker (through
 :func:`~marinbuild.project.probe`), the info JSON, the attempt ledger (``attempts.json``,
-written for every backend by :mod:`marinbuild.execution.retries`) and, when asked, a
+written for every backend by :mod:`marinbuild.backends.retrying`) and, when asked, a
 metrics JSON file inside each output. Nothing is written.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from marinbuild.execution.accounting import Usage, attempt_usage, parse_time
-from marinbuild.execution.retries import LEDGER
+from marinbuild.store.attempt_ledger import LEDGER
 from marinbuild.store.markers import UNREADABLE, info_path
 from marinbuild.store.storage import Storage
 

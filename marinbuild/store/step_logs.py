@@ -25,6 +25,7 @@ __all__ = [
     "HEADER_PREFIX",
     "LogPart",
     "attempt_header",
+    "append_note",
     "attempts_in",
     "is_header",
     "log_files",
@@ -108,6 +109,16 @@ def write_header(log_file: str, attempt: int, host: str, backend: str) -> None:
         os.makedirs(os.path.dirname(log_file), exist_ok=True)
         with open(log_file, "a") as f:
             f.write(attempt_header(attempt, time.time(), host, backend))
+    except OSError:
+        pass
+
+
+def append_note(log_file: str, line: str) -> None:
+    """Append one line of marinbuild's own to a local log file (best effort, as :func:`write_header`)."""
+    try:
+        os.makedirs(os.path.dirname(log_file), exist_ok=True)
+        with open(log_file, "a") as f:
+            f.write(line + "\n")
     except OSError:
         pass
 

@@ -4,10 +4,12 @@ A gang lives or dies as one: the first host whose command exits non-zero or whos
 connection drops makes every other host's process group be killed at once, from a
 second channel or a fresh connection, without waiting for JAX's own timeouts.  Afterwards
 each host is asked, over SSH, whether anything of the attempt survived and whether GCE
-says it was preempted::
+says it was preempted.  With a ``progress_timeout``, a gang whose hosts all stay silent (no
+log line from any host, no change to any host's ``$MARINBUILD_PROGRESS`` file) for that
+long is torn down the same way, as a hang::
 
     outcome = Gang(plans, command="python train.py", logs=AttemptLogs(out, tmp)).run()
-    outcome.classification   # AttemptClass.SUCCESS, .PREEMPTED, ...
+    outcome.classification   # Cause.SUCCESS, .PREEMPTED, .HANG, ...
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from typing import IO
 
 import paramiko
 
+from marinbuild.backends.base import PROGRESS_VAR, Cause
 from marinbuild.backends.deadlines import Deadline, deadlines
+from marinbuild.backends.progress import ProgressClock, poll_interval
 from marinbuild.backends.tpu.cluster import SshSettings
 from marinbuild.backends.tpu.preemption import (
-    AttemptClass,
     HostObservation,
     classify_attempt,
     metadata_query_command,
@@ -122,10 +125,15 @@ class GangOutcome:
     first_failure_at: float | None = None
     teardown_s: float | None = None
     synced_hosts: int = 0
+    hung: bool = False
+    """Torn down because no host made progress for the gang's ``progress_timeout``."""
+    last_progress_at: float | None = None
+    """When any host's log or progress file last changed (this machine's clock), for a hang."""
+    progress_timeout: float | None = None
 
     @property
-    def classification(self) -> AttemptClass:
-        return classify_attempt([h.observation() for h in self.hosts], cancelled=self.cancelled)
+    def classification(self) -> Cause:
+        return classify_attempt([h.observation() for h in self.hosts], cancelled=self.cancelled, hung=self.hung)
 
     @property
     def survivors(self) -> dict[str, tuple[int, ...]]:
@@ -134,9 +142,12 @@ class GangOutcome:
     def summary(self) -> str:
         """One line saying why the attempt ended as it did."""
         cls = self.classification
-        if cls is AttemptClass.SUCCESS:
+        if cls is Cause.SUCCESS:
             return "all hosts exited 0"
         parts: list[str] = []
+        if cls is Cause.HANG and self.last_progress_at is not None:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.last_progress_at))
+            parts.append(f"hang: no progress on any host for {self.progress_timeout:g} s (last moved at {when})")
         for h in self.hosts:
             if h.infra_error:
                 parts.append(h.infra_error)
@@ -146,7 +157,7 @@ class GangOutcome:
                 parts.append(h.note or f"{h.host}: stopped answering SSH")
             elif h.connection_lost and h.exit_code is None and h.note:
                 parts.append(h.note)  # lost to a host that still answers: say how
-        if self.first_failed and not parts:
+        if self.first_failed and not parts and cls is not Cause.HANG:
             first = next(h for h in self.hosts if h.host == self.first_failed)
             why = "lost its connection" if first.connection_lost else f"exited {first.exit_code}"
             parts.append(f"{first.host} {why} first")
@@ -253,6 +264,7 @@ class Gang:
         log_header: str = "",
         answered_before: Collection[str] = (),
         lease_of: str | None = None,
+        progress_timeout: float | None = None,
     ) -> None:
         self.hosts = [_HostState(p, answered_before=p.entry in answered_before) for p in plans]
         self.lease_of = lease_of
@@ -267,6 +279,9 @@ class Gang:
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(plans))))
         self._events: queue.Queue[int] = queue.Queue()
         self._abort = threading.Event()
+        self.progress_timeout = progress_timeout
+        self.progress = ProgressClock()
+        self._hung = False
 
     # -- the lifecycle ------------------------------------------------------------------
 
@@ -282,10 +297,10 @@ class Gang:
             ok = self._each(self._bring_up) and not self.cancel.is_set()
             launched_at = time.time()
             if ok:
-                first = self._watch()
+                first = self._watch_with_progress()
                 if first is not None:
                     first_failed, first_at = first.plan.entry, time.time()
-            failed = first_failed is not None or self.cancel.is_set() or not ok
+            failed = first_failed is not None or self.cancel.is_set() or not ok or self._hung
             for h in self.hosts:
                 with h.lock:
                     h.torn_down = h.launch_sent and h.exit_code is None and not h.connection_lost
@@ -312,6 +327,9 @@ class Gang:
             first_failure_at=first_at,
             teardown_s=teardown_s,
             synced_hosts=sum(h.synced for h in self.hosts),
+            hung=self._hung,
+            last_progress_at=self.progress.last if self._hung else None,
+            progress_timeout=self.progress_timeout,
         )
 
     def _each(self, fn: Callable[[_HostState], bool | None]) -> bool:
@@ -417,7 +435,7 @@ class Gang:
         left = self._lease_left()
         return (
             f"att={h.attempt_dir}; mkdir -p \"$att\" || exit 125; {hygiene}{cwd}"
-            f"{export_env(h.plan.env)}; "
+            f"{export_env(h.plan.env)}; export {PROGRESS_VAR}=\"$att/progress\"; "
             "if [ -x /bin/bash ]; then sh=/bin/bash; else sh=/bin/sh; fi; "
             f'exec setsid -w /bin/sh -c {q(wrapper)} marinbuild "$att" "$sh" {q(self.command)} {left} 2>&1'
         )
@@ -480,6 +498,7 @@ class Gang:
                     data = b""
                 if not data:
                     break
+                self.progress.moved()
                 pending += data
                 lines = pending.split(b"\n")
                 pending = lines.pop()
@@ -513,11 +532,54 @@ class Gang:
                 self.console(self.console_prefix + line.decode(errors="replace").rstrip("\r"))
         log.flush()
 
+    def _watch_with_progress(self) -> _HostState | None:
+        """:meth:`_watch`, with every host's progress file looked at meanwhile (when hangs are watched)."""
+        if self.progress_timeout is None:
+            return self._watch()
+        self.progress.moved()  # the clock starts once every host runs
+        stop = threading.Event()
+        poller = threading.Thread(target=self._poll_progress, args=(stop,), name="gang-progress", daemon=True)
+        poller.start()
+        try:
+            return self._watch()
+        finally:
+            stop.set()
+            poller.join()
+
+    def _poll_progress(self, stop: threading.Event) -> None:
+        """Ask each host, every so often, whether its ``$MARINBUILD_PROGRESS`` file changed.
+
+        Only a change counts, compared with the host's own earlier answer: the hosts'
+        clocks are never compared with this machine's.
+        """
+        assert self.progress_timeout is not None
+        seen: dict[int, str] = {}
+
+        def ask(i: int, h: _HostState) -> None:
+            conn = h.conn
+            if conn is None or not conn.alive or h.exit_code is not None:
+                return
+            try:
+                result = conn.run(f'stat -c "%y %s" {h.attempt_dir}/progress 2>/dev/null; true', timeout=10.0)
+            except (SshError, OSError, EOFError, paramiko.SSHException):
+                return
+            answer = result.stdout.strip()
+            if answer and seen.get(i, "") != answer:
+                seen[i] = answer
+                self.progress.moved()
+
+        interval = poll_interval(self.progress_timeout)
+        while not stop.wait(interval):
+            list(self._pool.map(lambda pair: ask(*pair), list(enumerate(self.hosts))))
+
     def _watch(self) -> _HostState | None:
-        """Wait until every host finished well (None) or one failed (that host)."""
+        """Wait until every host finished well (None), one failed (that host), or none made progress (None)."""
         running = len(self.hosts)
         while running:
             if self.cancel.is_set():
+                return None
+            if self.progress_timeout is not None and self.progress.quiet_for() >= self.progress_timeout:
+                self._hung = True
                 return None
             try:
                 i = self._events.get(timeout=0.1)

@@ -1,4 +1,4 @@
-"""Deciding what an attempt's outcome was: success, preemption, user failure, infrastructure.
+"""Deciding what an attempt's outcome was: success, preemption, user failure, infrastructure, hang.
 
 The decision is a pure function of what was observed on each host, so every rule can be
 tested without a cluster:
@@ -6,14 +6,14 @@ tested without a cluster:
 >>> ok = HostObservation("h0", exit_code=0)
 >>> gone = HostObservation("h1", exit_code=None, connection_lost=True, reachable=False)
 >>> classify_attempt([ok, gone])
-<AttemptClass.PREEMPTED: 'PREEMPTED'>
+<Cause.PREEMPTED: 'PREEMPTED'>
 
 A host that never answered SSH (a wrong port, a refused or timed-out connection) is not
 taken for a preemption unless GCE says so, or it answered in an earlier attempt of the
 step: a typo must not be retried on the (large) preemption budget.
 
 >>> classify_attempt([HostObservation("h0", exit_code=None, reachable=False, unreached=True)])
-<AttemptClass.INFRA: 'INFRA'>
+<Cause.INFRA: 'INFRA'>
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
+
+from marinbuild.backends.base import Cause
 
 __all__ = [
     "METADATA_PATH",
@@ -37,14 +38,8 @@ __all__ = [
 METADATA_PATH = "/computeMetadata/v1/instance/preempted"
 
 
-class AttemptClass(StrEnum):
-    """How one attempt ended."""
-
-    SUCCESS = "SUCCESS"
-    PREEMPTED = "PREEMPTED"  # a host was taken away: retry on the preemption budget
-    FAILED = "FAILED"  # the program failed: retry on the (small) failure budget
-    CANCELLED = "CANCELLED"  # the run was asked to stop
-    INFRA = "INFRA"  # SSH, sync or launch trouble not caused by the program
+AttemptClass = Cause
+"""How one attempt ended: the causes every backend shares (:class:`~marinbuild.backends.base.Cause`)."""
 
 
 @dataclass(frozen=True)
@@ -90,31 +85,33 @@ def is_unreached(obs: HostObservation) -> bool:
 
 
 def classify_attempt(
-    observations: Sequence[HostObservation], *, cancelled: bool = False
-) -> AttemptClass:
+    observations: Sequence[HostObservation], *, cancelled: bool = False, hung: bool = False
+) -> Cause:
     """The class of an attempt from its hosts' observations.
 
     Order matters: a cancel wins; then any preempted host makes the whole attempt a
     preemption, because its siblings fail in the cascade and that is not the program's
-    fault; then setup trouble is INFRA; then all hosts exiting 0 is SUCCESS; anything else
+    fault; then a gang torn down for making no progress is a HANG; then setup trouble is INFRA; then all hosts exiting 0 is SUCCESS; anything else
     (a non-zero exit, or a lost connection to a host that still answers) is FAILED or
     INFRA respectively.
 
     >>> classify_attempt([HostObservation("h0", exit_code=0), HostObservation("h1", exit_code=1)])
-    <AttemptClass.FAILED: 'FAILED'>
+    <Cause.FAILED: 'FAILED'>
     """
     if cancelled:
-        return AttemptClass.CANCELLED
+        return Cause.CANCELLED
     if any(is_preempted(o) for o in observations):
-        return AttemptClass.PREEMPTED
+        return Cause.PREEMPTED
+    if hung:
+        return Cause.HANG
     if any(o.infra_error or is_unreached(o) for o in observations):
-        return AttemptClass.INFRA
+        return Cause.INFRA
     if observations and all(o.exit_code == 0 for o in observations):
-        return AttemptClass.SUCCESS
+        return Cause.SUCCESS
     if any(o.exit_code not in (0, None) for o in observations):
-        return AttemptClass.FAILED
+        return Cause.FAILED
     # Nobody failed, yet not everyone finished: a dropped connection to a live host.
-    return AttemptClass.INFRA
+    return Cause.INFRA
 
 
 def metadata_query_command(timeout: float = 3.0) -> str:

@@ -1,0 +1,444 @@
+"""The one step-retry loop, for every backend: causes, budgets, back-off and the attempt ledger.
+
+A backend runs one attempt of a step and says how it ended (:class:`~marinbuild.backends.base.Cause`).
+:class:`Retrying` wraps every backend (local, containers, Ray, TPU slices over SSH) and decides
+what comes next from the cause alone:
+
+========================  =====================================  ==================================
+cause                     budget (a step's own setting wins)      example
+========================  =====================================  ==================================
+``FAILED``                ``max_retries_failure`` (run: 0)        the program exited 1
+``PREEMPTED``             ``max_retries_preemption`` (100)        a TPU host vanished, GCE says so
+``HANG``                  ``max_retries_hang`` (2)                no progress for ``progress_timeout``
+``INFRA``                 ``max_retries_infra`` (2)               SSH refused, an upload failed
+``PROVISIONING``          time: ``provision_timeout`` (3600 s)    no capacity for a queued resource
+``TIMEOUT``/``CANCELLED`` never retried                           wall time spent, Ctrl-C
+========================  =====================================  ==================================
+
+Each attempt runs with ``MARINBUILD_ATTEMPT`` set to its number and ``MARINBUILD_PROGRESS``
+naming the file it may touch to show progress. A retry waits out the one back-off policy
+(:func:`backoff_delay`, a :class:`~marinbuild.store.retry.RetryPolicy`), and only the last
+attempt's outcome reaches the scheduler. Every attempt is appended to the step's ledger
+(:mod:`marinbuild.store.attempt_ledger`) with its ``cause``; the ledger's head carries the
+``retries`` the run used of each budget, ``{"failure": {"used": 1, "max": 3}, ...}``.
+
+Where the backend does not watch for hangs itself (``watches_progress``), the loop does: the
+step's log and its progress file on this machine (:mod:`marinbuild.backends.progress`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from marinbuild.backends.base import HELD_EXTRA, PROGRESS_VAR, Backend, Cause, Job, Outcome
+from marinbuild.backends.progress import FileProgress, HangWatch
+from marinbuild.store.attempt_ledger import LEDGER, AttemptLedger, iso_time
+from marinbuild.store.retry import RetryPolicy
+from marinbuild.store.step_logs import append_note, write_header
+
+__all__ = [
+    "ATTEMPT_VAR",
+    "BUDGET_NAMES",
+    "RETRY_BASE_DELAY_ENV",
+    "RetryBudgets",
+    "RetryCounter",
+    "RetryDecision",
+    "Retrying",
+    "attempt_entry",
+    "attempt_extras",
+    "backend_label",
+    "backoff_delay",
+    "progress_file",
+    "step_retry_policy",
+    "with_retries",
+]
+
+ATTEMPT_VAR = "MARINBUILD_ATTEMPT"
+RETRY_BASE_DELAY_ENV = "MARINBUILD_RETRY_BASE_DELAY"
+_DEFAULT_BASE_DELAY_S = 5.0
+_MAX_DELAY_S = 120.0
+
+BUDGET_NAMES: Mapping[Cause, str] = {
+    Cause.FAILED: "failure",
+    Cause.PREEMPTED: "preemption",
+    Cause.HANG: "hang",
+    Cause.INFRA: "infra",
+    Cause.PROVISIONING: "provisioning",
+}
+"""Each retryable cause and the name of its budget (``max_retries_<name>``, the ``retries`` keys)."""
+
+_VERBS = {
+    Cause.FAILED: "failed",
+    Cause.PREEMPTED: "was preempted",
+    Cause.HANG: "hung",
+    Cause.INFRA: "met infrastructure trouble",
+    Cause.PROVISIONING: "got no hosts",
+}
+
+
+def step_retry_policy(base: float | None = None) -> RetryPolicy:
+    """The back-off between attempts of a step: doubling from ``base``, capped at 120 s, half jittered.
+
+    The base is ``$MARINBUILD_RETRY_BASE_DELAY`` (default 5 s). The same policy class as the
+    store's retries, with a step's patience: many steps failing together do not all come back
+    at the same instant.
+    """
+    if base is None:
+        base = float(os.environ.get(RETRY_BASE_DELAY_ENV, _DEFAULT_BASE_DELAY_S))
+    return RetryPolicy(base=base, cap=_MAX_DELAY_S, floor=0.5)
+
+
+def backoff_delay(retry: int, base: float | None = None) -> float:
+    """Seconds to wait before retry number ``retry`` (1-based) of a step; see :func:`step_retry_policy`."""
+    return step_retry_policy(base).delay(retry)
+
+
+@dataclass(frozen=True)
+class RetryBudgets:
+    """How many retries each cause may take in one run of a step; provisioning is bounded by time."""
+
+    failure: int = 0
+    preemption: int = 100
+    hang: int = 2
+    infra: int = 2
+    provision_timeout: float = 3600.0
+    """Seconds a step may go on failing to get hosts (from its first such attempt in a row)."""
+
+    def of(self, cause: Cause) -> int | None:
+        """The count budget of ``cause``; None for provisioning (bounded by time) and final causes."""
+        name = BUDGET_NAMES.get(cause)
+        return None if name is None or cause is Cause.PROVISIONING else int(getattr(self, name))
+
+
+@dataclass(frozen=True)
+class RetryDecision:
+    """What follows an attempt: another one after ``delay`` seconds, or the end (``why``)."""
+
+    retry: bool
+    cause: Cause
+    delay: float = 0.0
+    used: int = 0
+    """Retries of this cause so far, this one included when it is a retry."""
+    why: str = ""
+
+
+class RetryCounter:
+    """What one run of a step has used of each budget, and the decision after each attempt.
+
+    >>> c = RetryCounter(RetryBudgets(failure=1), rng=lambda: 0.0)
+    >>> c.decide(Cause.FAILED, started=0, now=1).retry
+    True
+    >>> d = c.decide(Cause.FAILED, started=2, now=3)
+    >>> d.retry, d.why
+    (False, 'failure budget spent (1/1)')
+    """
+
+    def __init__(self, budgets: RetryBudgets, policy: RetryPolicy | None = None,
+                 rng: Callable[[], float] | None = None) -> None:
+        self.budgets = budgets
+        self.policy = policy or step_retry_policy()
+        self.rng = rng
+        self.used: dict[str, int] = dict.fromkeys(BUDGET_NAMES.values(), 0)
+        self.provisioning_since: float | None = None
+
+    def decide(self, cause: Cause, *, started: float, now: float, fatal: bool = False) -> RetryDecision:
+        """Count an attempt that ended with ``cause`` and say whether another may follow."""
+        if cause is not Cause.PROVISIONING:
+            self.provisioning_since = None  # a new wait for hosts starts its own clock
+        name = BUDGET_NAMES.get(cause)
+        if name is None:
+            return RetryDecision(False, cause, why="" if cause is Cause.SUCCESS else cause.value.lower())
+        if fatal:
+            return RetryDecision(False, cause, used=self.used[name], why="no retry can help")
+        used = self.used[name] + 1
+        delay = self.policy.delay(used, self.rng) if self.rng is not None else self.policy.delay(used)
+        if cause is Cause.PROVISIONING:
+            since = self.provisioning_since = self.provisioning_since if self.provisioning_since is not None else started
+            limit = self.budgets.provision_timeout
+            if now + delay - since > limit:
+                return RetryDecision(False, cause, used=self.used[name],
+                                     why=f"no hosts within provision_timeout ({limit:g} s)")
+        else:
+            budget = self.budgets.of(cause) or 0
+            if used > budget:
+                return RetryDecision(False, cause, used=self.used[name],
+                                     why=f"{name} budget spent ({self.used[name]}/{budget})")
+        self.used[name] = used
+        return RetryDecision(True, cause, delay, used)
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """``{"failure": {"used": 1, "max": 3}, ...}``; provisioning's ``max`` is None, its bound ``timeout_s``."""
+        out: dict[str, dict[str, Any]] = {}
+        for cause, name in BUDGET_NAMES.items():
+            if cause is Cause.PROVISIONING:
+                out[name] = {"used": self.used[name], "max": None, "timeout_s": self.budgets.provision_timeout}
+            else:
+                out[name] = {"used": self.used[name], "max": self.budgets.of(cause)}
+        return out
+
+
+def backend_label(backend: Any) -> str:
+    """A short name for the backend that ran an attempt: local, container, ray, tpu."""
+    names = {"LocalBackend": "local", "InContainers": "container", "RayBackend": "ray", "TpuDispatch": "tpu",
+             "TpuAttempts": "tpu"}
+    seen = 0
+    while type(backend).__name__ not in names and hasattr(backend, "inner") and seen < 8:
+        backend, seen = backend.inner, seen + 1
+    name = type(backend).__name__
+    return names.get(name, name.lower().removesuffix("backend") or "local")
+
+
+def attempt_extras(extra: Mapping[str, Any] | None, backend: str) -> dict[str, Any]:
+    """The fields every ledger entry carries beside its outcome: what it held, the backend, the runner."""
+    held = (extra or {}).get(HELD_EXTRA)
+    return {"held": dict(held) if isinstance(held, Mapping) else None, "backend": backend, "runner": socket.gethostname()}
+
+
+def attempt_entry(number: int, outcome: Outcome, host: str | None = None) -> dict[str, Any]:
+    """The ledger entry of one attempt that ended with ``outcome``."""
+    kind = outcome.kind
+    return {
+        "attempt": number,
+        "class": kind.value,
+        "cause": BUDGET_NAMES.get(kind, kind.value.lower()),
+        "exit_code": outcome.returncode if outcome.returncode is not None else (0 if outcome.ok else None),
+        "started_at": iso_time(outcome.started),
+        "ended_at": iso_time(outcome.ended),
+        "duration_s": round(outcome.ended - outcome.started, 3),
+        "host": host or outcome.host or socket.gethostname(),
+        "message": outcome.error or "",
+        **outcome.details,
+    }
+
+
+def progress_file(job: Job) -> str:
+    """The file a step on this machine touches to show progress: beside its log, per step."""
+    return os.path.join(os.path.dirname(job.log_file), "progress")
+
+
+BudgetOf = Callable[[str], "int | RetryBudgets"]
+
+
+class Retrying:
+    """A backend that runs each job until it succeeds or the budget of how it ended is spent.
+
+    ``budget_of(name)`` gives the step's :class:`RetryBudgets` (an int: the failure budget
+    alone, the others at their defaults).
+    """
+
+    def __init__(self, inner: Backend, budget_of: BudgetOf) -> None:
+        self.inner = inner
+        self.budget_of = budget_of
+
+    def start(self, job: Job, on_done: Callable[[Outcome], None]) -> _StepRun:
+        run = _StepRun(self, job, on_done)
+        run.launch()
+        return run
+
+
+class _StepRun:
+    """One step across its attempts; cancelling it stops the current attempt and any retry."""
+
+    def __init__(self, owner: Retrying, job: Job, on_done: Callable[[Outcome], None]) -> None:
+        self.owner = owner
+        self.inner = owner.inner
+        self.job = job
+        self.on_done = on_done
+        budgets = owner.budget_of(job.name)
+        self.counter = RetryCounter(budgets if isinstance(budgets, RetryBudgets) else RetryBudgets(failure=budgets))
+        head_of = getattr(self.inner, "ledger_head", None)
+        head = dict(head_of(job)) if head_of is not None else {}
+        self.ledger = AttemptLedger(job.output_path, job.name, head=head, previous=job.previous_attempts)
+        self.backend = backend_label(self.inner)
+        self.first_start: float | None = None
+        self.deadline = time.monotonic() + job.timeout if job.timeout is not None else None
+        self._lock = threading.Lock()
+        self._handle: Any = None
+        self._reason: str | None = None
+        self._hung_at: float | None = None
+        self._watch: HangWatch | None = None
+        self._waiting = threading.Event()  # set to end a back-off early
+
+    def launch(self) -> None:
+        number = self.ledger.next_number
+        job = self.job
+        timeout = job.timeout
+        if self.deadline is not None:
+            timeout = max(0.001, self.deadline - time.monotonic())  # wall time covers every attempt
+        progress = progress_file(job)
+        job = dataclasses.replace(
+            job, attempt=number, timeout=timeout, env={**job.env, ATTEMPT_VAR: str(number), PROGRESS_VAR: progress}
+        )
+        write_header(job.log_file, number, "ray-node" if self.backend == "ray" else socket.gethostname(), self.backend)
+        with self._lock:
+            self._hung_at = None
+        if job.progress_timeout is not None and not getattr(self.inner, "watches_progress", False):
+            timeout_s = job.progress_timeout
+            self._watch = HangWatch(
+                timeout_s, FileProgress([job.log_file, progress]).changed,
+                lambda last: self._hung(number, last, timeout_s), name=f"progress-{job.name}",
+            )
+        handle = self.inner.start(job, lambda outcome: self._attempt_done(number, outcome))
+        with self._lock:
+            self._handle = handle
+            reason = self._reason
+        if reason is not None:
+            handle.cancel(reason)
+
+    def _hung(self, number: int, last: float, timeout: float) -> None:
+        with self._lock:
+            if self._reason is not None:
+                return
+            self._hung_at = last
+            handle = self._handle
+        when = time.strftime("%H:%M:%S", time.localtime(last))
+        append_note(self.job.log_file, f"marinbuild: attempt {number}: no progress for {timeout:g} s "
+                                 f"(log and ${PROGRESS_VAR} unchanged since {when}); killing it as a hang")
+        if handle is not None:
+            handle.cancel(_hang_error(last, timeout))
+
+    def _attempt_done(self, number: int, outcome: Outcome) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+        if self.first_start is None:
+            self.first_start = outcome.started
+        with self._lock:
+            reason, hung_at = self._reason, self._hung_at
+        if hung_at is not None and reason is None and not outcome.ok:
+            assert self.job.progress_timeout is not None
+            outcome = dataclasses.replace(
+                outcome, cause=Cause.HANG, cancelled=False, error=_hang_error(hung_at, self.job.progress_timeout),
+                details={**outcome.details, "last_progress_at": iso_time(hung_at)},
+            )
+        cause = Cause.CANCELLED if reason is not None and not outcome.ok and not outcome.timed_out else outcome.kind
+        if cause is Cause.CANCELLED and outcome.cause not in (None, Cause.CANCELLED):
+            outcome = dataclasses.replace(outcome, cause=Cause.CANCELLED, cancelled=True)
+        decision = self.counter.decide(cause, started=outcome.started, now=outcome.ended, fatal=outcome.fatal)
+        if decision.retry and self.deadline is not None and time.monotonic() + decision.delay >= self.deadline:
+            decision = dataclasses.replace(decision, retry=False, why="its wall time would pass during the back-off")
+        entry = {**attempt_extras(self.job.extra, self.backend), **attempt_entry(number, outcome)}
+        self.ledger.head["retries"] = self.counter.summary()
+        if not decision.retry:
+            self._finish(entry, outcome, decision)
+            return
+        try:
+            self.ledger.append(entry)
+        except Exception as e:  # a ledger that cannot be written must not hide the outcome
+            append_note(self.job.log_file, f"marinbuild: could not write {LEDGER}: {type(e).__name__}: {e}")
+        name = BUDGET_NAMES[cause]
+        append_note(
+            self.job.log_file,
+            f"marinbuild: attempt {number} {_VERBS[cause]} ({outcome.error}); "
+            f"{name} retry {decision.used} of {_budget_text(self.counter, cause)} in {decision.delay:.1f} s",
+        )
+        threading.Thread(target=self._retry_after, args=(decision.delay,), daemon=True,
+                         name=f"retry-{self.job.name}").start()
+
+    def _finish(self, entry: dict[str, Any], outcome: Outcome, decision: RetryDecision) -> None:
+        # The last attempt: its entry is written with the step's record, in the same round
+        # trip as the info JSON (step_records.commit), not one before it.
+        self.ledger.entries.append(entry)
+        changes: dict[str, Any] = {"records": {**outcome.records, self.ledger.path: self.ledger.text()}}
+        if decision.why and decision.cause not in (Cause.FAILED, Cause.CANCELLED, Cause.TIMEOUT, Cause.SUCCESS):
+            changes["error"] = f"{outcome.error or decision.cause.value} ({decision.why})"
+        if self.first_start is not None and self.first_start < outcome.started:
+            changes["started"] = self.first_start
+        ended = getattr(self.inner, "step_ended", None)
+        if ended is not None:
+            try:
+                ended(self.job)
+            except Exception:  # per-step cleanup must not keep the outcome from the scheduler
+                traceback.print_exc()
+        self.on_done(dataclasses.replace(outcome, **changes))
+
+    def _retry_after(self, delay: float) -> None:
+        self._waiting.wait(delay)
+        with self._lock:
+            reason = self._reason
+        if reason is not None:
+            now = time.time()
+            outcome = Outcome(ok=False, started=self.first_start or now, ended=now, error=reason, cancelled=True)
+            ended = getattr(self.inner, "step_ended", None)
+            if ended is not None:
+                ended(self.job)
+            self.on_done(dataclasses.replace(outcome, records={self.ledger.path: self.ledger.text()}))
+            return
+        _launcher.submit(self.launch)
+
+    def cancel(self, reason: str) -> None:
+        with self._lock:
+            if self._reason is None:
+                self._reason = reason
+            handle = self._handle
+        self._waiting.set()
+        if self._watch is not None:
+            self._watch.stop()
+        if handle is not None:
+            handle.cancel(reason)
+
+
+def _hang_error(last: float, timeout: float) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last))
+    return f"hang: no progress for {timeout:g} s (last moved at {when})"
+
+
+def _budget_text(counter: RetryCounter, cause: Cause) -> str:
+    if cause is Cause.PROVISIONING:
+        return f"(within {counter.budgets.provision_timeout:g} s)"
+    return str(counter.budgets.of(cause))
+
+
+class _Launcher:
+    """One long-lived thread that starts every retry.
+
+    A forked step's death signal (``PR_SET_PDEATHSIG``, which kills it when its runner dies)
+    follows the *thread* that forked it, not the process: a retry forked from the thread
+    that waited out its back-off would be killed the moment that thread ended.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, launch: Callable[[], None]) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="marinbuild-retries", daemon=True)
+                self._thread.start()
+        self._jobs.put(launch)
+
+    def _run(self) -> None:
+        while True:
+            launch = self._jobs.get()
+            try:
+                launch()
+            except Exception:  # one retry that cannot start must not stop the others
+                traceback.print_exc()
+
+
+_launcher = _Launcher()
+
+
+def with_retries(
+    backend: Backend, backend_for: Callable[[Any], Backend] | None, budget_of: BudgetOf
+) -> tuple[Backend, Callable[[Any], Backend]]:
+    """``backend`` and ``backend_for`` with every backend wrapped in :class:`Retrying`, once each."""
+    wrapped: dict[int, Backend] = {}
+
+    def wrap(b: Backend) -> Backend:
+        if id(b) not in wrapped:
+            wrapped[id(b)] = Retrying(b, budget_of)
+        return wrapped[id(b)]
+
+    choose = backend_for or (lambda node: backend)
+    return wrap(backend), lambda node: wrap(choose(node))

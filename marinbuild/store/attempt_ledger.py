@@ -1,0 +1,91 @@
+"""``attempts.json``: every attempt of a step, whatever the backend, kept with its output.
+
+The one retry loop (:mod:`marinbuild.backends.retrying`) appends an entry per attempt::
+
+    {"step": "train", "retries": {"failure": {"used": 1, "max": 3}, ...},
+     "attempts": [
+      {"attempt": 1, "class": "FAILED", "cause": "failure", "exit_code": 1,
+       "started_at": "...", "ended_at": "...", "duration_s": 0.4, "host": "box",
+       "message": "exit status 1"},
+      {"attempt": 2, "class": "SUCCESS", "cause": "success", "exit_code": 0, ...}]}
+
+Attempt numbers go on across runs; ``retries`` is what the last run of the step used of
+each cause's budget.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from marinbuild.errors import StorageError
+from marinbuild.store.storage import Storage
+
+__all__ = ["LEDGER", "AttemptLedger", "iso_time", "read_attempts"]
+
+LEDGER = "attempts.json"
+
+
+def iso_time(t: float) -> str:
+    """A timestamp as the ledger writes it (UTC, milliseconds).
+
+    >>> iso_time(0)
+    '1970-01-01T00:00:00.000+00:00'
+    """
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
+
+
+def read_attempts(storage: Storage, output_path: str) -> tuple[dict[str, Any], ...]:
+    """The attempts recorded in a step's ledger; none when it is absent or unreadable (it is then replaced)."""
+    try:
+        text = storage.read_text(Storage.join(output_path, LEDGER))
+        prior = json.loads(text) if text else {}
+        return tuple(a for a in prior.get("attempts", []) if isinstance(a, dict))
+    except (OSError, ValueError, AttributeError, StorageError):
+        return ()
+
+
+class AttemptLedger:
+    """``attempts.json`` in a step's output folder, kept across runs of the step.
+
+    ``head`` holds what a backend adds about the step (the TPU backend: command, slices)
+    and the retry loop's ``retries`` counts. Every write replaces the whole file atomically,
+    so a reader never sees half of it.
+    """
+
+    def __init__(
+        self,
+        output_path: str,
+        step: str,
+        head: Mapping[str, Any] | None = None,
+        previous: tuple[Mapping[str, Any], ...] | None = None,
+    ) -> None:
+        self.storage = Storage.for_prefix(output_path)
+        self.path = Storage.join(output_path, LEDGER)
+        self.output_path = output_path
+        self.head: dict[str, Any] = {"step": step, **(head or {})}
+        self.entries: list[dict[str, Any]] = []
+        if previous is None:
+            previous = read_attempts(self.storage, output_path)
+        self.previous: list[dict[str, Any]] = [dict(a) for a in previous]
+
+    @property
+    def next_number(self) -> int:
+        """The number the next attempt gets: one more than any recorded."""
+        numbers = [a.get("attempt", 0) for a in self.previous + self.entries]
+        return max((n for n in numbers if isinstance(n, int)), default=0) + 1
+
+    def append(self, entry: Mapping[str, Any]) -> None:
+        """Record one more attempt and rewrite the ledger."""
+        self.entries.append(dict(entry))
+        self.write()
+
+    def text(self) -> str:
+        """The ledger as written: its head and every attempt, earlier runs' first."""
+        return json.dumps({**self.head, "attempts": self.previous + self.entries}, indent=2) + "\n"
+
+    def write(self) -> None:
+        self.storage.makedirs(self.output_path)
+        self.storage.write_atomic(self.path, self.text())

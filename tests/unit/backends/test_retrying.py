@@ -1,0 +1,177 @@
+"""The one retry loop: cause -> budget -> back-off decisions, the ledger it keeps, and its wiring."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from marinbuild.backends.base import Cause, Job, Outcome
+from marinbuild.backends.retrying import (
+    ATTEMPT_VAR,
+    RetryBudgets,
+    RetryCounter,
+    Retrying,
+    attempt_entry,
+    backoff_delay,
+    step_retry_policy,
+    with_retries,
+)
+
+
+def counter(**budgets: object) -> RetryCounter:
+    return RetryCounter(RetryBudgets(**budgets), rng=lambda: 1.0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("cause", "budget", "name"),
+    [(Cause.FAILED, "failure", "failure"), (Cause.PREEMPTED, "preemption", "preemption"),
+     (Cause.HANG, "hang", "hang"), (Cause.INFRA, "infra", "infra")],
+)
+def test_each_cause_draws_on_its_own_budget_and_stops_when_it_is_spent(cause: Cause, budget: str, name: str) -> None:
+    c = counter(**{budget: 2})
+    decisions = [c.decide(cause, started=t, now=t + 1) for t in range(3)]
+    assert [d.retry for d in decisions] == [True, True, False]
+    assert [d.used for d in decisions] == [1, 2, 2]
+    assert decisions[-1].why == f"{name} budget spent (2/2)"
+    # The other budgets are untouched.
+    assert {k: v["used"] for k, v in c.summary().items() if k != name} == dict.fromkeys(
+        {"failure", "preemption", "hang", "infra", "provisioning"} - {name}, 0)
+
+
+def test_causes_do_not_share_budgets() -> None:
+    c = counter(failure=1, preemption=3, hang=1)
+    seq = [Cause.PREEMPTED, Cause.FAILED, Cause.PREEMPTED, Cause.HANG, Cause.PREEMPTED]
+    assert all(c.decide(cause, started=0, now=0).retry for cause in seq)
+    assert not c.decide(Cause.FAILED, started=0, now=0).retry
+    assert c.summary() == {
+        "failure": {"used": 1, "max": 1},
+        "preemption": {"used": 3, "max": 3},
+        "hang": {"used": 1, "max": 1},
+        "infra": {"used": 0, "max": 2},
+        "provisioning": {"used": 0, "max": None, "timeout_s": 3600.0},
+    }
+
+
+@pytest.mark.parametrize("cause", [Cause.SUCCESS, Cause.CANCELLED, Cause.TIMEOUT])
+def test_final_causes_are_never_retried(cause: Cause) -> None:
+    assert not counter(failure=9).decide(cause, started=0, now=0).retry
+
+
+def test_a_fatal_attempt_is_not_retried_whatever_the_budget() -> None:
+    d = counter(infra=9).decide(Cause.INFRA, started=0, now=0, fatal=True)
+    assert (d.retry, d.why) == (False, "no retry can help")
+
+
+def test_provisioning_is_bounded_by_time_from_the_first_attempt_of_a_streak() -> None:
+    c = RetryCounter(RetryBudgets(provision_timeout=100), policy=step_retry_policy(1.0), rng=lambda: 1.0)
+    assert c.decide(Cause.PROVISIONING, started=10, now=20).retry
+    assert c.decide(Cause.PROVISIONING, started=25, now=107).retry  # 97 s since 10, with the 2 s wait: 99
+    d = c.decide(Cause.PROVISIONING, started=110, now=111)
+    assert not d.retry and d.why == "no hosts within provision_timeout (100 s)"
+    # A preemption in between starts a new wait for hosts with its own clock.
+    c2 = RetryCounter(RetryBudgets(provision_timeout=100), policy=step_retry_policy(1.0), rng=lambda: 1.0)
+    c2.decide(Cause.PROVISIONING, started=0, now=90)
+    c2.decide(Cause.PREEMPTED, started=91, now=95)
+    assert c2.decide(Cause.PROVISIONING, started=96, now=150).retry
+    assert c2.summary()["provisioning"]["used"] == 2
+
+
+def test_the_back_off_doubles_capped_and_half_jittered() -> None:
+    policy = step_retry_policy(base=1.0)
+    assert [policy.delay(n, lambda: 1.0) for n in (1, 2, 3)] == [1.0, 2.0, 4.0]
+    assert [policy.delay(n, lambda: 0.0) for n in (1, 2, 3)] == [0.5, 1.0, 2.0]
+    assert policy.delay(50, lambda: 1.0) == 120.0
+    for n in range(1, 6):
+        assert 0.5 * 2 ** (n - 1) <= backoff_delay(n, base=1.0) <= 2 ** (n - 1)
+
+
+def test_the_back_off_grows_with_each_causes_own_count() -> None:
+    c = RetryCounter(RetryBudgets(failure=5, preemption=5), policy=step_retry_policy(1.0), rng=lambda: 1.0)
+    delays = [c.decide(cause, started=0, now=0).delay for cause in (Cause.PREEMPTED, Cause.PREEMPTED, Cause.FAILED)]
+    assert delays == [1.0, 2.0, 1.0]
+
+
+def test_a_ledger_entry_names_its_class_and_cause() -> None:
+    hung = Outcome(ok=False, started=0.0, ended=2.5, error="hang: no progress", cause=Cause.HANG,
+                   details={"last_progress_at": "x"})
+    entry = attempt_entry(3, hung, host="box")
+    assert (entry["attempt"], entry["class"], entry["cause"], entry["duration_s"]) == (3, "HANG", "hang", 2.5)
+    assert entry["last_progress_at"] == "x" and entry["host"] == "box"
+    assert attempt_entry(1, Outcome(ok=True, started=0, ended=0))["cause"] == "success"
+    assert attempt_entry(1, Outcome(ok=False, started=0, ended=0, timed_out=True))["class"] == "TIMEOUT"
+
+
+class _Scripted:
+    """Ends each attempt as scripted (a cause per attempt), at once, from another thread."""
+
+    def __init__(self, causes: list[Cause]) -> None:
+        self.causes = causes
+        self.jobs: list[Job] = []
+        self.ended: list[str] = []
+
+    def start(self, job: Job, on_done):  # type: ignore[no-untyped-def]
+        self.jobs.append(job)
+        cause = self.causes[len(self.jobs) - 1]
+        now = time.time()
+        outcome = Outcome(ok=cause is Cause.SUCCESS, started=now, ended=now,
+                          error=None if cause is Cause.SUCCESS else cause.value.lower(), cause=cause)
+        threading.Thread(target=on_done, args=(outcome,)).start()
+        return self
+
+    def cancel(self, reason: str) -> None:
+        pass
+
+    def step_ended(self, job: Job) -> None:
+        self.ended.append(job.name)
+
+
+def _job(tmp_path: Path) -> Job:
+    return Job(name="s", output_path=str(tmp_path / "out"), log_file=str(tmp_path / "logs" / "step.log"),
+               workdir=str(tmp_path), env={}, command="true")
+
+
+def test_the_loop_retries_by_cause_and_writes_the_ledger_with_the_last_outcome(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MARINBUILD_RETRY_BASE_DELAY", "0.001")
+    inner = _Scripted([Cause.PREEMPTED, Cause.INFRA, Cause.PREEMPTED, Cause.SUCCESS])
+    done: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+    Retrying(inner, lambda name: RetryBudgets(preemption=2, infra=1)).start(_job(tmp_path), done.put)
+    outcome = done.get(timeout=10)
+    assert outcome.ok
+    assert [j.env[ATTEMPT_VAR] for j in inner.jobs] == ["1", "2", "3", "4"]
+    assert all(j.env["MARINBUILD_PROGRESS"] == str(tmp_path / "logs" / "progress") for j in inner.jobs)
+    assert inner.ended == ["s"]  # told once, after the last attempt
+    ledger = json.loads(outcome.records[str(tmp_path / "out" / "attempts.json")])
+    assert [a["cause"] for a in ledger["attempts"]] == ["preemption", "infra", "preemption", "success"]
+    assert ledger["retries"]["preemption"] == {"used": 2, "max": 2}
+    assert ledger["retries"]["infra"] == {"used": 1, "max": 1}
+
+
+def test_a_spent_budget_names_the_cause_in_the_error(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MARINBUILD_RETRY_BASE_DELAY", "0.001")
+    inner = _Scripted([Cause.PREEMPTED, Cause.PREEMPTED])
+    done: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+    Retrying(inner, lambda name: RetryBudgets(preemption=1)).start(_job(tmp_path), done.put)
+    outcome = done.get(timeout=10)
+    assert not outcome.ok and outcome.error == "preempted (preemption budget spent (1/1))"
+
+
+def test_an_int_budget_is_the_failure_budget_alone(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MARINBUILD_RETRY_BASE_DELAY", "0.001")
+    inner = _Scripted([Cause.FAILED, Cause.FAILED, Cause.SUCCESS])
+    done: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+    Retrying(inner, lambda name: 1).start(_job(tmp_path), done.put)
+    assert not done.get(timeout=10).ok
+    assert len(inner.jobs) == 2
+
+
+def test_with_retries_wraps_every_backend_once() -> None:
+    a, b = _Scripted([]), _Scripted([])
+    runner, backend_for = with_retries(a, lambda node: b if node == "tpu" else a, lambda name: 0)
+    assert isinstance(runner, Retrying) and runner.inner is a
+    assert backend_for("x") is runner
+    assert backend_for("tpu") is backend_for("tpu") and backend_for("tpu").inner is b  # type: ignore[attr-defined]
