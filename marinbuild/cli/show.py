@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["show_command", "table_of"]
 
-_FIXED = ("status", "duration_s", "attempts", "accelerator_hours", "core_hours")
+_FIXED = ("status", "duration_s", "attempts", "retries", "accelerator_hours", "core_hours")
 
 
 @handles_errors
@@ -62,11 +62,15 @@ def show_command(
         rows = _sorted(rows, columns, sort, reverse)
     if as_json:
         sys.stdout.write(json.dumps([_json_row(r, columns) for r in rows], indent=1) + "\n")
-    elif as_csv:
+        return
+    from marinbuild.report.records import describe_retries
+
+    rows = [{**r, "retries": describe_retries(r.get("retries")) or None} for r in rows]  # text: one line by cause
+    if as_csv:
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow([c for c, _ in columns])
-        writer.writerows([["" if r.get(c) is None else r[c] for c, _ in columns] for r in rows])
+        writer.writerow([_spreadsheet_safe(c) for c, _ in columns])
+        writer.writerows([[_spreadsheet_safe(r.get(c)) for c, _ in columns] for r in rows])
         sys.stdout.write(buffer.getvalue())
     else:
         _print_table(columns, rows)
@@ -95,6 +99,7 @@ def table_of(records: Sequence[StepRecord], all_fields: bool = False) -> tuple[l
             status=r.status,
             duration_s=round(r.duration, 3) if r.duration is not None else None,
             attempts=len(r.attempts),
+            retries=dict(r.retries) if r.retries else None,
             accelerator_hours=round(usage.accelerator_hours, 6),
             core_hours=round(usage.core_hours, 6),
         )
@@ -145,13 +150,54 @@ def _cell(value: Any) -> str:
         return f"{value:.6g}"
     if isinstance(value, (dict, list)):
         return json.dumps(value, sort_keys=True)
-    return str(value)
+    return _terminal_safe(str(value))
+
+
+def _terminal_safe(text: str) -> str:
+    """``text`` with control characters escaped (``\\x1b``, ``\\x07``), as ``status`` shows markers:
+    a config or metric value must not clear the screen or ring the bell.
+
+    >>> _terminal_safe("\\x1b[2Jloss")
+    '\\\\x1b[2Jloss'
+    """
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _spreadsheet_safe(value: Any) -> Any:
+    """A CSV cell a spreadsheet will not run: text starting like a formula gets a leading ``'``.
+
+    Numbers are written as they are (``-0.5`` stays a number), and so is text that reads as
+    one; other control characters are escaped as on the terminal.
+
+    >>> [_spreadsheet_safe(v) for v in ("=1+2", "+x", "-0.5", "-x", "@SUM(A1)", "\\tA", -0.5, None)]
+    ["'=1+2", "'+x", '-0.5', "'-x", "'@SUM(A1)", "'\\tA", -0.5, '']
+    """
+    if value is None:
+        return ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    text = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
+    if text.startswith(_FORMULA_START) and not (text.startswith("-") and _is_number(text)):
+        text = "'" + text
+    # A CR is escaped too: unquoted (csv quotes only line-terminator characters) it would end the row.
+    return "".join(c if c.isprintable() or c in "\t\n" else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _print_table(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> None:
     from marinbuild.cli.plan_notes import format_duration
 
-    headers = [c for c, _ in columns]
+    headers = [_terminal_safe(c) for c, _ in columns]
     cells = [
         [format_duration(r["duration_s"]) if c == "duration_s" and r.get(c) is not None else _cell(r.get(c)) for c in headers]
         for r in rows
@@ -162,11 +208,13 @@ def _print_table(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> 
         sys.stdout.write("".join(line + "\n" for line in columns_text([tuple(headers), *map(tuple, cells)])))
         return
     from rich.table import Table
+    from rich.text import Text
 
     styles = {"config": "cyan", "metric": "magenta", "run": "", "step": "bold"}
     table = Table(show_edge=False)
-    for name, group in columns:
-        table.add_column(name, style=styles[group], overflow="fold", justify="right" if group in ("metric", "run") else "left")
+    for name, (_, group) in zip(headers, columns, strict=True):
+        # Text, not str: a value such as "[bold]" is shown, never taken as rich markup.
+        table.add_column(Text(name), style=styles[group], overflow="fold", justify="right" if group in ("metric", "run") else "left")
     for row in cells:
-        table.add_row(*row)
+        table.add_row(*map(Text, row))
     out.print(table)

@@ -1,0 +1,93 @@
+"""``show`` on hostile values: control characters from config and metrics never reach a terminal
+(escaped as ``status`` escapes markers), and ``--csv`` cells that a spreadsheet would run as a
+formula are neutralised with a leading ``'``."""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import io
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+
+import pytest
+
+from .helpers import cli_env, marinbuild, write_marinfile
+
+MARINFILE = r'''
+import json, os
+from marinbuild import step, versioned, this_output_path
+
+def train(cfg):
+    with open(os.path.join(cfg["output"], "metrics.json"), "w") as f:
+        json.dump({"note": cfg["note"], "loss": -0.5, "bell": "ding\u0007", "\u001b[2Jkey": 1}, f)
+
+for i, note in enumerate(["=HYPERLINK(\"http://x\")", "+1+2", "-cmd", "@SUM(A1)", "\tTAB", "\rCR", "-0.25",
+                          "\u001b[2J\u001b[Hcleared", "[bold]markup[/bold]"]):
+    step(f"sweep/{i}", train, {"note": note, "tag": versioned(note), "output": this_output_path()})
+'''
+
+ESCAPES = ("\x1b", "\x07")
+
+
+@pytest.fixture
+def hostile(project):
+    write_marinfile(project, MARINFILE)
+    ran = marinbuild("run", cwd=project)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    return project
+
+
+def test_show_csv_neutralises_cells_a_spreadsheet_would_run(hostile):
+    # Bytes: text mode would turn the CR inside a quoted cell into a line break.
+    result = subprocess.run([sys.executable, "-m", "marinbuild", "show", "sweep/*", "--metrics", "metrics.json", "--csv"],
+                            cwd=hostile, env=cli_env(), capture_output=True, check=False)
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.decode()
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    tags = [r["tag"] for r in rows]
+    assert tags == ["'=HYPERLINK(\"http://x\")", "'+1+2", "'-cmd", "'@SUM(A1)", "'\tTAB", "'\\rCR", "-0.25",
+                    "\\x1b[2J\\x1b[Hcleared", "[bold]markup[/bold]"]
+    assert [r["note"] for r in rows] == tags  # metric values the same way
+    assert {r["loss"] for r in rows} == {"-0.5"}  # a negative number stays a number
+    assert {r["bell"] for r in rows} == {"ding\\x07"}
+    assert "\\x1b[2Jkey" in rows[0]  # a metric's key is a header: escaped too
+    assert not any(c in text for c in ESCAPES)
+    for row in rows:  # no cell begins like a formula any more
+        for value in row.values():
+            assert not value.startswith(("=", "+", "@", "\t", "\r")) and (not value.startswith("-") or value == "-0.25" or value == "-0.5")
+
+
+def test_show_escapes_control_characters_in_a_pipe(hostile):
+    result = marinbuild("show", "sweep/*", "--metrics", "metrics.json", cwd=hostile)
+    assert result.returncode == 0, result.stderr
+    assert not any(c in result.stdout for c in ESCAPES), result.stdout
+    assert "\\x1b[2J\\x1b[Hcleared" in result.stdout and "ding\\x07" in result.stdout
+
+
+def test_show_escapes_control_characters_on_a_terminal(hostile):
+    # A real pseudo-terminal: show draws its rich table there.
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 500, 0, 0))  # wide enough for whole cells
+    env = cli_env({"COLUMNS": "400"})
+    process = subprocess.Popen([sys.executable, "-m", "marinbuild", "show", "sweep/*", "--metrics", "metrics.json"],
+                               cwd=hostile, env=env, stdin=subprocess.DEVNULL, stdout=follower, stderr=subprocess.PIPE)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert process.wait(timeout=60) == 0, process.stderr.read() if process.stderr else ""
+    shown = b"".join(chunks).decode("utf-8", "replace")
+    assert "\x1b[2J" not in shown and "\x07" not in shown and "\x1b[H" not in shown, shown
+    assert "\\x1b[2J\\x1b[Hcleared" in shown and "[bold]markup[/bold]" in shown
