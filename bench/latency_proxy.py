@@ -123,7 +123,9 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.05, help="seconds added to each request (default 0.05)")
     parser.add_argument("--log", help="write START END METHOD PATH here for each request")
     args = parser.parse_args()
-    web.run_app(make_app(args.upstream.rstrip("/"), args.delay, args.log), host="127.0.0.1", port=args.port, print=None)
+    # Stopped (SIGTERM) means its user is done: requests still held back are not waited for.
+    web.run_app(make_app(args.upstream.rstrip("/"), args.delay, args.log), host="127.0.0.1", port=args.port, print=None,
+                shutdown_timeout=0.5)
 
 
 if __name__ == "__main__":
