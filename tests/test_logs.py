@@ -145,3 +145,28 @@ def test_tpu_logs_per_host_by_attempt(project, fleet):
     assert "hello from worker 0" in by_slot.stdout and "worker 1" not in by_slot.stdout
     unknown = marinbuild("logs", "tpu/sh", "--host", "10.9.9.9", cwd=project)
     assert unknown.returncode == 2 and "no log for host '10.9.9.9'" in unknown.stderr
+
+
+def test_logs_refuses_a_symlink_planted_in_an_outputs_logs(project, tmp_path):
+    write_marinfile(project, 'from marinbuild import step\nstep("s", cmd="echo hello")\n')
+    assert marinbuild("run", cwd=project).returncode == 0
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET\n")
+    logs = Path(plan_json(project)["s"]["output_path"]) / "logs"
+    (logs / "step.log").unlink()
+    (logs / "step.log").symlink_to(secret)
+    for args in (["logs", "s"], ["logs", "s", "-f"], ["logs", "s", "--attempt", "1"]):
+        result = marinbuild(*args, cwd=project)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "TOP-SECRET" not in result.stdout + result.stderr
+        assert result.stderr.strip() == f"marinbuild: error: {logs / 'step.log'} is a symbolic link; logs are never read through one"
+    # The logs folder itself replaced by a link to a folder holding a step.log.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "step.log").write_text("TOP-SECRET\n")
+    (logs / "step.log").unlink()
+    logs.rmdir()
+    logs.symlink_to(elsewhere, target_is_directory=True)
+    result = marinbuild("logs", "s", cwd=project)
+    assert result.returncode == 2 and "TOP-SECRET" not in result.stdout + result.stderr
+    assert result.stderr.strip() == f"marinbuild: error: {logs} is a symbolic link; logs are never read through one"

@@ -157,7 +157,8 @@ def _follow(project: Project, output: str, path: str, attempt: int | None) -> No
 
 def _copy_new(path: str, offset: int) -> tuple[int, bool]:
     try:
-        with open(path, "rb") as f:
+        # O_NOFOLLOW: a link planted while following is not read through either.
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
             if os.fstat(f.fileno()).st_size < offset:
                 offset = 0  # moved aside for a new run: this is the new run's log
             f.seek(offset)

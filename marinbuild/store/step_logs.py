@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from marinbuild.errors import UserError
 from marinbuild.store.storage import Storage
 
 __all__ = [
@@ -159,14 +160,27 @@ _STEP_LOG = re.compile(r"^step(?:\.(\S+))?\.log$")
 
 
 def log_files(storage: Storage, output: str) -> list[LogFile]:
-    """The step's log files under ``OUTPUT/logs``, oldest run first (host logs named ``slice_SS_worker_WW``)."""
+    """The step's log files under ``OUTPUT/logs``, oldest run first (host logs named ``slice_SS_worker_WW``).
+
+    A symbolic link planted there (``logs/step.log -> /etc/shadow``), or a ``logs`` folder that
+    is one, is refused with a :class:`UserError` naming it: ``logs`` prints files of the
+    output, never what a link points at.
+    """
     folder = Storage.join(output, "logs")
+    _refuse_link(storage, folder)
     out: list[LogFile] = []
     for name in storage.list_names(folder):
         step = _STEP_LOG.match(name)
         host = _HOST_LOG.match(name)
         if step is not None:
+            _refuse_link(storage, Storage.join(folder, name))
             out.append(LogFile(Storage.join(folder, name), None, step[1] or "~"))  # "~" sorts after every stamp
         elif host is not None:
+            _refuse_link(storage, Storage.join(folder, name))
             out.append(LogFile(Storage.join(folder, name), f"slice_{host[1]}_worker_{host[2]}", host[3] or "~"))
     return sorted(out, key=lambda f: (f.host or "", f.order))
+
+
+def _refuse_link(storage: Storage, path: str) -> None:
+    if storage.is_local and os.path.islink(path):  # object stores have no links
+        raise UserError(f"{path} is a symbolic link; logs are never read through one")
