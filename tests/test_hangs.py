@@ -44,6 +44,16 @@ def test_a_silent_step_is_killed_as_a_hang_and_its_retry_succeeds(project: Path)
     log = (Path(out) / "logs" / "step.log").read_text()
     assert "killing it as a hang" in log and "hang retry 1 of 2" in log
     assert live_processes_matching("sleep 3071") == []
+    # The run's summary, status and show say what was used of each budget.
+    assert "retries wedged: failures 0/0 · preemptions 0/100 · hangs 1/2" in result.stdout
+    status = json.loads(marinbuild("status", "--json", cwd=project).stdout)[0]
+    assert status["retries"]["hang"] == {"used": 1, "max": 2}
+    assert set(status["retries"]) == {"failure", "preemption", "hang", "infra", "provisioning"}
+    assert all(set(v) >= {"used", "max"} for v in status["retries"].values())
+    assert "failures 0/0 · preemptions 0/100 · hangs 1/2" in marinbuild("status", cwd=project).stdout
+    shown = json.loads(marinbuild("show", "--json", cwd=project).stdout)[0]
+    assert shown["retries"]["hang"] == {"used": 1, "max": 2} and shown["attempts"] == 2
+    assert "hangs 1/2" in marinbuild("show", cwd=project).stdout
 
 
 BUSY = """

@@ -232,12 +232,15 @@ class Retrying:
     """A backend that runs each job until it succeeds or the budget of how it ended is spent.
 
     ``budget_of(name)`` gives the step's :class:`RetryBudgets` (an int: the failure budget
-    alone, the others at their defaults).
+    alone, the others at their defaults). ``tally``, when given, receives what each step that
+    retried or failed used of its budgets, by step name, as its last attempt ends (the run's
+    summary shows it).
     """
 
-    def __init__(self, inner: Backend, budget_of: BudgetOf) -> None:
+    def __init__(self, inner: Backend, budget_of: BudgetOf, tally: dict[str, dict[str, Any]] | None = None) -> None:
         self.inner = inner
         self.budget_of = budget_of
+        self.tally = tally
 
     def start(self, job: Job, on_done: Callable[[Outcome], None]) -> _StepRun:
         run = _StepRun(self, job, on_done)
@@ -352,13 +355,19 @@ class _StepRun:
             changes["error"] = f"{outcome.error or decision.cause.value} ({decision.why})"
         if self.first_start is not None and self.first_start < outcome.started:
             changes["started"] = self.first_start
+        self._step_ended(retried=any(self.counter.used.values()) or not outcome.ok)
+        self.on_done(dataclasses.replace(outcome, **changes))
+
+    def _step_ended(self, retried: bool) -> None:
+        tally = self.owner.tally
+        if tally is not None and retried:
+            tally[self.job.name] = self.counter.summary()
         ended = getattr(self.inner, "step_ended", None)
         if ended is not None:
             try:
                 ended(self.job)
             except Exception:  # per-step cleanup must not keep the outcome from the scheduler
                 traceback.print_exc()
-        self.on_done(dataclasses.replace(outcome, **changes))
 
     def _retry_after(self, delay: float) -> None:
         self._waiting.wait(delay)
@@ -367,9 +376,7 @@ class _StepRun:
         if reason is not None:
             now = time.time()
             outcome = Outcome(ok=False, started=self.first_start or now, ended=now, error=reason, cancelled=True)
-            ended = getattr(self.inner, "step_ended", None)
-            if ended is not None:
-                ended(self.job)
+            self._step_ended(retried=True)
             self.on_done(dataclasses.replace(outcome, records={self.ledger.path: self.ledger.text()}))
             return
         _launcher.submit(self.launch)
@@ -430,14 +437,17 @@ _launcher = _Launcher()
 
 
 def with_retries(
-    backend: Backend, backend_for: Callable[[Any], Backend] | None, budget_of: BudgetOf
+    backend: Backend,
+    backend_for: Callable[[Any], Backend] | None,
+    budget_of: BudgetOf,
+    tally: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[Backend, Callable[[Any], Backend]]:
     """``backend`` and ``backend_for`` with every backend wrapped in :class:`Retrying`, once each."""
     wrapped: dict[int, Backend] = {}
 
     def wrap(b: Backend) -> Backend:
         if id(b) not in wrapped:
-            wrapped[id(b)] = Retrying(b, budget_of)
+            wrapped[id(b)] = Retrying(b, budget_of, tally)
         return wrapped[id(b)]
 
     choose = backend_for or (lambda node: backend)

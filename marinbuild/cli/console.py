@@ -65,6 +65,11 @@ def print_summary(console: Console, summary: Summary, log_starts: Mapping[str, i
     if summary.interrupted:
         line = "interrupted: " + line
     console.print(Text(line, style=style))
+    if summary.retries:
+        from marinbuild.report.records import describe_retries
+
+        for name, used in summary.retries.items():
+            console.print(Text(f"retries {name}: {describe_retries(used)}", style="yellow"))
     for f in summary.failed:
         console.print(Text(f"FAILED {f.name}: {f.error}", style="red"))
         since = (log_starts or {}).get(f.name, 0)  # this attempt's lines, not an earlier run's

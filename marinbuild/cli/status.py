@@ -1,4 +1,4 @@
-"""``marinbuild status``: each step's stored status, output path, last duration and lease."""
+"""``marinbuild status``: each step's stored status, output path, last duration, lease and retries by cause."""
 
 from __future__ import annotations
 
@@ -44,6 +44,10 @@ def status_command(
 
         # A lease whose runner exited on this machine is no one's: plan runs the step again.
         leases = {p: lease for p, lease in leases.items() if lease is None or owner_alive(lease.owner) is not False}
+    from marinbuild.report.records import read_retries
+
+    ran = [p for p, rec in records.items() if rec.mismatch is None and rec.status != UNREADABLE]
+    retries = read_retries(project.storage, ran)  # one batch: what each step's last run used of its budgets
     rows: list[dict[str, Any]] = []
     for n in names:
         node = graph.nodes[n]
@@ -59,6 +63,7 @@ def status_command(
                 "time": (rec.time or None) if rec and not foreign else None,
                 "error": f"its output path holds the {rec.mismatch}" if rec and foreign else rec.error if rec else None,
                 "lease": {"owner": str(lease.owner), "since": lease.acquired, "renewed": lease.renewed} if lease else None,
+                "retries": retries.get(node.output_path) if rec and not foreign else None,
             }
         )
     if as_json:
@@ -71,8 +76,10 @@ def _print_status(rows: list[dict[str, Any]]) -> None:
     """Plain columns into a pipe or a file (never wrapped: `status | grep` sees whole paths); a table on a terminal."""
     with_lease = any(r["status"] == "RUNNING" for r in rows)
     with_error = any(r["error"] for r in rows)
+    # Retries by cause get a column once any step used one (``--json`` always carries them).
+    with_retries = any(any(v.get("used") for v in (r["retries"] or {}).values()) for r in rows)
     columns = ("step", "status", "duration", "finished", "output") + (("lease",) if with_lease else ()) + (
-        ("error",) if with_error else ()
+        ("retries",) if with_retries else ()) + (("error",) if with_error else ()
     )
     cells: list[tuple[str, ...]] = []
     for r in rows:
@@ -81,6 +88,10 @@ def _print_status(rows: list[dict[str, Any]]) -> None:
         row = [r["name"], r["status"], dur, when, r["output_path"]]
         if with_lease:
             row.append(_lease_text(r["lease"]) if r["status"] == "RUNNING" else "")
+        if with_retries:
+            from marinbuild.report.records import describe_retries
+
+            row.append(describe_retries(r["retries"]))
         if with_error:
             row.append((r["error"] or "").splitlines()[0] if r["error"] else "")
         cells.append(tuple(row))

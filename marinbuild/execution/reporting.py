@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
 __all__ = ["Failure", "JsonReporter", "NullReporter", "PlainReporter", "Reporter", "Summary", "json_step_lines"]
 
@@ -38,6 +38,9 @@ class Summary:
     """Steps another runner finished while this run waited for them (counted in ``done``)."""
     interrupted: bool = False
     started_at: float = field(default_factory=time.time)
+    retries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Steps that retried or failed, by name: what they used of each retry budget
+    (``{"failure": {"used": 1, "max": 3}, ...}``)."""
 
     @property
     def ok(self) -> bool:
@@ -112,6 +115,7 @@ class JsonReporter(NullReporter):
             skipped=summary.skipped,
             failed=[f.name for f in summary.failed],
             not_started=summary.not_started,
+            retries=summary.retries,
         )
 
 

@@ -16,7 +16,7 @@ import gc
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from marinbuild.errors import UserError, missing_extra
 from marinbuild.execution.admission import ResourceAdmission, check_plan_fits, requests_of
@@ -315,7 +315,11 @@ class _Recorder(NullReporter):
         self.results.setdefault(name, (StepOutcome.NOT_STARTED, reason, None, None))
         self.inner.step_skipped(name, reason)
 
+    tally: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """What each step that retried or failed used of its retry budgets (filled by the retry loop)."""
+
     def run_finished(self, summary: Summary) -> None:
+        summary.retries.update(self.tally)
         self.inner.run_finished(summary)
 
 
@@ -365,10 +369,12 @@ def execute(
         planned.capacity, planned.requests, project.graph.prefix, walltime=budget, jobs=jobs
     )
     # A TPU step's host output reaches the terminal only when step output is printed.
-    runner, backend_for, admission = _backends(planned, settings, admission, echo, print_output=on_output is not None)
+    tally: dict[str, dict[str, Any]] = {}
+    runner, backend_for, admission = _backends(planned, settings, admission, echo, print_output=on_output is not None,
+                                               tally=tally)
     stale_success = _redone(project, plan) if planned.forced else None
     claims = LeaseClaims(project.storage, lease_settings, stale_success=stale_success)
-    recorder = _Recorder(reporter or NullReporter(), on_command=on_command)
+    recorder = _Recorder(reporter or NullReporter(), on_command=on_command, tally=tally)
     if on_output is not None:
         from marinbuild.execution.output_stream import OutputFollower
 
@@ -402,6 +408,7 @@ def _backends(
     admission: Admission,
     echo: Callable[[str], None],
     print_output: bool = True,
+    tally: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[Backend, Callable[[Node], Backend] | None, Admission]:
     """The backend of every step: local by default, TPU slices over SSH, Ray where placed."""
     runner: Backend = _local_runner(planned)
@@ -418,8 +425,8 @@ def _backends(
         ship_project_code(project.marinfile.path)
         fallback = backend_for if backend_for is not None else (lambda node: runner)
         ray = RayBackend(project.graph, planned.placements, fallback, fresh_output=settings.fresh_output)
-        return (*_retrying(planned, settings, ray, ray.backend_for), RayAdmission(admission, ray.placements))
-    return (*_retrying(planned, settings, runner, backend_for), admission)
+        return (*_retrying(planned, settings, ray, ray.backend_for, tally), RayAdmission(admission, ray.placements))
+    return (*_retrying(planned, settings, runner, backend_for, tally), admission)
 
 
 def _local_runner(planned: PlannedRun) -> Backend:
@@ -435,7 +442,11 @@ def _local_runner(planned: PlannedRun) -> Backend:
 
 
 def _retrying(
-    planned: PlannedRun, settings: RunSettings, backend: Backend, backend_for: Callable[[Node], Backend] | None
+    planned: PlannedRun,
+    settings: RunSettings,
+    backend: Backend,
+    backend_for: Callable[[Node], Backend] | None,
+    tally: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[Backend, Callable[[Node], Backend]]:
     """Every backend wrapped in the one retry loop, with each step's budgets by cause."""
     from marinbuild.backends.retrying import RetryBudgets, with_retries
@@ -454,7 +465,7 @@ def _retrying(
             provision_timeout=provision_timeout,
         )
 
-    return with_retries(backend, backend_for, budget_of)
+    return with_retries(backend, backend_for, budget_of, tally)
 
 
 def _tpu_backend_for(

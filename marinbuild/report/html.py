@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from marinbuild.execution.accounting import Usage
-from marinbuild.report.records import AttemptRecord, StepRecord
+from marinbuild.report.records import AttemptRecord, StepRecord, describe_retries
 
 __all__ = ["dag_layout", "render_report", "timeline_lanes"]
 
@@ -37,8 +37,11 @@ _KIND_FILL = {
     "INFRA": "#8d6e63",
     "CANCELLED": "#9e9e9e",
     "TIMEOUT": "#8e24aa",
+    "HANG": "#6d4c41",
+    "PROVISIONING": "#90a4ae",
 }
-_MARKED = {"FAILED": "failed", "PREEMPTED": "preempted", "INFRA": "failed", "TIMEOUT": "failed", "CANCELLED": "cancelled"}
+_MARKED = {"FAILED": "failed", "PREEMPTED": "preempted", "INFRA": "failed", "TIMEOUT": "failed", "CANCELLED": "cancelled",
+           "HANG": "failed", "PROVISIONING": "preempted"}
 
 
 def dag_layout(names: Sequence[str], deps: Mapping[str, Sequence[str]]) -> dict[str, tuple[int, int]]:
@@ -264,7 +267,7 @@ def _held_text(held: Mapping[str, object] | None) -> str:
 
 
 def _table(records: Sequence[StepRecord]) -> str:
-    head = ("step", "status", "resources", "held", "attempts", "duration", "accelerator-h", "core-h", "error")
+    head = ("step", "status", "resources", "held", "attempts", "duration", "accelerator-h", "core-h", "error", "retries")
     rows: list[str] = []
     total = Usage()
     for r in records:
@@ -284,13 +287,14 @@ def _table(records: Sequence[StepRecord]) -> str:
             _e(_hours(usage.accelerator_hours)),
             _e(_hours(usage.core_hours)),
             _e((r.error or "").splitlines()[0] if r.error else ""),
+            _e(describe_retries(r.retries)),
         )
         rows.append(f'<tr data-step="{_e(r.name)}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     attempts = sum(len(r.attempts) for r in records)
     foot = (
         f'<tr class="totals"><td>total</td><td></td><td></td><td></td><td>{attempts}</td>'
         f"<td>{_e(_seconds(total.hours * 3600))}</td><td>{_e(_hours(total.accelerator_hours))}</td>"
-        f"<td>{_e(_hours(total.core_hours))}</td><td></td></tr>"
+        f"<td>{_e(_hours(total.core_hours))}</td><td></td><td></td></tr>"
     )
     header = "".join(f"<th>{_e(h)}</th>" for h in head)
     return f'<table id="steps"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody><tfoot>{foot}</tfoot></table>'

@@ -21,7 +21,9 @@ from marinbuild.store.storage import Storage
 if TYPE_CHECKING:
     from marinbuild.project import Project
 
-__all__ = ["AttemptRecord", "StepRecord", "collect", "flatten"]
+__all__ = ["AttemptRecord", "StepRecord", "collect", "describe_retries", "flatten", "read_retries"]
+
+_CAUSE_WORDS = (("failure", "failures"), ("preemption", "preemptions"), ("hang", "hangs"))
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class AttemptRecord:
     step: str
     number: int
     kind: str
-    """SUCCESS, FAILED, PREEMPTED, INFRA, CANCELLED or TIMEOUT."""
+    """SUCCESS, FAILED, PREEMPTED, INFRA, PROVISIONING, HANG, CANCELLED or TIMEOUT."""
     started: float | None
     ended: float | None
     duration_s: float
@@ -60,6 +62,8 @@ class StepRecord:
     attempts: tuple[AttemptRecord, ...] = ()
     metrics: Mapping[str, Any] = field(default_factory=dict)
     error: str | None = None
+    retries: Mapping[str, Any] | None = None
+    """What the step's last run used of each retry budget: ``{"failure": {"used": 1, "max": 3}, ...}``."""
 
     @property
     def usage(self) -> Usage:
@@ -122,6 +126,7 @@ def collect(project: Project, names: Sequence[str], metrics_file: str | None = N
                 attempts=tuple(_attempt(node.name, a, held) for a in entries),
                 metrics=flatten(found) if isinstance(found, (dict, list)) else {},
                 error=rec.error if usable and rec is not None and rec.status != "SUCCESS" else None,
+                retries=_retries_of(ledger) if usable else None,
             )
         )
     return out
@@ -146,6 +151,48 @@ def _attempt(step: str, entry: Mapping[str, Any], held: Mapping[str, Any] | None
         usage=attempt_usage(entry, held),
         message=str(entry.get("message") or ""),
     )
+
+
+def _retries_of(ledger: Mapping[str, Any]) -> dict[str, Any] | None:
+    retries = ledger.get("retries")
+    if not isinstance(retries, dict):
+        return None
+    return {k: v for k, v in retries.items() if isinstance(v, dict) and isinstance(v.get("used"), int)}
+
+
+def read_retries(storage: Storage, outputs: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The ``retries`` of each output's ledger (one batch read), by output path; absent when none."""
+    paths = {Storage.join(p, LEDGER): p for p in outputs}
+    found = _read_json(storage, paths)
+    out: dict[str, dict[str, Any]] = {}
+    for path, ledger in found.items():
+        retries = _retries_of(ledger) if isinstance(ledger, dict) else None
+        if retries:
+            out[paths[path]] = retries
+    return out
+
+
+def describe_retries(retries: Mapping[str, Any] | None) -> str:
+    """Retries by cause in one line: failures, preemptions and hangs always, the others once used.
+
+    >>> describe_retries({"failure": {"used": 1, "max": 3}, "preemption": {"used": 4, "max": 100},
+    ...                   "hang": {"used": 0, "max": 2}, "infra": {"used": 0, "max": 2},
+    ...                   "provisioning": {"used": 2, "max": None, "timeout_s": 3600}})
+    'failures 1/3 · preemptions 4/100 · hangs 0/2 · provisioning 2 (within 3600 s)'
+    """
+    if not retries:
+        return ""
+    parts = []
+    for key, word in _CAUSE_WORDS:
+        if key in retries:
+            parts.append(f"{word} {retries[key].get('used', 0)}/{retries[key].get('max')}")
+    infra = retries.get("infra") or {}
+    if infra.get("used"):
+        parts.append(f"infra {infra['used']}/{infra.get('max')}")
+    provisioning = retries.get("provisioning") or {}
+    if provisioning.get("used"):
+        parts.append(f"provisioning {provisioning['used']} (within {provisioning.get('timeout_s', 0):g} s)")
+    return " · ".join(parts)
 
 
 def _read_json(storage: Storage, paths: Iterable[str]) -> dict[str, Any]:
