@@ -33,6 +33,31 @@ if TYPE_CHECKING:
 __all__ = ["run_command"]
 
 
+def _lease_flag(ctx: typer.Context, param: typer.CallbackParam, value: float | None) -> float | None:
+    """Refuse a lease heartbeat or expiry out of bounds as it is parsed, before anything loads.
+
+    Click parses the two in command-line order: the second one parsed also checks the pair,
+    a missing one counting as its default.
+    """
+    from marinbuild.store.lease import DEFAULT_EXPIRY, DEFAULT_HEARTBEAT, lease_flag_problem
+
+    mine, other = ("lease_expiry", "lease_heartbeat") if param.name == "lease_expiry" else ("lease_heartbeat", "lease_expiry")
+    given = {mine: value}
+    if other in ctx.params:  # parsed already: check the pair
+        given[other] = ctx.params[other]
+    if all(v is None for v in given.values()):
+        return value
+    if other in given:
+        beat = given["lease_heartbeat"] if given["lease_heartbeat"] is not None else DEFAULT_HEARTBEAT
+        expiry = given["lease_expiry"] if given["lease_expiry"] is not None else DEFAULT_EXPIRY
+        problem = lease_flag_problem(beat, expiry)
+    else:
+        problem = lease_flag_problem(value) if mine == "lease_heartbeat" else lease_flag_problem(expiry=value)
+    if problem is not None:
+        raise typer.BadParameter(problem)
+    return value
+
+
 @handles_errors
 def run_command(
     targets: TargetsArg = None,
@@ -52,8 +77,8 @@ def run_command(
     walltime: Annotated[str | None, typer.Option("--walltime", help="Time budget of the whole run, e.g. 2:00:00; steps whose soft limit exceeds what is left are not started.")] = None,
     backend: Annotated[BackendChoice | None, typer.Option("--backend", case_sensitive=False, help="Where steps run (default: the Marinfile's DEFAULT_BACKEND, else local).")] = None,
     ray_address: Annotated[str | None, typer.Option("--ray-address", envvar="RAY_ADDRESS", help="The Ray cluster for --backend ray (default: a Ray started for this run).")] = None,
-    lease_heartbeat: Annotated[float | None, typer.Option("--lease-heartbeat", envvar="MARINBUILD_LEASE_HEARTBEAT", help="Seconds between lease renewals (default: 10).")] = None,
-    lease_expiry: Annotated[float | None, typer.Option("--lease-expiry", envvar="MARINBUILD_LEASE_EXPIRY", help="Seconds a lease must stay unrenewed before another runner takes it over (default: 60).")] = None,
+    lease_heartbeat: Annotated[float | None, typer.Option("--lease-heartbeat", envvar="MARINBUILD_LEASE_HEARTBEAT", callback=_lease_flag, help="Seconds between lease renewals (default: 10; at least 0.1).")] = None,
+    lease_expiry: Annotated[float | None, typer.Option("--lease-expiry", envvar="MARINBUILD_LEASE_EXPIRY", callback=_lease_flag, help="Seconds a lease must stay unrenewed before another runner takes it over (default: 60; 1 to 3600, at least twice the heartbeat).")] = None,
     fresh_output: Annotated[bool, typer.Option("--fresh-output", help="Clear each step's output directory before it runs instead of keeping partial output.")] = False,
     cluster: ClusterOpt = None,
     max_retries_preemption: Annotated[int, typer.Option("--max-retries-preemption", min=0, help="Retries of a preempted TPU step (a step's own setting wins).")] = 100,
@@ -67,6 +92,10 @@ def run_command(
     """Run the targets and whatever they need that is not up to date."""
     # Every option is a field of RunParameters: one added here fails until the library takes it too.
     params = RunParameters.of(**locals())
+    if not params.dry:
+        from marinbuild.store.storage import check_writable_prefix
+
+        check_writable_prefix(params.prefix)  # one line before the Marinfile loads, even with nothing to do
     quiet = params.quiet
     voice = RunVoice(
         reporter=_reporter(quiet, params.json),

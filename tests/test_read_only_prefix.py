@@ -1,0 +1,81 @@
+"""Another team's outputs on a read-only filesystem: the commands that only read work there,
+``plan`` notes that ``run`` could not write, ``run`` and ``clean`` refuse in one line, and a
+prefix that is a file stays an error everywhere.
+
+The read-only filesystem is real (a tmpfs remounted read-only): root ignores permission bits,
+not ``EROFS``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .helpers import marinbuild, snapshot, write_marinfile
+
+pytest_plugins = ["tests.fixtures_mounts"]
+
+MARINFILE = """
+from marinbuild import step
+a = step("a", cmd="echo a; echo a > {output}/out.txt")
+b = step("b", cmd="cat {a}/out.txt > {output}/out.txt", config={"a": a})
+c = step("c", cmd="echo never > {output}/out.txt")
+"""
+
+
+@pytest.fixture
+def read_only_prefix(small_tmpfs, project):
+    """A prefix where ``a`` and ``b`` ran (``c`` did not), then made read-only."""
+    write_marinfile(project, MARINFILE)
+    prefix = small_tmpfs.path / "out"
+    assert marinbuild("run", "a", "b", "--prefix", str(prefix), cwd=project).returncode == 0
+    small_tmpfs.remount_read_only()
+    return prefix
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["plan"], ["plan", "--json"], ["status"], ["status", "--json"], ["show"], ["show", "--csv"], ["why", "b"],
+     ["logs", "a"], ["run", "-n"]],
+)
+def test_commands_that_only_read_work_on_a_read_only_prefix(project, read_only_prefix, args):
+    before = snapshot(read_only_prefix)
+    result = marinbuild(*args, "--prefix", str(read_only_prefix), cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "not writable" not in result.stdout and "error" not in result.stderr
+    assert snapshot(read_only_prefix) == before
+
+
+def test_plan_and_status_tell_the_stored_state_and_plan_notes_that_run_could_not_write(project, read_only_prefix):
+    plan = marinbuild("plan", "--prefix", str(read_only_prefix), cwd=project)
+    assert plan.returncode == 0, plan.stderr
+    assert f"marinbuild: note: `run` could not write there: prefix '{read_only_prefix}' is on a read-only filesystem" in plan.stderr
+    rows = json.loads(marinbuild("plan", "--json", "--prefix", str(read_only_prefix), cwd=project).stdout)
+    assert {r["name"]: r["action"] for r in rows} == {"a": "skip", "b": "skip", "c": "run"}
+    status = json.loads(marinbuild("status", "--json", "--prefix", str(read_only_prefix), cwd=project).stdout)
+    assert {r["name"]: r["status"] for r in status} == {"a": "SUCCESS", "b": "SUCCESS", "c": "NONE"}
+    report = marinbuild("report", "-o", str(project / "report.html"), "--prefix", str(read_only_prefix), cwd=project)
+    assert report.returncode == 0, report.stderr
+    assert (project / "report.html").is_file()
+
+
+@pytest.mark.parametrize("args", [["run"], ["run", "a"], ["clean", "--yes"], ["clean", "--yes", "--force", "a"]])
+def test_run_and_clean_refuse_a_read_only_prefix_in_one_line(project, read_only_prefix, args):
+    before = snapshot(read_only_prefix)
+    result = marinbuild(*args, "--prefix", str(read_only_prefix), cwd=project)
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line == f"marinbuild: error: prefix '{read_only_prefix}' is on a read-only filesystem (in {read_only_prefix})"
+    assert snapshot(read_only_prefix) == before
+
+
+@pytest.mark.parametrize("command", ["plan", "status", "show", "report", "why", "run", "clean"])
+def test_a_prefix_that_is_a_file_is_an_error_everywhere(project, command):
+    write_marinfile(project, MARINFILE)
+    (project / "a-file").write_text("not a folder")
+    args = {"why": ["why", "a"], "report": ["report", "-o", str(project / "r.html")], "clean": ["clean", "--yes"]}
+    result = marinbuild(*args.get(command, [command]), "--prefix", str(project / "a-file"), cwd=project)
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line == f"marinbuild: error: prefix '{project / 'a-file'}' is not a folder; give a folder for the outputs"
