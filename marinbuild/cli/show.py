@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["show_command", "table_of"]
 
-_FIXED = ("status", "duration_s", "attempts", "retries", "accelerator_hours", "core_hours")
+_FIXED = ("status", "duration_s", "attempts", "accelerator_hours", "core_hours")
 
 
 @handles_errors
@@ -88,7 +88,9 @@ def table_of(records: Sequence[StepRecord], all_fields: bool = False) -> tuple[l
         metric_keys.update(dict.fromkeys(r.metrics))
     taken = {"step", *fields, *_FIXED}
     metric_names = {k: (f"metrics.{k}" if k in taken else k) for k in metric_keys}
-    columns = [("step", "step"), *((f, "config") for f in fields), *((c, "run") for c in _FIXED),
+    # Retries by cause get a column once any step used one; the JSON rows always carry them.
+    fixed = [*_FIXED[:3], "retries", *_FIXED[3:]] if any(_retried(r.retries) for r in records) else list(_FIXED)
+    columns = [("step", "step"), *((f, "config") for f in fields), *((c, "run") for c in fixed),
                *((metric_names[k], "metric") for k in metric_keys)]
     rows: list[dict[str, Any]] = []
     for r in records:
@@ -106,6 +108,10 @@ def table_of(records: Sequence[StepRecord], all_fields: bool = False) -> tuple[l
         row.update((metric_names[k], r.metrics.get(k)) for k in metric_keys)
         rows.append(row)
     return columns, rows
+
+
+def _retried(retries: Any) -> bool:
+    return isinstance(retries, dict) and any(isinstance(v, dict) and v.get("used") for v in retries.values())
 
 
 def _sorted(rows: list[dict[str, Any]], columns: list[tuple[str, str]], key: str, reverse: bool) -> list[dict[str, Any]]:
@@ -132,7 +138,7 @@ def _sorted(rows: list[dict[str, Any]], columns: list[tuple[str, str]], key: str
 
 def _json_row(row: dict[str, Any], columns: list[tuple[str, str]]) -> dict[str, Any]:
     """A row as JSON: the step and its run columns at the top, config and metrics in their own objects."""
-    out: dict[str, Any] = {"step": row["step"], "config": {}, "metrics": {}}
+    out: dict[str, Any] = {"step": row["step"], "config": {}, "metrics": {}, "retries": row.get("retries")}
     for name, group in columns:
         if group == "config":
             out["config"][name] = row.get(name)
