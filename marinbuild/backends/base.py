@@ -10,9 +10,10 @@ A backend runs **one attempt** of a job; retrying is the business of the one ret
 :class:`Outcome` says how it ended (:class:`Cause`), and the loop draws on that cause's
 budget. Optional hooks a backend may define, looked up by name:
 
-* ``watches_progress = True``: the backend detects hangs itself (the TPU gang watches every
-  host's log and progress file); otherwise the loop watches ``job.log_file`` and the
-  ``$MARINBUILD_PROGRESS`` file on this machine.
+* ``watches_progress = True`` (or a method ``watches_progress(job) -> bool``): the backend
+  looks after hangs itself (the TPU gang watches every host's log and progress file);
+  otherwise the loop watches ``job.log_file`` and the ``$MARINBUILD_PROGRESS`` file on this
+  machine.
 * ``ledger_head(job) -> Mapping``: fields the backend adds at the top of ``attempts.json``.
 * ``step_ended(job)``: called once after the step's last attempt (per-step state may go).
 """

@@ -284,7 +284,7 @@ class _StepRun:
         write_header(job.log_file, number, "ray-node" if self.backend == "ray" else socket.gethostname(), self.backend)
         with self._lock:
             self._hung_at = None
-        if job.progress_timeout is not None and not getattr(self.inner, "watches_progress", False):
+        if job.progress_timeout is not None and not _watches_itself(self.inner, job):
             timeout_s = job.progress_timeout
             self._watch = HangWatch(
                 timeout_s, FileProgress([job.log_file, progress]).changed,
@@ -391,6 +391,12 @@ class _StepRun:
             self._watch.stop()
         if handle is not None:
             handle.cancel(reason)
+
+
+def _watches_itself(backend: Backend, job: Job) -> bool:
+    """Whether ``backend`` looks after hangs of ``job`` itself (an attribute, or a method asked per job)."""
+    watches = getattr(backend, "watches_progress", False)
+    return bool(watches(job)) if callable(watches) else bool(watches)
 
 
 def _hang_error(last: float, timeout: float) -> str:

@@ -292,6 +292,15 @@ class RayBackend:
         record = LeaseRecord.from_json(text) if text is not None else None
         return LeaseFence(self.graph.prefix, path, record.owner) if record is not None else None
 
+    def watches_progress(self, job: Job) -> bool:
+        """Whether the retry loop must leave hangs of ``job`` alone: its log is written on the node.
+
+        With the log on a disk this machine shares (a local prefix), the loop watches it and the
+        step's progress file like a local step's, and cancels a hung task. Otherwise nothing the
+        driver can see moves while the task runs, so no hang is called (documented in docs/ray.md).
+        """
+        return job.log_file != log_path(job.output_path)
+
     def retries_for(self, job: Job) -> int:
         own = self.graph.nodes[job.name].step.max_retries_preemption
         return DEFAULT_RETRIES if own is None else own
