@@ -93,6 +93,7 @@ def run(
     cluster: str | None = None,
     max_retries_preemption: int = 100,
     max_retries_failure: int = 0,
+    max_retries_hang: int = 2,
     no_sync: bool = False,
     plan: str | None = None,
     print_commands: bool = False,

@@ -75,6 +75,8 @@ class RunParameters:
     cluster: str | None = None
     max_retries_preemption: int = 100
     max_retries_failure: int = 0
+    max_retries_hang: int = 2
+    """Retries of an attempt killed for making no progress (a step's own ``max_retries_hang`` wins)."""
     no_sync: bool = False
     """Do not copy the project directory to TPU hosts."""
     plan: str | None = None
@@ -111,6 +113,7 @@ class RunParameters:
             fresh_output=self.fresh_output,
             max_retries_preemption=self.max_retries_preemption,
             max_retries_failure=self.max_retries_failure,
+            max_retries_hang=self.max_retries_hang,
             sync=not self.no_sync,
             walltime=self.walltime,
         )
@@ -238,4 +241,3 @@ def check_review(reviewed: Reviewed, plan: Plan, graph: StepGraph, say: Callable
         )
     for name in finished_meanwhile(reviewed, plan):
         say(f"marinbuild: {name}: finished by another runner since the plan was made; skipped")
-
