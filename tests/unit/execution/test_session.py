@@ -1,0 +1,83 @@
+"""Unit tests of marinbuild.execution.session: one run wired from steps to plan, scheduler and markers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from marinbuild.errors import ResourceError, UserError
+from marinbuild.execution.session import (
+    BackendChoice,
+    Machine,
+    RunSettings,
+    RunSummary,
+    StepOutcome,
+    StepResult,
+    backend_choice,
+    execute,
+    load,
+    plan_run,
+)
+from marinbuild.resources import Cores
+from marinbuild.steps import step, versioned
+
+
+def test_run_summary() -> None:
+    summary = RunSummary({
+        "a": StepResult("a", StepOutcome.RAN, "/o/a", duration=1.0),
+        "b": StepResult("b", StepOutcome.FAILED, "/o/b", error="exit 3"),
+        "c": StepResult("c", StepOutcome.SKIPPED, "/o/c"),
+    })
+    assert not summary.ok and summary.count(StepOutcome.RAN) == 1 and summary.names(StepOutcome.FAILED) == ["b"]
+    assert str(summary) == "ran 1: a\nskipped 1: c\nfailed 1: b\n  b: exit 3"
+    assert str(RunSummary({})) == "nothing to do" and RunSummary({}).ok
+    assert not RunSummary({}, interrupted=True).ok
+
+
+def test_backend_choice(tmp_path: Path) -> None:
+    project = load(steps=[step("s", cmd="true")], prefix=str(tmp_path))
+    assert backend_choice(RunSettings(), project) is BackendChoice.local
+    assert backend_choice(RunSettings(backend="ray"), project) is BackendChoice.ray
+    with pytest.raises(UserError, match="--backend must be 'local' or 'ray'"):
+        backend_choice(RunSettings(backend="slurm"), project)
+
+
+def test_plan_run_refuses_a_step_nothing_here_could_hold(tmp_path: Path) -> None:
+    project = load(steps=[step("huge", cmd="true", resources=Cores(10_000))], prefix=str(tmp_path))
+    with pytest.raises(ResourceError, match="'huge'"):
+        plan_run(project, ["huge"])
+    planned = plan_run(project, ["huge"], machine=Machine(cores=10_000))
+    assert planned.plan.to_run() == ["huge"] and len(planned.capacity.cores) == 10_000
+
+
+def test_plan_run_writes_nothing(tmp_path: Path) -> None:
+    project = load(steps=[step("s", cmd="echo hi > {output}/x")], prefix=str(tmp_path / "out"))
+    planned = plan_run(project, [])
+    assert planned.plan.to_run() == ["s"] and planned.requests["s"].N == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_execute_runs_what_the_plan_says(tmp_path: Path) -> None:
+    a = step("a", cmd="echo {n} > {output}/n.txt", config={"n": versioned(4)})
+    b = step("b", cmd="cat {a}/n.txt > {output}/copy.txt", config={"a": a})
+    bad = step("bad", cmd="exit 3")
+    project = load(steps=[b, bad], prefix=str(tmp_path))
+    echoed: list[str] = []
+    summary = execute(plan_run(project, []), RunSettings(keep_going=True), echo=echoed.append)
+    assert summary.names(StepOutcome.RAN) == ["a", "b"] and summary.names(StepOutcome.FAILED) == ["bad"]
+    assert Path(summary.steps["b"].output_path, "copy.txt").read_text() == "4\n"
+    assert summary.steps["bad"].error and summary.steps["bad"].log
+    again = execute(plan_run(load(steps=[b], prefix=str(tmp_path)), []))
+    assert again.ok and again.names(StepOutcome.SKIPPED) == ["b"]  # up to date: its inputs are not looked at
+
+
+def test_output_lines_and_commands_reach_their_callbacks(tmp_path: Path) -> None:
+    project = load(steps=[step("talk", cmd="echo hello; echo there")], prefix=str(tmp_path))
+    lines: list[tuple[str, str]] = []
+    commands: list[tuple[str, str]] = []
+    summary = execute(plan_run(project, []), on_output=lambda s, t: lines.append((s, t)),
+                      on_command=lambda s, c: commands.append((s, c)))
+    assert summary.ok
+    assert lines == [("talk", "hello"), ("talk", "there")]
+    assert commands == [("talk", "echo hello; echo there")]
