@@ -1,0 +1,45 @@
+"""The gang's outcome and launch script: hangs classified and explained, the progress file set per host.
+
+Running a gang against real hosts is the business of tests/test_ssh_gang.py and tests/test_hangs.py.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from marinbuild.backends.base import Cause
+from marinbuild.backends.tpu.cluster import SshSettings
+from marinbuild.backends.tpu.gang import TOKEN_VAR, AttemptLogs, Gang, GangOutcome, HostOutcome, HostPlan
+from marinbuild.backends.tpu.ssh import resolve_target
+
+
+def _outcome(*hosts: HostOutcome, **kw: object) -> GangOutcome:
+    return GangOutcome(hosts=hosts, cancelled=False, started_at=0.0, ended_at=5.0, **kw)  # type: ignore[arg-type]
+
+
+def test_a_gang_torn_down_for_no_progress_is_a_hang_and_says_when_it_last_moved() -> None:
+    torn = HostOutcome("h0", 0, 0, exit_code=-1, torn_down=True)
+    hung = _outcome(torn, hung=True, last_progress_at=1.0, progress_timeout=3.0, first_failed=None)
+    assert hung.classification is Cause.HANG
+    assert hung.summary().startswith("hang: no progress on any host for 3 s (last moved at ")
+    # Without the flag the same teardown reads as the program's failure.
+    assert _outcome(torn).classification is Cause.FAILED
+
+
+def test_a_preempted_host_makes_a_hung_gang_a_preemption() -> None:
+    gone = HostOutcome("h1", 0, 1, exit_code=None, connection_lost=True, reachable=False)
+    assert _outcome(HostOutcome("h0", 0, 0, exit_code=-1), gone, hung=True).classification is Cause.PREEMPTED
+
+
+def test_every_host_gets_its_own_progress_file_in_its_attempt_directory(tmp_path: Path) -> None:
+    settings = SshSettings(remote_workdir="/srv/mb")
+    plan = HostPlan("a", 0, 0, "h0", resolve_target("127.0.0.1:1", settings), settings,
+                    {TOKEN_VAR: "tok-a1-s0-w0", "MARINBUILD_PROGRESS": "/runner/local/progress"})
+    gang = Gang([plan], command="true", logs=AttemptLogs(str(tmp_path), tmp_path / "staging"), progress_timeout=5.0)
+    script = gang._launch_script(gang.hosts[0])
+    # The runner's own path is exported first, then replaced by the host's, inside the attempt directory.
+    runner_at = script.index("MARINBUILD_PROGRESS=" + shlex.quote("/runner/local/progress"))
+    host_at = script.index('export MARINBUILD_PROGRESS="$att/progress"')
+    assert runner_at < host_at
+    assert "att=/srv/mb/attempts/tok-a1-s0-w0" in script
