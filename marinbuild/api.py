@@ -95,6 +95,7 @@ def run(
     max_retries_failure: int = 0,
     max_retries_hang: int = 2,
     no_sync: bool = False,
+    allow_cross_region: bool = False,
     plan: str | None = None,
     print_commands: bool = False,
     quiet: bool = False,

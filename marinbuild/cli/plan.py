@@ -56,6 +56,7 @@ def plan_command(
     resources: ResourcesOpt = None,
     token: TokenOpt = None,
     cluster: ClusterOpt = None,
+    allow_cross_region: Annotated[bool, typer.Option("--allow-cross-region", help="Accept TPU steps reading buckets outside the [gcp] zone's region.")] = False,
     output: Annotated[str | None, typer.Option("-o", "--output", help="Also write the plan to this file, for `marinbuild run --plan FILE`.")] = None,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -71,6 +72,7 @@ def plan_command(
         machine=machine_of(cores, mem, resources, token),
         cluster=cluster,
         explain=not check,
+        allow_cross_region=allow_cross_region,
     )
     print_notes(planned)
     from marinbuild.store.storage import prefix_write_problem

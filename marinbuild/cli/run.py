@@ -85,6 +85,7 @@ def run_command(
     max_retries_failure: Annotated[int, typer.Option("--max-retries-failure", "--retries", min=0, help="Retries of a failed step, on every backend (a step's own max_retries_failure wins).")] = 0,
     max_retries_hang: Annotated[int, typer.Option("--max-retries-hang", min=0, help="Retries of an attempt killed for making no progress within its progress_timeout (a step's own max_retries_hang wins).")] = 2,
     no_sync: Annotated[bool, typer.Option("--no-sync", help="Do not copy the project directory to TPU hosts.")] = False,
+    allow_cross_region: Annotated[bool, typer.Option("--allow-cross-region", help="Run TPU steps whose prefix or gs:// inputs lie outside the [gcp] zone's region (billed egress).")] = False,
     plan: Annotated[str | None, typer.Option("--plan", help="Run exactly the plan `marinbuild plan -o FILE` wrote; refuse when it no longer holds.")] = None,
     print_commands: Annotated[bool, typer.Option("-p", "--print-commands", help="Print each shell step's command, resolved, as it starts.")] = False,
     quiet: QuietOpt = False,

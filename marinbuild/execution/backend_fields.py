@@ -167,6 +167,10 @@ def _not_preemptible(name: str, request: Request, backend: str, cluster: Cluster
     slices = request.slices
     specs = cluster.slices if cluster is not None else ()
     stable = {s.name for s in specs if not s.preemptible and s.tpu_type in slices.tpu_types}
+    if not stable and cluster is not None and cluster.gcp is not None and not cluster.gcp.spot:
+        # No static slice will do, but slices created from [gcp] are not spot ones.
+        return replace(request, slices=Slices(slices.tpu_type, slices.n, alternatives=slices.alternatives,
+                                              names=slices.names, among=()))
     if not stable:
         offered = [s.name for s in specs if s.tpu_type in slices.tpu_types]
         raise ResourceError(

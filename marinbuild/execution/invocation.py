@@ -79,6 +79,8 @@ class RunParameters:
     """Retries of an attempt killed for making no progress (a step's own ``max_retries_hang`` wins)."""
     no_sync: bool = False
     """Do not copy the project directory to TPU hosts."""
+    allow_cross_region: bool = False
+    """Run TPU steps whose prefix or ``gs://`` inputs lie outside the ``[gcp]`` zone's region."""
     plan: str | None = None
     """A plan file written by ``marinbuild plan -o``: run exactly it, or refuse."""
     print_commands: bool = False
@@ -115,6 +117,7 @@ class RunParameters:
             max_retries_failure=self.max_retries_failure,
             max_retries_hang=self.max_retries_hang,
             sync=not self.no_sync,
+            allow_cross_region=self.allow_cross_region,
             walltime=self.walltime,
         )
 

@@ -87,6 +87,8 @@ class RunSettings:
     max_retries_infra: int = 2
     sync: bool = True
     walltime: str | None = None
+    allow_cross_region: bool = False
+    """Run TPU steps whose prefix or ``gs://`` inputs lie outside their ``[gcp]`` zone's region."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +214,7 @@ def plan_run(
     settings: RunSettings | None = None,
     explain: bool = True,
     dry: bool = True,
+    allow_cross_region: bool | None = None,
 ) -> PlannedRun:
     """Decide what runs, and refuse (before anything runs) a step nothing here could hold.
 
@@ -233,9 +236,38 @@ def plan_run(
         backend_of=backend_namer(requests, tpu_cluster, on_ray), cluster=tpu_cluster,
     )
     requests = dict(fields.requests)
+    if tpu_cluster is not None and tpu_cluster.gcp is not None:
+        allow = allow_cross_region if allow_cross_region is not None else settings is not None and settings.allow_cross_region
+        requests, capacity = _created_slices(project, tpu_cluster, requests, plan.to_run(), capacity, allow)
     to_check = {n: requests[n] for n in plan.to_run() if not on_ray(n)}
     check_plan_fits(to_check, capacity)
-    return replace(planned, requests=requests, placements=placements, fields=fields)
+    return replace(planned, requests=requests, capacity=capacity, placements=placements, fields=fields)
+
+def _created_slices(
+    project: Project, cluster: Cluster, requests: dict[str, Request], to_run: Sequence[str], capacity: Capacity,
+    allow_cross_region: bool,
+) -> tuple[dict[str, Request], Capacity]:
+    """TPU steps no static slice serves get slices created from ``[gcp]``, offered to admission;
+    their prefix and ``gs://`` inputs must lie in the zone's region (a one-line refusal otherwise)."""
+    from marinbuild.backends.tpu.provision_plan import created_slices
+
+    requests, offered = created_slices(cluster, requests, to_run)
+    if not offered:
+        return requests, capacity
+    capacity = with_overrides(capacity, slices={t: (*capacity.slices.get(t, ()), *names) for t, names in offered.items()})
+    if not allow_cross_region and cluster.gcp is not None:
+        from marinbuild.backends.tpu.provision_plan import is_created_slice
+        from marinbuild.backends.tpu.regions import check_regions, gs_inputs
+        from marinbuild.store.buckets import bucket_locations
+
+        graph = project.graph
+        inputs = {
+            n: list(gs_inputs(graph.nodes[n].step.config)) for n in to_run
+            if (sl := requests[n].slices) is not None and sl.among and all(is_created_slice(a) for a in sl.among)
+        }
+        check_regions(cluster.gcp.zone, cluster.gcp.region, graph.prefix, inputs, bucket_locations)
+    return requests, capacity
+
 
 
 def backend_choice(settings: RunSettings, project: Project) -> BackendChoice:
@@ -346,6 +378,8 @@ def execute(
     }
     if not to_run:
         return RunSummary(results)
+    if planned.cluster is not None and planned.cluster.gcp is not None:
+        _delete_leftovers(planned, echo)
     # Imported here: a dry run or plan does not pay for the machinery that runs steps.
     from marinbuild.execution.claims import LeaseClaims
     from marinbuild.execution.scheduler import RunOptions, Scheduler
@@ -394,6 +428,22 @@ def execute(
             outcome = StepOutcome.FINISHED_ELSEWHERE
         results[n] = StepResult(n, outcome, plan.node(n).output_path, error, log, duration)
     return RunSummary({n: results[n] for n in plan.order}, interrupted=summary.interrupted)
+
+
+def _delete_leftovers(planned: PlannedRun, echo: Callable[[str], None]) -> None:
+    """Queued resources an earlier runner made under this prefix and left (SIGKILL): deleted
+    when no live runner's lease holds their step. Trouble with the API is a warning, not a stop."""
+    from marinbuild.backends.tpu.leftovers import delete_unheld, find_made
+    from marinbuild.backends.tpu.tpu_api import TpuApi
+    from marinbuild.errors import MarinbuildError
+
+    assert planned.cluster is not None and planned.cluster.gcp is not None
+    project = planned.project
+    try:
+        with TpuApi(planned.cluster.gcp) as api:
+            delete_unheld(api, find_made(api, project.graph.prefix, project.storage), say=lambda line: echo(f"marinbuild: {line}"))
+    except MarinbuildError as e:
+        echo(f"marinbuild: warning: leftover queued resources not checked: {e}")
 
 
 def _redone(project: Project, plan: Plan) -> dict[str, StatusRecord]:

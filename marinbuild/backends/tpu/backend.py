@@ -18,8 +18,9 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from marinbuild.backends.base import Job
-from marinbuild.backends.tpu.cluster import Cluster
+from marinbuild.backends.base import Job, Outcome
+from marinbuild.backends.tpu.cluster import Cluster, SshSettings
+from marinbuild.backends.tpu.on_demand import CreatedSlices, uses_created_slices
 from marinbuild.backends.tpu.retry_loop import TpuAttempts, TpuJob, TpuStep
 from marinbuild.backends.tpu.workdir_sync import PackedWorkdir, pack_workdir
 from marinbuild.pyenv.launch import DECLARED_ENV_EXTRA, remote_prefix, spec_of
@@ -56,12 +57,13 @@ class TpuDispatch(TpuAttempts):
         weakref.finalize(self, shutil.rmtree, self._tmp, True)
         self._packed: PackedWorkdir | None = None
         self._pack_lock = threading.Lock()
+        self.created = CreatedSlices(cluster, prefix=prefix, console=console) if cluster.gcp is not None else None
 
     def command_for(self, job: Job, slices: tuple[str, ...]) -> str:
         """What every host runs: the shell command, or the worker calling the function."""
         if job.command is not None:
             return job.command
-        python = shlex.quote(self.cluster.slice(slices[0]).ssh.python if slices else "python3")
+        python = shlex.quote(self._ssh_of(slices).python)
         if spec_of(job) is not None:
             python = '"$MARINBUILD_ENV_DIR"/bin/python'  # set by the setup lines (remote_prefix)
         # Synced, the project is the command's working directory on each host; not synced,
@@ -76,7 +78,19 @@ class TpuDispatch(TpuAttempts):
         environment = spec_of(job)
         if environment is None:
             return ""
-        return remote_prefix(environment, self.cluster.slice(slices[0]).ssh.python if slices else "python3")
+        return remote_prefix(environment, self._ssh_of(slices).python)
+
+    def _ssh_of(self, slices: tuple[str, ...]) -> SshSettings:
+        """Slice 0's SSH settings; the cluster file's ``[ssh]`` for slices created on demand."""
+        if not slices or uses_created_slices(slices):
+            return self.cluster.ssh
+        return self.cluster.slice(slices[0]).ssh
+
+    def run_attempt(self, step: TpuStep, job: Job, cancel: threading.Event) -> Outcome:
+        """One attempt: on the step's static slices, or on slices created for it (``[gcp]``)."""
+        if self.created is not None and uses_created_slices(step.job.slices):
+            return self.created.run_attempt(step, job, cancel)
+        return super().run_attempt(step, job, cancel)
 
     def tpu_job(self, job: Job) -> TpuJob:
         """The TPU view of a scheduler job (budgets are the retry loop's business, not the job's)."""
@@ -116,6 +130,8 @@ class TpuDispatch(TpuAttempts):
                        console=self.console, output=self.output)
 
     def step_ended(self, job: Job) -> None:
+        if self.created is not None:
+            self.created.step_ended(job)
         with self._lock:
             step = self._steps.pop(job.output_path, None)
         if step is not None:

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from marinbuild.backends.tpu.provision import DESCRIPTION_PREFIX
-from marinbuild.backends.tpu.tpu_api import LABEL_PREFIX, QueuedResourceInfo, TpuApi, label_value
+from marinbuild.backends.tpu.provision import DESCRIPTION_PREFIX, prefix_id
+from marinbuild.backends.tpu.tpu_api import LABEL_PREFIX, QueuedResourceInfo, TpuApi
 from marinbuild.store.lease import owner_alive, read_leases
 from marinbuild.store.storage import Storage
 
@@ -57,11 +57,11 @@ def output_of(info: QueuedResourceInfo) -> str | None:
 
 def find_made(api: TpuApi, prefix: str | None, storage: Storage | None = None) -> list[MadeResource]:
     """Every queued resource marinbuild made (under ``prefix`` when given), and who holds each."""
-    wanted = label_value(prefix) if prefix is not None else None
+    wanted = prefix_id(prefix) if prefix is not None else None
     infos = [
         q for q in api.queued_resources()
         if q.labels.get(LABEL_PREFIX) == "managed"
-        and (wanted is None or q.labels.get(f"{LABEL_PREFIX}-prefix") == wanted)
+        and (wanted is None or q.labels.get(f"{LABEL_PREFIX}-prefix-id") == wanted)
     ]
     holders = _holders(infos, storage)
     return [MadeResource(q, output_of(q), holders.get(q.name)) for q in infos]

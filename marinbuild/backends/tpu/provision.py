@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import getpass
+import hashlib
 import os
 import secrets
 import threading
@@ -43,6 +44,7 @@ __all__ = [
     "ProvisionedSlices",
     "SliceProvider",
     "node_labels",
+    "prefix_id",
     "public_key_line",
 ]
 
@@ -50,6 +52,7 @@ DESCRIPTION_PREFIX = "marinbuild output "
 """A created node's description: this, then the step's output path (where its lease lives)."""
 _GONE_STATES = frozenset({"PREEMPTED", "TERMINATED", "STOPPED", "STOPPING", "DELETING", "HIDDEN", "HIDING"})
 _FAILED_STATES = frozenset({"FAILED", "SUSPENDING", "SUSPENDED"})
+_REPORT_EVERY_S = 30.0  # a line while waiting, even when the state stays the same
 _WAITING = {"CREATING": "waiting for capacity", "ACCEPTED": "waiting for capacity",
             "WAITING_FOR_RESOURCES": "waiting for capacity", "PROVISIONING": "provisioning"}
 
@@ -118,17 +121,27 @@ def node_labels(gcp: GcpSettings, request: ProvisionRequest) -> dict[str, str]:
     """The labels on every node of a step's queued resource (the cluster file's own too).
 
     >>> req = ProvisionRequest("Sweep/A", "/o/Sweep/A-3f2a", "/o", "v4-8", 1)
-    >>> sorted(node_labels(GcpSettings("p", "z", "r"), req).items())  # doctest: +NORMALIZE_WHITESPACE
+    >>> sorted(node_labels(GcpSettings("p", "z", "r"), req).items())  # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
     [('marinbuild', 'managed'), ('marinbuild-identity', '3f2a'), ('marinbuild-prefix', '-o'),
-     ('marinbuild-step', 'sweep-a')]
+     ('marinbuild-prefix-id', '...'), ('marinbuild-step', 'sweep-a')]
     """
     return {
         **dict(gcp.labels),
         LABEL_PREFIX: "managed",
         f"{LABEL_PREFIX}-prefix": label_value(request.prefix),
+        f"{LABEL_PREFIX}-prefix-id": prefix_id(request.prefix),
         f"{LABEL_PREFIX}-step": label_value(request.step),
         f"{LABEL_PREFIX}-identity": label_value(request.identity),
     }
+
+
+def prefix_id(prefix: str) -> str:
+    """A label value naming ``prefix`` exactly (the readable ``marinbuild-prefix`` label is cut at 63).
+
+    >>> prefix_id("gs://b/exp") == prefix_id("gs://b/exp"), len(prefix_id("/x"))
+    (True, 16)
+    """
+    return hashlib.sha256(prefix.encode()).hexdigest()[:16]
 
 
 def public_key_line(ssh: SshSettings) -> str:
@@ -261,6 +274,7 @@ class SliceProvider:
         assert self.started is not None
         deadline = self.started + self.gcp.provision_timeout
         last: str | None = None
+        next_report = 0.0
         while True:
             info = self.api.get(spec.name)
             state = info.state if info is not None else "DELETED"
@@ -271,10 +285,10 @@ class SliceProvider:
                 why = (info.error if info is not None else None) or f"queued resource is {state}"
                 raise CapacityUnavailable(f"queued resource {spec.name} {state}: {why}")
             phase = _WAITING.get(state, state.lower())
-            self.state = f"{phase} {now - record.created_at:.0f} s"
-            if state != last:
-                self.report(f"queued resource {spec.name} ({spec.count} x {spec.tpu_type}): {phase}")
-                last = state
+            self.state = f"{phase} ({now - record.created_at:.0f} s)"
+            if state != last or now >= next_report:
+                self.report(f"queued resource {spec.name} ({spec.count} x {spec.tpu_type}): {self.state}")
+                last, next_report = state, now + _REPORT_EVERY_S
             if now >= deadline:
                 raise CapacityUnavailable(
                     f"queued resource {spec.name} not ACTIVE within provision_timeout "

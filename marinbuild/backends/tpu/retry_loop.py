@@ -36,6 +36,7 @@ from marinbuild.backends.retrying import backoff_delay as backoff_delay  # the o
 from marinbuild.backends.tpu.cluster import Cluster, SliceSpec
 from marinbuild.backends.tpu.gang import TOKEN_VAR, AttemptLogs, Gang, GangOutcome, HostOutcome, HostPlan
 from marinbuild.backends.tpu.preemption import is_preempted
+from marinbuild.backends.tpu.provision_plan import is_created_slice
 from marinbuild.backends.tpu.ssh import HostTarget, export_env, resolve_target
 from marinbuild.backends.tpu.workdir_sync import PackedWorkdir, pack_workdir
 from marinbuild.errors import ClusterConfigError, MarinbuildError, StepDefinitionError
@@ -248,8 +249,9 @@ class TpuStep:
     ) -> None:
         self.job = job
         self.cluster = cluster
-        self.specs = tuple(cluster.slice(n) for n in job.slices)
-        if job.slices:
+        # Slices created on demand (``@gcp/...``) have no spec until an attempt creates them.
+        self.specs = tuple(cluster.slice(n) for n in job.slices if not is_created_slice(n))
+        if self.specs:
             _check_slices(job.name, self.specs)
         try:
             export_env(job.env)

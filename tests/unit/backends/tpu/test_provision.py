@@ -12,6 +12,7 @@ from marinbuild.backends.tpu.provision import (
     ProvisionCancelled,
     ProvisionRequest,
     node_labels,
+    prefix_id,
     public_key_line,
 )
 from marinbuild.backends.tpu.tpu_api import label_value
@@ -30,6 +31,7 @@ def test_multislice_queued_resource_is_labelled_keyed_and_read_in_worker_order(e
     node = spec["node"]
     assert node["metadata"] == {"ssh-keys": "ops:ssh-ed25519 AAAAPUBLIC"}
     assert node["labels"] == {"team": "x", "marinbuild": "managed", "marinbuild-prefix": "-out",
+                              "marinbuild-prefix-id": prefix_id("/out"),
                               "marinbuild-step": "train-big", "marinbuild-identity": "0123abcd"}
     assert node["description"] == "marinbuild output /out/train/Big-0123abcd"
     assert [s.name for s in got.specs] == [f"{got.queued_resource}-0", f"{got.queued_resource}-1"]

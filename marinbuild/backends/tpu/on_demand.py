@@ -1,0 +1,171 @@
+"""Attempts of TPU steps on slices created for them: acquire hosts, run the gang, delete the slices.
+
+Each attempt of a step whose allocation names slices to be created
+(:mod:`marinbuild.backends.tpu.provision_plan`) runs as:
+
+1. create a queued resource of K nodes and wait for ACTIVE (:class:`SliceProvider`); a FAILED
+   one (no capacity) ends the attempt as ``PROVISIONING``, which the retry loop retries until
+   ``provision_timeout``;
+2. read each node's endpoints (worker order) and host keys; every ``MARINBUILD_*`` and
+   ``MEGASCALE_*`` value is computed from these hosts (:meth:`TpuStep.attempt`);
+3. run the gang over SSH, the TPU API asked meanwhile whether a node was preempted: if so the
+   gang is torn down at once and the attempt is a ``PREEMPTED`` one;
+4. delete the queued resource (``force``), whatever happened — success, failure, preemption,
+   cancel — and record in the attempt's ledger entry when it was created and deleted.
+
+The next attempt, if the retry loop starts one, creates a new queued resource on new hosts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+
+from marinbuild.backends.base import Cause, Job, Outcome
+from marinbuild.backends.tpu.cluster import Cluster
+from marinbuild.backends.tpu.provision import (
+    CapacityUnavailable,
+    ProvisionCancelled,
+    ProvisionRequest,
+    SliceProvider,
+)
+from marinbuild.backends.tpu.provision_plan import is_created_slice
+from marinbuild.backends.tpu.retry_loop import TpuStep
+from marinbuild.backends.tpu.ssh import resolve_target
+from marinbuild.backends.tpu.tpu_api import TpuApi, TpuApiError
+from marinbuild.store.step_logs import append_note
+
+__all__ = ["PROVISIONED_EXTRA", "CreatedSlices", "uses_created_slices"]
+
+PROVISIONED_EXTRA = "provisioned"
+"""Ledger field of an attempt on created slices: its queued resource(s), created and deleted times."""
+_WATCH_S = 0.2  # how often the cancel flag is looked at while the gang runs
+
+
+def uses_created_slices(slices: tuple[str, ...]) -> bool:
+    """Whether an allocation names slices to be created (all of them are, or none)."""
+    return bool(slices) and all(is_created_slice(s) for s in slices)
+
+
+class CreatedSlices:
+    """Runs the attempts of steps whose slices are created on demand (``[gcp]``)."""
+
+    def __init__(self, cluster: Cluster, *, prefix: str, console: Callable[[str], None]) -> None:
+        self.cluster = cluster
+        self.prefix = prefix
+        self.console = console
+        self._api: TpuApi | None = None
+        self._providers: dict[str, SliceProvider] = {}
+        self._lock = threading.Lock()
+        endpoint = (cluster.gcp.api_endpoint or "") if cluster.gcp is not None else ""
+        # How often the API is asked whether a node was preempted while the gang runs.
+        self.preemption_poll = 1.0 if endpoint.startswith("http://") else 15.0
+
+    def api(self) -> TpuApi:
+        with self._lock:
+            if self._api is None:
+                assert self.cluster.gcp is not None
+                self._api = TpuApi(self.cluster.gcp)
+            return self._api
+
+    def provider(self, job: Job, tpu_type: str, count: int) -> SliceProvider:
+        """The step's provider, made at its first attempt (it keeps the provision_timeout clock)."""
+        with self._lock:
+            found = self._providers.get(job.output_path)
+        if found is None:
+            request = ProvisionRequest(job.name, job.output_path, self.prefix, tpu_type, count)
+            tag, log = f"[{job.name}] ", job.log_file
+
+            def report(line: str) -> None:
+                self.console(tag + line)
+                append_note(log, f"marinbuild: {line}")  # for `marinbuild logs` and a watching eye
+
+            found = SliceProvider(self.api(), self.cluster, request, report=report)
+            with self._lock:
+                found = self._providers.setdefault(job.output_path, found)
+        return found
+
+    def run_attempt(self, step: TpuStep, job: Job, cancel: threading.Event) -> Outcome:
+        """One attempt: created slices, the gang on them, the slices deleted."""
+        names = step.job.slices
+        tpu_type = job.env.get("MARINBUILD_TPU_TYPE", "")
+        started = time.time()
+        provider = self.provider(job, tpu_type, len(names))
+        first = len(provider.held)
+        try:
+            got = provider.acquire(cancel)
+        except ProvisionCancelled as e:
+            return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cancelled=True,
+                           cause=Cause.CANCELLED, details=self._details(provider, first))
+        except CapacityUnavailable as e:
+            return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cause=Cause.PROVISIONING,
+                           fatal=e.timed_out, details=self._details(provider, first))
+        except TpuApiError as e:
+            return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cause=Cause.INFRA,
+                           details=self._details(provider, first))
+        preempted: list[tuple[str, ...]] = []
+        gang_cancel = threading.Event()
+        done = threading.Event()
+        watcher = threading.Thread(
+            target=self._watch, args=(provider, cancel, gang_cancel, done, preempted),
+            name=f"tpu-api-{job.name}", daemon=True,
+        )
+        watcher.start()
+        try:
+            targets = [
+                [dataclasses.replace(resolve_target(h, s.ssh), trusted_host_keys=got.host_keys.get(h, ())) for h in s.hosts]
+                for s in got.specs
+            ]
+            attempt = step.attempt(job.attempt, gang_cancel, got.specs, targets)
+            outcome = step.outcome_of(attempt, got.specs)
+            done.set()
+            watcher.join()
+            if not cancel.is_set() and outcome.kind is not Cause.SUCCESS and not preempted:
+                lost = self._lost(provider)
+                if lost:
+                    preempted.append(lost)
+            if preempted and not cancel.is_set():
+                nodes = ", ".join(preempted[0])
+                outcome = dataclasses.replace(
+                    outcome, ok=False, cancelled=False, cause=Cause.PREEMPTED, fatal=False,
+                    error=f"attempt {job.attempt} PREEMPTED: the TPU API reports node(s) {nodes} preempted",
+                )
+                self.console(f"[{job.name}] node(s) {nodes} preempted: deleting queued resource {got.queued_resource}")
+        finally:
+            done.set()
+            provider.release("preempted" if preempted else "attempt ended")
+        return dataclasses.replace(outcome, details={**outcome.details, **self._details(provider, first)})
+
+    def _lost(self, provider: SliceProvider) -> tuple[str, ...]:
+        try:
+            return provider.lost()
+        except TpuApiError:
+            return ()
+
+    def _watch(self, provider: SliceProvider, cancel: threading.Event, gang_cancel: threading.Event,
+               done: threading.Event, preempted: list[tuple[str, ...]]) -> None:
+        """Pass a cancel on to the gang, and tear it down as soon as the API says a node is gone."""
+        next_ask = time.monotonic() + self.preemption_poll
+        while not done.wait(_WATCH_S):
+            if cancel.is_set():
+                gang_cancel.set()
+                return
+            if time.monotonic() >= next_ask:
+                lost = self._lost(provider)
+                if lost:
+                    preempted.append(lost)
+                    gang_cancel.set()
+                    return
+                next_ask = time.monotonic() + self.preemption_poll
+
+    def _details(self, provider: SliceProvider, first: int) -> dict[str, object]:
+        return {PROVISIONED_EXTRA: provider.ledger(first)}
+
+    def step_ended(self, job: Job) -> None:
+        """The step's last attempt is over: whatever it still holds is deleted."""
+        with self._lock:
+            provider = self._providers.pop(job.output_path, None)
+        if provider is not None:
+            provider.release()
