@@ -138,6 +138,11 @@ class _StoreWork:
 
         future.add_done_callback(done)
 
+    @property
+    def inline(self) -> bool:
+        """Whether work runs on the loop itself (local disk)."""
+        return self._pool is None
+
     def finished(self, name: str) -> None:
         self.in_flight.discard(name)
 
@@ -455,6 +460,10 @@ class Scheduler:
     def _finish(self, name: str, outcome: Outcome) -> None:
         active = self.running.pop(name)
         self.admission.release(active.grant, outcome.duration if outcome.ok else None)
+        if outcome.ok and self.store_work.inline and not self._stopping:
+            # On local disk the outcome is recorded on the loop: the steps waiting for this
+            # slot start first, and run while its markers are written.
+            self._start_ready()
         self.store_work.submit(name, functools.partial(self._commit, active, outcome),
                                functools.partial(self._committed, active))
 

@@ -82,7 +82,15 @@ class LocalStorage(Storage):
 
     @retrying("create folder")
     def makedirs(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
+        # Most calls find the folder there (a step's lease made it): one mkdir says so, where
+        # os.makedirs asks three times.
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            if not os.path.isdir(path):
+                raise
+        except FileNotFoundError:
+            os.makedirs(path, exist_ok=True)
 
     @retrying("check")
     def exists(self, path: str) -> bool:
@@ -132,6 +140,9 @@ class LocalStorage(Storage):
             raise
 
 
+_CHUNK = 65536
+
+
 def _read_files(paths: list[str]) -> dict[str, str]:
     # One retry scope for the whole batch: a no-op run reads every status file, and a
     # retry wrapper per file costs as much as the read itself.
@@ -143,9 +154,10 @@ def _read_files(paths: list[str]) -> dict[str, str]:
         except (FileNotFoundError, NotADirectoryError):
             continue
         try:
-            chunks = []
-            while chunk := os.read(fd, 65536):
-                chunks.append(chunk)
+            # A read shorter than asked ends a regular file: one call for a marker, not two.
+            chunks = [os.read(fd, _CHUNK)]
+            while len(chunks[-1]) == _CHUNK:
+                chunks.append(os.read(fd, _CHUNK))
         finally:
             os.close(fd)
         out[p] = b"".join(chunks).decode("utf-8")

@@ -170,3 +170,11 @@ def test_a_bounded_store_gives_up_in_time(tmp_path: Path) -> None:
     store = conditional_store(Storage.for_prefix(str(tmp_path)), deadline=0.0)
     with pytest.raises(StorageError, match="did not finish in time"):
         store.read(str(tmp_path / "lease"))
+
+
+def test_local_read_of_a_folder_names_it(tmp_path: Path) -> None:
+    folder = tmp_path / "lease"
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError) as raised:
+        LocalConditionalStore().read(str(folder))
+    assert raised.value.filename == str(folder)

@@ -77,3 +77,21 @@ def test_remove_many_skips_missing(store: LocalStorage, tmp_path: Path) -> None:
     (tmp_path / "a").write_text("x")
     store.remove_many([str(tmp_path / "a"), str(tmp_path / "b")])
     assert os.listdir(tmp_path) == []
+
+
+def test_makedirs_finds_a_folder_makes_a_missing_one_and_refuses_a_file(store: LocalStorage, tmp_path: Path) -> None:
+    deep = str(tmp_path / "a" / "b" / "c")
+    store.makedirs(deep)  # parents missing
+    store.makedirs(deep)  # already there
+    assert os.path.isdir(deep)
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(FileExistsError):
+        store.makedirs(str(tmp_path / "f"))
+
+
+def test_read_many_reads_files_longer_than_one_read(store: LocalStorage, tmp_path: Path) -> None:
+    sizes = {"empty": 0, "short": 10, "chunk": 65536, "long": 65536 * 2 + 7}
+    for name, size in sizes.items():
+        (tmp_path / name).write_text("é" * (size // 2) + "x" * (size % 2))
+    texts = store.read_many([str(tmp_path / n) for n in sizes])
+    assert {Path(p).name: len(t.encode()) for p, t in texts.items()} == sizes

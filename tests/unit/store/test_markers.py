@@ -128,3 +128,35 @@ def test_info_with_a_bad_start_time_reads_as_zero(storage: Storage) -> None:
     out = Storage.join(storage.prefix, "s-1")
     storage.write_atomic(info_path(out), json.dumps({"start_time": "noon"}))
     assert read_info(storage, out) == {"start_time": 0}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"time": 1.5},
+        {"time": 1.5, "duration": 0.25, "owner": "h:1", "name": "s", "identity": "abc", "drift": "0f"},
+        {"time": 2.0, "error": "exit status 1"},
+        {"time": 0.0, "duration": 0.0},
+    ],
+)
+def test_a_marker_as_runners_write_it_parses_as_the_general_checks_read_it(fields: dict[str, object]) -> None:
+    record = StatusRecord(SUCCESS, **fields)  # type: ignore[arg-type]
+    assert parse_status(record.to_json(), "p") == record
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ({"status": "SUCCESS", "time": 3}, StatusRecord(SUCCESS, 3.0)),  # an int from a hand edit
+        ({"status": "SUCCESS", "time": -1.0}, StatusRecord(SUCCESS, 0.0)),
+        ({"status": "SUCCESS", "time": 1.0, "duration": -2.0}, StatusRecord(SUCCESS, 1.0)),
+        ({"status": "SUCCESS", "time": 1.0, "drift": "XYZ"}, StatusRecord(SUCCESS, 1.0)),
+        ({"status": "SUCCESS", "time": 1.0, "drift": "a" * 33}, StatusRecord(SUCCESS, 1.0)),
+        ({"status": "FAILED", "time": 1.0, "error": "a\x1b[2Jb"}, StatusRecord(FAILED, 1.0, error="a\\x1b[2Jb")),
+        ({"status": "FAILED", "time": 1.0, "error": "e" * 3000}, StatusRecord(FAILED, 1.0, error="e" * 1999 + "…")),
+        ({"status": "FAILED", "time": 1.0, "name": ["x"]}, StatusRecord(FAILED, 1.0, name='["x"]')),
+        ({"status": "S" * 50, "time": 1.0}, StatusRecord("S" * 39 + "…", 1.0)),
+    ],
+)
+def test_a_hand_edited_marker_still_goes_through_every_check(raw: dict[str, object], expected: StatusRecord) -> None:
+    assert parse_status(json.dumps(raw), "p") == expected

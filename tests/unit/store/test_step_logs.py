@@ -73,3 +73,10 @@ def test_log_files_oldest_run_first_hosts_apart(tmp_path: Path) -> None:
         ("step.log", None),
         ("slice_00_worker_01.log", "slice_00_worker_01"),
     ]
+
+
+def test_write_header_makes_a_missing_folder_and_appends_whole_lines(tmp_path: Path) -> None:
+    log = tmp_path / "new" / "logs" / "step.log"
+    write_header(str(log), 1, "h", "local")
+    write_header(str(log), 2, "h", "local")
+    assert [is_header(line) for line in log.read_text().splitlines()] == [True, True]
