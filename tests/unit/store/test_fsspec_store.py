@@ -14,7 +14,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 from marinbuild.errors import StorageError, UserError
 from marinbuild.store.conditional import SerializedConditionalStore
-from marinbuild.store.fsspec_store import FsspecStorage, _is_gcs, single_attempt
+from marinbuild.store.fsspec_store import FsspecStorage, _glob_literal, _is_gcs, single_attempt
 from marinbuild.store.retry import RetryPolicy
 
 
@@ -132,3 +132,17 @@ def test_is_gcs_by_protocol() -> None:
     assert _is_gcs(P(("gs", "gcs")))
     assert _is_gcs(P("gs"))
     assert not _is_gcs(P("memory"))
+
+
+def test_list_holding_names_the_entries_that_hold_the_file() -> None:
+    storage = FsspecStorage.open(f"memory://holding-{uuid.uuid4().hex[:8]}")
+    base = storage.prefix
+    storage.write_many({f"{base}/a-1/.marinbuild/status": "{}", f"{base}/b-2/logs/step.log": "x",
+                        f"{base}/c-3/.marinbuild/info.json": "{}"})
+    assert storage.list_holding(base, ".marinbuild/status") == ["a-1"]  # a folder without its marker is left out
+    assert storage.list_holding(f"{base}/missing", ".marinbuild/status") == []
+
+
+def test_glob_literal_puts_each_special_character_in_a_class() -> None:
+    assert _glob_literal("plain/path-1/") == "plain/path-1/"
+    assert _glob_literal("a*b?c[d{e\\f") == "a[*]b[?]c[[]d[{]e[\\]f"

@@ -16,6 +16,8 @@ from marinbuild.errors import UserError
 from marinbuild.store.conditional import LocalConditionalStore
 from marinbuild.store.lease import (
     MAX_EXPIRY,
+    MIN_EXPIRY,
+    MIN_HEARTBEAT,
     Heartbeat,
     Lease,
     LeaseRecord,
@@ -24,6 +26,7 @@ from marinbuild.store.lease import (
     Verdict,
     Watch,
     judge,
+    lease_flag_problem,
     lease_path,
     observe,
     owner_alive,
@@ -255,3 +258,23 @@ def test_heartbeat_ticks_on_its_thread_until_stopped() -> None:
 
 def test_lease_path_is_under_the_marker_folder() -> None:
     assert lease_path("/p/s-1") == os.path.join("/p/s-1", ".marinbuild", "lease")
+
+
+@pytest.mark.parametrize(
+    ("heartbeat", "expiry", "problem"),
+    [
+        (1e-9, None, "must be at least 0.1 s"),
+        (float("nan"), None, "must be positive"),
+        (None, 0.5, "must be at least 1 s"),
+        (None, 1e9, "must be at most 3600 s"),
+        (5, 6, "at least twice the heartbeat"),
+    ],
+)
+def test_lease_flag_problem_names_the_bound(heartbeat: float | None, expiry: float | None, problem: str) -> None:
+    found = lease_flag_problem(heartbeat, expiry)
+    assert found is not None and problem in found
+
+
+def test_lease_flag_problem_accepts_the_bounds_themselves() -> None:
+    assert lease_flag_problem(MIN_HEARTBEAT, MIN_EXPIRY) is None
+    assert lease_flag_problem(None, MAX_EXPIRY) is None and lease_flag_problem() is None
