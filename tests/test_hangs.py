@@ -6,11 +6,12 @@ Real runs of the command line on the local backend, and a real SSH gang on loopb
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from tests.fixtures_ssh import FakeFleet, live_processes_matching, run_job
 
-from .helpers import marinbuild, plan_json, status_of, write_marinfile
+from .helpers import marinbuild, plan_json, start_marinbuild, status_of, write_marinfile
 
 QUICK = {"MARINBUILD_RETRY_BASE_DELAY": "0.01"}
 
@@ -76,6 +77,34 @@ def test_a_step_that_shows_progress_is_never_killed(project: Path) -> None:
         assert record["retries"]["hang"]["used"] == 0
 
 
+def test_status_says_when_a_running_step_last_moved(project: Path) -> None:
+    write_marinfile(project, """
+from marinbuild import step
+step("ticking", cmd='touch {output}/started; while [ ! -e {output}/stop ]; do echo tick; sleep 0.2; done',
+     progress_timeout=30)
+""")
+    runner = start_marinbuild("run", cwd=project, env=QUICK)
+    out = Path(plan_json(project)["ticking"]["output_path"])
+    try:
+        seen = None
+        for _ in range(600):
+            if (out / "started").exists():
+                row = json.loads(marinbuild("status", "--json", cwd=project).stdout)[0]
+                if row["status"] == "RUNNING" and row["progress"]:
+                    seen = row
+                    break
+            time.sleep(0.1)
+        assert seen is not None, "status never showed the running step's progress"
+        assert seen["progress"]["timeout_s"] == 30 and seen["progress"]["attempt"] == 1
+        assert isinstance(seen["progress"]["last_moved"], float)
+        assert "last moved" in marinbuild("status", cwd=project).stdout
+    finally:
+        (out / "stop").touch()
+        assert runner.wait(60) == 0
+    assert json.loads(marinbuild("status", "--json", cwd=project).stdout)[0]["progress"] is None
+    assert json.loads((out / ".marinbuild" / "progress.json").read_text()) == {"ended": True}
+
+
 def test_a_step_hanging_every_time_fails_once_its_hang_budget_is_spent(project: Path) -> None:
     write_marinfile(project, """
 from marinbuild import step
@@ -109,6 +138,7 @@ def test_a_silent_gang_is_torn_down_as_a_hang_on_every_host_and_retried(fleet: F
     assert [(a["class"], a["cause"]) for a in record["attempts"]] == [("HANG", "hang"), ("SUCCESS", "success")]
     assert record["retries"]["hang"] == {"used": 1, "max": 2}
     assert record["retries"]["preemption"] == {"used": 0, "max": 100}
+    assert json.loads((tmp_path / "out" / ".marinbuild" / "progress.json").read_text()) == {"ended": True}
 
 
 def test_a_gang_whose_hosts_show_progress_only_through_their_files_is_not_killed(

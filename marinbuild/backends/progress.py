@@ -85,6 +85,7 @@ class HangWatch:
 
     ``last_moved`` is the time (this machine's clock) of the last change seen, or of the
     watch's start. :meth:`stop` ends the watch; a hang reported is never reported again.
+    ``on_moved(last_moved)``, when given, hears of the start and of each look that saw a change.
     """
 
     def __init__(
@@ -93,20 +94,26 @@ class HangWatch:
         changed: Callable[[], bool],
         on_hang: Callable[[float], None],
         name: str = "marinbuild-progress",
+        on_moved: Callable[[float], None] | None = None,
     ) -> None:
         self.timeout = timeout
         self.clock = ProgressClock()
         self._changed = changed
         self._on_hang = on_hang
+        self._on_moved = on_moved
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         interval = poll_interval(self.timeout)
+        if self._on_moved is not None:
+            self._on_moved(self.clock.last)
         while not self._stop.wait(interval):
             if self._changed():
                 self.clock.moved()
+                if self._on_moved is not None:
+                    self._on_moved(self.clock.last)  # at most once a look: a note, not a stream
             elif self.clock.quiet_for() >= self.timeout:
                 if not self._stop.is_set():
                     self._on_hang(self.clock.last)

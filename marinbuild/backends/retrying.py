@@ -41,7 +41,7 @@ from typing import Any
 
 from marinbuild.backends.base import HELD_EXTRA, PROGRESS_VAR, Backend, Cause, Job, Outcome
 from marinbuild.backends.progress import FileProgress, HangWatch
-from marinbuild.store.attempt_ledger import LEDGER, AttemptLedger, iso_time
+from marinbuild.store.attempt_ledger import LEDGER, AttemptLedger, ended_progress_note, iso_time, write_progress_note
 from marinbuild.store.retry import RetryPolicy
 from marinbuild.store.step_logs import append_note, write_header
 
@@ -285,10 +285,11 @@ class _StepRun:
         with self._lock:
             self._hung_at = None
         if job.progress_timeout is not None and not _watches_itself(self.inner, job):
-            timeout_s = job.progress_timeout
+            timeout_s, out = job.progress_timeout, job.output_path
             self._watch = HangWatch(
                 timeout_s, FileProgress([job.log_file, progress]).changed,
                 lambda last: self._hung(number, last, timeout_s), name=f"progress-{job.name}",
+                on_moved=lambda last: write_progress_note(out, number, last, timeout_s),
             )
         handle = self.inner.start(job, lambda outcome: self._attempt_done(number, outcome))
         with self._lock:
@@ -350,7 +351,10 @@ class _StepRun:
         # The last attempt: its entry is written with the step's record, in the same round
         # trip as the info JSON (step_records.commit), not one before it.
         self.ledger.entries.append(entry)
-        changes: dict[str, Any] = {"records": {**outcome.records, self.ledger.path: self.ledger.text()}}
+        records = {**outcome.records, self.ledger.path: self.ledger.text()}
+        if self.job.progress_timeout is not None or _watches_itself(self.inner, self.job):
+            records.update(ended_progress_note(self.job.output_path))  # with the record: no round trip of its own
+        changes: dict[str, Any] = {"records": records}
         if decision.why and decision.cause not in (Cause.FAILED, Cause.CANCELLED, Cause.TIMEOUT, Cause.SUCCESS):
             changes["error"] = f"{outcome.error or decision.cause.value} ({decision.why})"
         if self.first_start is not None and self.first_start < outcome.started:

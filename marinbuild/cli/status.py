@@ -48,6 +48,10 @@ def status_command(
 
     ran = [p for p, rec in records.items() if rec.mismatch is None and rec.status != UNREADABLE]
     retries = read_retries(project.storage, ran)  # one batch: what each step's last run used of its budgets
+    from marinbuild.store.attempt_ledger import read_progress_notes
+
+    running = [p for p, rec in records.items() if rec.status == "RUNNING" and rec.mismatch is None]
+    progress = read_progress_notes(project.storage, running) if running else {}  # when each last moved
     rows: list[dict[str, Any]] = []
     for n in names:
         node = graph.nodes[n]
@@ -64,6 +68,7 @@ def status_command(
                 "error": f"its output path holds the {rec.mismatch}" if rec and foreign else rec.error if rec else None,
                 "lease": {"owner": str(lease.owner), "since": lease.acquired, "renewed": lease.renewed} if lease else None,
                 "retries": retries.get(node.output_path) if rec and not foreign else None,
+                "progress": _progress(progress.get(node.output_path)) if rec and rec.status == "RUNNING" else None,
             }
         )
     if as_json:
@@ -87,7 +92,7 @@ def _print_status(rows: list[dict[str, Any]]) -> None:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["time"])) if r["time"] else ""
         row = [r["name"], r["status"], dur, when, r["output_path"]]
         if with_lease:
-            row.append(_lease_text(r["lease"]) if r["status"] == "RUNNING" else "")
+            row.append(_lease_text(r["lease"]) + _moved_text(r.get("progress")) if r["status"] == "RUNNING" else "")
         if with_retries:
             from marinbuild.report.records import describe_retries
 
@@ -112,6 +117,20 @@ def _print_status(rows: list[dict[str, Any]]) -> None:
         styled[1].stylize(colors.get(shown[1], "white"))
         table.add_row(*styled)
     out.print(table)
+
+
+def _progress(note: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A running step's last sign of progress, for steps whose hangs are watched: ``last_moved``, ``timeout_s``."""
+    if note is None:
+        return None
+    return {"attempt": note.get("attempt"), "last_moved": note["last_moved"], "timeout_s": note.get("timeout_s")}
+
+
+def _moved_text(progress: dict[str, Any] | None) -> str:
+    if not progress:
+        return ""
+    moved = time.strftime("%H:%M:%S", time.localtime(progress["last_moved"]))
+    return f"; last moved {moved} ({time.time() - progress['last_moved']:.0f} s ago)"
 
 
 def _lease_text(lease: dict[str, Any] | None) -> str:

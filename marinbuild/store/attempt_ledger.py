@@ -11,6 +11,11 @@ The one retry loop (:mod:`marinbuild.backends.retrying`) appends an entry per at
 
 Attempt numbers go on across runs; ``retries`` is what the last run of the step used of
 each cause's budget.
+
+While an attempt whose hangs are watched runs, ``.marinbuild/progress.json`` says when it last
+moved (``{"attempt": 2, "last_moved": 1795643592.8, "timeout_s": 900}``), rewritten at most
+once per look for progress; the step's final record marks it ended. ``marinbuild status``
+shows it for running steps.
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ from typing import Any
 from marinbuild.errors import StorageError
 from marinbuild.store.storage import Storage
 
-__all__ = ["LEDGER", "AttemptLedger", "iso_time", "read_attempts"]
+__all__ = ["LEDGER", "PROGRESS_NOTE", "AttemptLedger", "ended_progress_note", "iso_time", "read_attempts",
+           "read_progress_notes", "write_progress_note"]
 
 LEDGER = "attempts.json"
+PROGRESS_NOTE = ".marinbuild/progress.json"
 
 
 def iso_time(t: float) -> str:
@@ -45,6 +52,34 @@ def read_attempts(storage: Storage, output_path: str) -> tuple[dict[str, Any], .
         return tuple(a for a in prior.get("attempts", []) if isinstance(a, dict))
     except (OSError, ValueError, AttributeError, StorageError):
         return ()
+
+
+def write_progress_note(output_path: str, attempt: int, last_moved: float, timeout: float) -> None:
+    """Say when the running attempt last moved (best effort: a note is never worth a failed step)."""
+    note = json.dumps({"attempt": attempt, "last_moved": last_moved, "timeout_s": timeout})
+    try:
+        Storage.for_prefix(output_path).write_atomic(Storage.join(output_path, PROGRESS_NOTE), note)
+    except (OSError, StorageError):
+        pass
+
+
+def ended_progress_note(output_path: str) -> dict[str, str]:
+    """The note as the step's final record writes it (path -> text): nothing runs any more."""
+    return {Storage.join(output_path, PROGRESS_NOTE): json.dumps({"ended": True})}
+
+
+def read_progress_notes(storage: Storage, outputs: list[str]) -> dict[str, dict[str, Any]]:
+    """The progress note of each running output that has one (one batch read), by output path."""
+    paths = {Storage.join(p, PROGRESS_NOTE): p for p in outputs}
+    out: dict[str, dict[str, Any]] = {}
+    for path, text in storage.read_many(list(paths)).items():
+        try:
+            note = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(note, dict) and not note.get("ended") and isinstance(note.get("last_moved"), (int, float)):
+            out[paths[path]] = note
+    return out
 
 
 class AttemptLedger:

@@ -265,6 +265,7 @@ class Gang:
         answered_before: Collection[str] = (),
         lease_of: str | None = None,
         progress_timeout: float | None = None,
+        on_moved: Callable[[float], None] | None = None,
     ) -> None:
         self.hosts = [_HostState(p, answered_before=p.entry in answered_before) for p in plans]
         self.lease_of = lease_of
@@ -280,6 +281,7 @@ class Gang:
         self._events: queue.Queue[int] = queue.Queue()
         self._abort = threading.Event()
         self.progress_timeout = progress_timeout
+        self.on_moved = on_moved
         self.progress = ProgressClock()
         self._hung = False
 
@@ -569,7 +571,13 @@ class Gang:
                 self.progress.moved()
 
         interval = poll_interval(self.progress_timeout)
-        while not stop.wait(interval):
+        told = None
+        while True:
+            if self.on_moved is not None and self.progress.last != told:
+                told = self.progress.last
+                self.on_moved(told)  # at most once a look: a note, not a stream
+            if stop.wait(interval):
+                return
             list(self._pool.map(lambda pair: ask(*pair), list(enumerate(self.hosts))))
 
     def _watch(self) -> _HostState | None:

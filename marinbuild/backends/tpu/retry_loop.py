@@ -41,7 +41,7 @@ from marinbuild.backends.tpu.ssh import HostTarget, export_env, resolve_target
 from marinbuild.backends.tpu.workdir_sync import PackedWorkdir, pack_workdir
 from marinbuild.errors import ClusterConfigError, MarinbuildError, StepDefinitionError
 from marinbuild.redact import redact_env, scrub, secret_values
-from marinbuild.store.attempt_ledger import iso_time
+from marinbuild.store.attempt_ledger import iso_time, write_progress_note
 from marinbuild.store.step_logs import attempt_header
 from marinbuild.store.storage import Storage
 from marinbuild.tpu_types import tpu_topology
@@ -334,6 +334,7 @@ class TpuStep:
             answered_before=frozenset(self.answered),
             lease_of=job.output_path,
             progress_timeout=job.progress_timeout,
+            on_moved=self._note_progress(number),
         ).run()
         self.answered.update(h.host for h in outcome.hosts if h.answered)
         attempt = self._attempt(number, outcome)
@@ -341,6 +342,12 @@ class TpuStep:
         self.logs.publish()
         self.console(f"{prefix}attempt {number}: {attempt.classification.value}: {attempt.message}")
         return attempt
+
+    def _note_progress(self, number: int) -> Callable[[float], None] | None:
+        timeout, out = self.job.progress_timeout, self.job.output_path
+        if timeout is None:
+            return None
+        return lambda last: write_progress_note(out, number, last, timeout)
 
     def _attempt(self, number: int, outcome: GangOutcome) -> TpuAttempt:
         return TpuAttempt(

@@ -71,3 +71,19 @@ def test_a_stopped_watch_never_fires() -> None:
     watch = HangWatch(0.2, lambda: False, lambda last: fired.set())
     watch.stop()
     assert not fired.wait(0.6)
+
+
+def test_a_watch_tells_of_its_start_and_of_each_look_that_saw_a_change() -> None:
+    told: list[float] = []
+    enough = threading.Event()
+    answers = iter([True, False, True])
+
+    def moved(last: float) -> None:
+        told.append(last)
+        if len(told) == 3:
+            enough.set()
+
+    watch = HangWatch(1.0, lambda: next(answers, False), lambda last: None, on_moved=moved)
+    assert enough.wait(10)
+    watch.stop()
+    assert len(told) == 3 and told == sorted(told)  # the start, then two looks that saw a change
