@@ -76,11 +76,12 @@ class CreatedSlices:
             found = self._providers.get(job.output_path)
         if found is None:
             request = ProvisionRequest(job.name, job.output_path, self.prefix, tpu_type, count)
-            tag, log = f"[{job.name}] ", job.log_file
+            log = job.log_file
 
             def report(line: str) -> None:
-                self.console(tag + line)
-                append_note(log, f"marinbuild: {line}")  # for `marinbuild logs` and a watching eye
+                # The step's log: shown live as the step's output (as the retry loop's notes are)
+                # and kept for `marinbuild logs`.
+                append_note(log, f"marinbuild: {line}")
 
             found = SliceProvider(self.api(), self.cluster, request, report=report)
             with self._lock:

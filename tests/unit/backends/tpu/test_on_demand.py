@@ -38,12 +38,12 @@ def test_names_of_created_slices() -> None:
 
 def test_no_capacity_is_a_provisioning_attempt_with_its_queued_resource_recorded(emulator: TpuApiEmulator, tmp_path: Path) -> None:
     emulator.fail_next(1)
-    outcome, lines = attempt(emulator, tmp_path, threading.Event())
+    outcome, _ = attempt(emulator, tmp_path, threading.Event())
     assert outcome.kind is Cause.PROVISIONING and not outcome.fatal and "no more capacity" in (outcome.error or "")
     held = outcome.details[PROVISIONED_EXTRA]
     assert len(held) == 1 and held[0]["why_deleted"] == "not provisioned" and held[0]["active_at"] is None
     assert emulator.queued_resource_names() == []
-    assert any("[train] queued resource" in line and "waiting for capacity" in line for line in lines)
+    assert "marinbuild: queued resource" in (tmp_path / "step.log").read_text()
     assert "waiting for capacity" in (tmp_path / "step.log").read_text()
 
 
