@@ -20,6 +20,7 @@ import pytest
 
 from .helpers import (
     alive,
+    cli_env,
     marinbuild,
     plan_json,
     start_marinbuild,
@@ -401,3 +402,176 @@ def test_a_runner_resumed_after_its_step_was_killed_says_why(project):
         spans = assert_never_overlapping(log)
         assert step_pid in spans and len(spans) == 2
         assert text.count("start long") == 2
+
+
+# -- finding 10: the runner and its guardian die or stop together ------------------------
+#
+# The guardian was the only fence: with it gone too, a step that dropped its environment
+# (so no token scan finds it) ran on beside its takeover. Each step now carries a sentinel
+# in its own process group; these kill or stop the runner and its guardian at once and
+# check that the step's processes die before anyone else could have killed them.
+
+ENV_DROPPING_FN = """
+import os, subprocess
+from marinbuild import step
+
+def work(cfg):
+    n = 5 if os.path.exists("{project}/ran") else 3000
+    open("{project}/ran", "w").close()
+    # A clean environment, as a step calling a tool often gives it: no token survives.
+    subprocess.run(["/bin/sh", "-c", 'echo $$ > {project}/step.pid; {beats}'], env={{"PATH": "/usr/bin:/bin", "N": str(n)}})
+
+step("long", fn=work)
+"""
+
+
+def _env_dropping_step(project: Path, log: Path, kind: str) -> None:
+    """A step that beats for minutes the first time it runs from a process with an empty environment."""
+    if kind == "sh":
+        inner = f"echo $$ > {project}/step.pid; {beats(log, '$N', 0.05)}"
+        write_marinfile(project, f"""
+            from marinbuild import step
+            step("long", cmd='''if [ -e {project}/ran ]; then n=5; else n=3000; fi; touch {project}/ran
+            exec env -i N=$n /bin/sh -c '{inner}'
+            ''')
+            """)
+    else:
+        write_marinfile(project, ENV_DROPPING_FN.format(project=project, beats=beats(log, "$N", 0.05)))
+
+
+def _dropped_its_token(pid: int) -> bool:
+    return b"MARINBUILD_STEP_TOKEN" not in Path(f"/proc/{pid}/environ").read_bytes()
+
+
+def _runner_and_guardian(project: Path, log: Path) -> tuple[subprocess.Popen[str], int, int]:
+    runner = start_marinbuild("run", cwd=project, env=FAST)
+    wait_for_text(log, 60)
+    step_pid = int(wait_for_text(project / "step.pid"))
+    assert wait_until(lambda: len(guardians_of(runner.pid)) == 1)
+    (guardian,) = guardians_of(runner.pid)
+    assert _dropped_its_token(step_pid)
+    return runner, guardian, step_pid
+
+
+@pytest.mark.parametrize("kind", ["sh", "fn"])
+def test_a_step_without_its_environment_dies_when_its_runner_and_guardian_are_killed_together(project, kind):
+    log = project / "beats.log"
+    _env_dropping_step(project, log, kind)
+    runner, guardian, step_pid = _runner_and_guardian(project, log)
+    for pid in (runner.pid, guardian):  # as `pkill -9 -f marinbuild` does
+        os.kill(pid, signal.SIGKILL)
+    runner.communicate(timeout=30)
+    # Nothing of the runner is left to kill it, and its token is gone: its sentinel does.
+    assert wait_dead(step_pid, 30), f"step pid {step_pid} outlived its runner and guardian"
+    second = marinbuild("run", cwd=project, env=FAST)
+    assert second.returncode == 0, second.stdout + second.stderr
+    spans = assert_never_overlapping(log)
+    assert step_pid in spans and len(spans) == 2
+    assert status_of(plan_json(project, env=FAST)["long"]["output_path"])["status"] == "SUCCESS"
+
+
+@pytest.mark.parametrize("kind", ["sh", "fn"])
+def test_a_step_without_its_environment_dies_when_its_runner_and_guardian_are_stopped_together(project, kind):
+    log = project / "beats.log"
+    _env_dropping_step(project, log, kind)
+    runner, guardian, step_pid = _runner_and_guardian(project, log)
+    for pid in (runner.pid, guardian):  # a laptop lid, `pkill -STOP -f marinbuild`
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        # Nobody renews the lease and nothing outside the step runs: the sentinel's timer,
+        # set by the last renewal, kills the step before the lease can be taken over.
+        assert wait_dead(step_pid, 30), f"step pid {step_pid} outlived its stopped runner's lease"
+        second = marinbuild("run", cwd=project, env=FAST)
+        assert second.returncode == 0, second.stdout + second.stderr
+    finally:
+        for pid in (guardian, runner.pid):
+            os.kill(pid, signal.SIGCONT)
+    runner.communicate(timeout=60)
+    spans = assert_never_overlapping(log)
+    assert step_pid in spans and len(spans) == 2
+    assert status_of(plan_json(project, env=FAST)["long"]["output_path"])["status"] == "SUCCESS"
+
+
+def _unshare_refused() -> str | None:
+    try:
+        done = subprocess.run(["unshare", "-p", "-f", "--mount-proc", "true"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unshare cannot run here: {e}"
+    return None if done.returncode == 0 else f"unshare -p -f --mount-proc refused: {done.stderr.strip()}"
+
+
+def _in_namespace_of(pid: int) -> list[int]:
+    """The processes in the pid namespace of ``pid`` (seen from this one)."""
+    target = os.readlink(f"/proc/{pid}/ns/pid")
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.readlink(f"/proc/{name}/ns/pid") == target:
+                    found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP])
+def test_a_runner_in_another_pid_namespace_is_waited_out_and_its_step_fenced_itself(project, sig):
+    """Another pid namespace stands in for another machine sharing the prefix: its pids mean nothing here."""
+    why = _unshare_refused()
+    if why is not None:
+        pytest.skip(why)
+    log = project / "beats.log"
+    write_marinfile(project, f"""
+        from marinbuild import step
+        step("long", cmd='if [ -e {project}/ran ]; then n=5; else n=3000; fi; touch {project}/ran; '
+                         '{beats(log, "$n", 0.05)}')
+        """)
+    # A shell as the namespace's init, so that killing the runner does not end the namespace.
+    outer = subprocess.Popen(
+        ["unshare", "-p", "-f", "--mount-proc", "/bin/sh", "-c", '"$@"; sleep 300', "ns-init",
+         sys.executable, "-m", "marinbuild", "run"],
+        cwd=project, env=cli_env(FAST), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_for_text(log, 60)
+        assert wait_until(lambda: any(len(_in_namespace_of(p)) > 1 for p in _children_of(outer.pid)))
+        (init,) = _children_of(outer.pid)
+        members = _in_namespace_of(init)
+        runner = next(p for p in members if _cmdline(p).split(b"\0")[1:4] == [b"-m", b"marinbuild", b"run"])
+        assert wait_until(lambda: any(b"marinbuild-guardian" in _cmdline(p) for p in _in_namespace_of(init)))
+        guardian = next(p for p in _in_namespace_of(init) if b"marinbuild-guardian" in _cmdline(p))
+        assert os.readlink(f"/proc/{runner}/ns/pid") != os.readlink("/proc/self/ns/pid")
+        for pid in (runner, guardian):
+            os.kill(pid, sig)
+        # This runner cannot see the other's processes: it waits the lease out, and takes over.
+        second = marinbuild("run", cwd=project, env=FAST)
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert "took over" in second.stdout + second.stderr or "not renewed" in second.stdout + second.stderr
+    finally:
+        os.killpg(outer.pid, signal.SIGKILL)  # its own session: the namespace's init and everything in it
+        outer.wait(30)
+    spans = assert_never_overlapping(log)
+    assert len(spans) == 2
+    assert status_of(plan_json(project, env=FAST)["long"]["output_path"])["status"] == "SUCCESS"
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == pid:
+                found.append(int(name))
+    return found

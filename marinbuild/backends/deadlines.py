@@ -14,6 +14,10 @@ step's command on each host. A deadline is a monotonic time and a wall-clock tim
 work is killed when either passes, so that a clock that stood still while a VM was frozen
 is overruled by one that did not.
 
+The backends answer with the process now running each step (:meth:`Deadlines.started`),
+which the next renewal records in the lease, for a runner taking the step over on this
+machine to kill its process group.
+
 Example::
 
     deadlines.publish("/out/train-1a2b", Deadline.within(55.0))
@@ -28,6 +32,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from marinbuild.store.lease import StepProcess
 
 __all__ = ["Deadline", "Deadlines", "deadlines"]
 
@@ -63,6 +69,7 @@ class Deadlines:
         self._lock = threading.Lock()
         self._latest: dict[str, Deadline] = {}
         self._listeners: dict[str, list[Callable[[Deadline], None]]] = {}
+        self._processes: dict[str, StepProcess] = {}
 
     def publish(self, output_path: str, deadline: Deadline) -> None:
         """The work writing ``output_path`` must have stopped by ``deadline``."""
@@ -76,6 +83,19 @@ class Deadlines:
         """The lease was let go: no deadline (the work under it is over)."""
         with self._lock:
             self._latest.pop(output_path, None)
+
+    def started(self, output_path: str, process: StepProcess | None) -> None:
+        """The step writing ``output_path`` now runs as ``process`` (None: it ended)."""
+        with self._lock:
+            if process is None:
+                self._processes.pop(output_path, None)
+            else:
+                self._processes[output_path] = process
+
+    def process(self, output_path: str) -> StepProcess | None:
+        """The process running the step writing ``output_path``, as its backend last said."""
+        with self._lock:
+            return self._processes.get(output_path)
 
     def latest(self, output_path: str) -> Deadline | None:
         """The deadline now, or None when no lease of this process covers the path."""

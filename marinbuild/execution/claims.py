@@ -39,7 +39,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 from marinbuild.backends.deadlines import Deadline, deadlines
-from marinbuild.backends.local.containment import kill_token, step_token
+from marinbuild.backends.local.containment import kill_step_group, kill_token, step_token
 from marinbuild.errors import MarinbuildError, StorageError
 from marinbuild.graph import Node
 from marinbuild.store.conditional import conditional_store
@@ -168,7 +168,7 @@ class LeaseClaims:
             held = [(name, lease) for name, lease in self._leases.items() if lease.held and name not in self._lost]
         for name, lease in held:
             try:
-                if lease.renew():
+                if lease.renew(deadlines.process(lease_output(lease))):
                     self._publish(lease_output(lease), lease)
                     continue
                 reason = "another runner holds its lease now"
@@ -201,14 +201,19 @@ def lease_output(lease: Lease) -> str:
 def _clear_previous(record: LeaseRecord, output: str) -> str | None:
     """Kill what is left of the step's previous attempt on this machine; what survived, or None.
 
-    Only an owner on this machine can be checked: elsewhere its own guardian and deadline
-    are what stops it.
+    Only an owner on this machine, in this pid namespace, can be checked: elsewhere its own
+    fences (its sentinel, its guardian, its deadline) are what stops it.
     """
     if owner_alive(record.owner) is None:
         return None
-    # Two empty scans in a row before the lease changes hands: a missed process would
+    # Its process group (and cgroup) first: what dropped the token is still in them. Then
+    # two empty scans in a row before the lease changes hands: a missed process would
     # overlap the next attempt.
-    survivors = kill_token(step_token(output, record.owner.pid, record.owner.started), settle=2)
+    step = record.step
+    survivors = []
+    if step is not None and step.here():
+        survivors = kill_step_group(step.pid, step.pgid, step.started, step.cgroup)
+    survivors += kill_token(step_token(output, record.owner.pid, record.owner.started), settle=2)
     if not survivors:
         return None
     return f"{len(survivors)} of its step's processes survived SIGKILL (pids {', '.join(map(str, survivors[:5]))})"

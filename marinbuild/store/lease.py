@@ -59,6 +59,7 @@ __all__ = [
     "LeaseRecord",
     "LeaseSettings",
     "Owner",
+    "StepProcess",
     "Verdict",
     "Watch",
     "judge",
@@ -241,6 +242,53 @@ def owner_alive(owner: Owner) -> bool | None:
     return started is not None and started == owner.started
 
 
+@dataclass(frozen=True)
+class StepProcess:
+    """The first process of the step run under a lease, as its runner saw it when it started.
+
+    A runner taking the step over on this machine, in this pid namespace (:meth:`here`),
+    kills its process group; the start time (clock ticks since boot) tells the first
+    process from a later one given the same pid. Containers on one host share a boot id but
+    not their pids, so the pid namespace is compared too, and a pgid from elsewhere is
+    never signalled.
+    """
+
+    host: str
+    pid: int
+    pgid: int
+    started: str
+    boot_id: str
+    pid_ns: str
+    """``/proc/self/ns/pid`` of the runner that started it, e.g. ``pid:[4026531836]``."""
+    cgroup: str = ""
+    """Its cgroup (v2) folder, where it has one."""
+
+    @classmethod
+    def of(cls, pid: int, pgid: int, cgroup: str = "") -> StepProcess:
+        """A process this runner started, in its own pid namespace."""
+        boot, _, ns = _machine().partition("/")
+        return cls(socket.gethostname(), pid, pgid, _start_time(pid) or "", boot, ns, cgroup)
+
+    def here(self) -> bool:
+        """Whether its pids mean the same processes here: same host, boot and pid namespace."""
+        boot, _, ns = _machine().partition("/")
+        return bool(boot and ns) and (self.host, self.boot_id, self.pid_ns) == (socket.gethostname(), boot, ns)
+
+
+def _parse_step(o: object) -> StepProcess | None:
+    if not isinstance(o, dict):
+        return None
+    pid, pgid = o.get("pid"), o.get("pgid")
+    for n in (pid, pgid):
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 < n < _MAX_PID:
+            return None  # 0, 1 or -1 would name this group, init or every process to kill(2)
+    assert isinstance(pid, int) and isinstance(pgid, int)
+    fields = [_shown(o.get(k, "")) for k in ("host", "started", "boot_id", "pid_ns", "cgroup")]
+    if not all(fields[:4]):
+        return None
+    return StepProcess(fields[0], pid, pgid, fields[1], fields[2], fields[3], fields[4])
+
+
 # -- the lease file ------------------------------------------------------------------------
 
 
@@ -254,10 +302,17 @@ class LeaseRecord:
     beat: int = 0
     expiry: float | None = None
     """The expiry the owner renews within, so that waiters with other settings agree."""
+    step: StepProcess | None = None
+    """The step's process, written from the first renewal after the step started."""
 
     def to_json(self) -> str:
         # vars(), not dataclasses.asdict: that deep-copies, a tenth of a millisecond a write.
-        return json.dumps({**vars(self), "owner": vars(self.owner)}, sort_keys=True)
+        fields = {**vars(self), "owner": vars(self.owner)}
+        if self.step is None:
+            del fields["step"]
+        else:
+            fields["step"] = vars(self.step)
+        return json.dumps(fields, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> LeaseRecord | None:
@@ -279,7 +334,7 @@ class LeaseRecord:
         if owner is None:
             return None
         return cls(owner, _wall_time(raw.get("acquired")), _wall_time(raw.get("renewed")), _count(raw.get("beat")),
-                   _expiry(raw.get("expiry")))
+                   _expiry(raw.get("expiry")), _parse_step(raw.get("step")))
 
     def describe(self) -> str:
         """``host:pid since 2024-05-01 12:00:00``, for plans and waiting messages."""
@@ -547,9 +602,10 @@ class Lease:
         self._watch = None
         return Attempt(True, why)
 
-    def renew(self) -> bool:
+    def renew(self, step: StepProcess | None = None) -> bool:
         """Write the next beat if the lease is still ours; False once it is not.
 
+        ``step``, when given, is the process now running the step, recorded from this beat on.
         Reads first, so that an owner change is noticed even on a store that ignores
         preconditions; the swap then catches a change between the read and the write.
         Raises :class:`~marinbuild.errors.StorageError` when the store cannot be reached.
@@ -560,7 +616,7 @@ class Lease:
         sent = self._clock()
         seen = self.store.read(self.path)
         version = None
-        record = replace(held.record, renewed=self._wall(), beat=held.record.beat + 1)
+        record = replace(held.record, renewed=self._wall(), beat=held.record.beat + 1, step=step or held.record.step)
         if seen is not None and seen.version == held.version:
             version = self.store.swap(self.path, held.version, record.to_json())
         with self._lock:

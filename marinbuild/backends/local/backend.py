@@ -6,13 +6,16 @@ A shell step is started with ``posix_spawn`` (no copy of the driver's page table
 session of its own. Every step leads its own process group, so cancelling it kills the
 children it started. One thread reaps every step and runs their timers (:mod:`.reaper`).
 
-No step runs unguarded. Each is started held at a gate (a pipe it reads before anything
-else), handed to the runner's guardian process (:mod:`.guardian`) with its process group,
-its token and its lease's deadline, and only then let through: a runner killed at any
-instant leaves either a step that never ran (the gate reads end-of-file and it exits) or
-one its guardian kills. When a step ends, whatever it left behind goes too: its process
-group, and every process carrying its token (:mod:`.containment`), even one that left the
-group.
+No step runs unguarded. Each is started held at a gate (the first line of its heartbeat
+pipe, read before anything else), moved into a cgroup of its own where there are cgroups
+(:mod:`.cgroups`), handed to the runner's guardian process (:mod:`.guardian`) with its
+process group, its token and its lease's deadline, and only then let through: a runner
+killed at any instant leaves either a step that never ran (the gate reads end-of-file and
+it exits) or one that is killed. Once through, the step's first process starts the step's
+own sentinel (:mod:`.fence`), which keeps the pipe and kills the group when the runner dies
+or stops renewing, even with the guardian gone too. When a step ends, whatever it left
+behind goes too: its cgroup, or its process group and every process carrying its token
+(:mod:`.containment`), even one that left the group.
 """
 
 from __future__ import annotations
@@ -30,9 +33,12 @@ from collections.abc import Callable
 
 from marinbuild.backends.base import Job, Outcome
 from marinbuild.backends.deadlines import Deadline, deadlines
+from marinbuild.backends.local.cgroups import shared_cgroups
 from marinbuild.backends.local.containment import TOKEN_VAR, kill_token, step_token
+from marinbuild.backends.local.fence import FENCE_FD, NO_GATE, fence_line, gated_shell, sentinel_argv, write_line
 from marinbuild.backends.local.guardian import shared_guardian
 from marinbuild.backends.local.reaper import Timer, shared_reaper
+from marinbuild.store.lease import StepProcess
 
 __all__ = ["LocalBackend"]
 
@@ -49,14 +55,11 @@ _DEFAULT_SIGNALS = tuple(
 )
 
 
-_GATE_FD = 9
-"""The descriptor a shell step reads its go-ahead from (single digits are portable in sh)."""
-_GATE = f"read -r marinbuild_gate <&{_GATE_FD} || exit 125; exec {_GATE_FD}<&-; unset marinbuild_gate\n"
-"""A shell step's first line: wait until the runner has handed it to the guardian. End of
-file means the runner died first: the step exits without running anything."""
-_NO_GATE = 125
-
-_gates: set[int] = set()  # write ends of open gates, closed in a forked step
+_fences: set[int] = set()
+"""Write ends of the running steps' heartbeat pipes, closed in a forked step: a step's
+sentinel must see end-of-file when the runner exits, not when the last step forked holding
+a copy does."""
+_fork_lock = threading.Lock()  # a pipe is made and listed before any fork may copy it
 
 
 def _die_with_parent() -> None:
@@ -64,12 +67,12 @@ def _die_with_parent() -> None:
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _shell_argv(command: str, workdir: str) -> list[str]:
+def _shell_argv(command: str, workdir: str, cgroup: str) -> list[str]:
     # posix_spawn cannot change directory in Python 3.11; the shell does it when needed.
     cwd = os.getcwd()
     if workdir != cwd and os.path.realpath(workdir) != cwd:
         command = f"cd -- {shlex.quote(workdir)} || exit 125\n{command}"
-    return ["/bin/sh", "-c", _GATE + command]
+    return ["/bin/sh", "-c", gated_shell(command, cgroup)]
 
 
 class LocalBackend:
@@ -110,40 +113,57 @@ class _LocalRun:
         self._deadline: Deadline | None = None
         self._lapsed = False
         self._unsubscribe: Callable[[], None] = lambda: None
+        self._fence = -1  # the write end of the step's heartbeat pipe, open while it runs
+        self._cgroup = ""
 
     def launch(self) -> None:
         self.started = time.time()
         self._since = time.monotonic()
         os.makedirs(os.path.dirname(self.job.log_file), exist_ok=True)
-        gate_r, gate_w = os.pipe()
-        os.set_inheritable(gate_r, True)  # dup2 onto itself (it may be fd 9) would keep close-on-exec
-        _gates.add(gate_w)
+        cgroups = shared_cgroups()
+        self._cgroup = cgroups.take()
+        with _fork_lock:
+            fence_r, fence_w = os.pipe()
+            _fences.add(fence_w)
+        os.set_inheritable(fence_r, True)  # dup2 onto itself (it may be fd 9) would keep close-on-exec
+        os.set_blocking(fence_w, False)  # a stopped sentinel must never block a renewal
+        launched = False
         try:
             try:
                 if self.job.command is not None:
-                    self._launch_command(gate_r)
+                    self._launch_command(fence_r)
                     # The shell waits at its gate: nothing it runs has inherited the mask yet.
                     _pin(self.pid, self.job.cores)
                 else:
-                    self._launch_function(gate_r)  # the forked child pins itself
+                    self._launch_function(fence_r)  # the forked child pins itself
             finally:
-                os.close(gate_r)
+                os.close(fence_r)
+            if self._cgroup and not cgroups.enter(self._cgroup, self.pid):
+                self._cgroup = ""  # not reused: the step's sentinel names it
+            # Recorded in the lease at its next renewal, for a runner taking the step over here.
+            deadlines.started(self.job.output_path, StepProcess.of(self.pid, self.pid, self._cgroup))
             self._guard()
             reaper = shared_reaper()
             if self.job.timeout is not None:
                 self._timer = reaper.call_later(self.job.timeout, self._on_timeout)
+            with self._lock:
+                self._fence = fence_w
+            launched = True
             reaper.watch(self.pid, self._exited)
-            os.write(gate_w, b"go\n")  # only now: the guardian knows the step
+            # Only now may it run (the guardian knows the step): the gate line is the
+            # deadline its sentinel starts with.
+            write_line(fence_w, fence_line(self._deadline))
         finally:
-            _gates.discard(gate_w)
-            os.close(gate_w)
+            if not launched:
+                _fences.discard(fence_w)
+                os.close(fence_w)
 
     def _guard(self) -> None:
         # Listen before reading the latest, so that no renewal falls in between.
         guardian = shared_guardian()
         self._unsubscribe = deadlines.subscribe(self.job.output_path, self._extend)
         self._deadline = deadlines.latest(self.job.output_path)
-        guardian.adopt(self.token, self.pid, self._deadline)
+        guardian.adopt(self.token, self.pid, self._deadline, self._cgroup)
 
     def _extend(self, deadline: Deadline) -> None:
         previous = self._deadline
@@ -151,6 +171,9 @@ class _LocalRun:
             self._lapsed = True  # the guardian may have killed the step before this renewal
         self._deadline = deadline
         shared_guardian().extend(self.token, deadline)
+        with self._lock:
+            if self._fence >= 0:
+                write_line(self._fence, fence_line(deadline))
 
     def _launch_command(self, gate: int) -> None:
         assert self.job.command is not None
@@ -158,13 +181,13 @@ class _LocalRun:
         try:
             self.pid = os.posix_spawn(
                 "/bin/sh",
-                _shell_argv(self.job.command, self.job.workdir),
+                _shell_argv(self.job.command, self.job.workdir, self._cgroup),
                 {**self.environ, **self.job.env, TOKEN_VAR: self.token},
                 file_actions=[
                     (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                     (os.POSIX_SPAWN_DUP2, log, 1),
                     (os.POSIX_SPAWN_DUP2, log, 2),
-                    (os.POSIX_SPAWN_DUP2, gate, _GATE_FD),
+                    (os.POSIX_SPAWN_DUP2, gate, FENCE_FD),
                 ],
                 setsid=True,
                 setsigdef=_DEFAULT_SIGNALS,
@@ -183,10 +206,11 @@ class _LocalRun:
         # them until fork has returned (the child resets them before it lets them through).
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
-            pid = os.fork()
+            with _fork_lock:
+                pid = os.fork()
             if pid == 0:  # pragma: no cover - runs in the child
                 os.close(err_r)
-                _child_main(self.job, log_fd, err_w, gate, parent, self.token, mask)
+                _child_main(self.job, log_fd, err_w, gate, parent, self.token, mask, self._cgroup)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(err_w)
@@ -210,11 +234,21 @@ class _LocalRun:
             reason, timed_out = self._reason, self._timed_out
         if self._timer is not None:
             self._timer.cancel()
-        # Whatever the step left behind goes with it: its group, and what left the group.
+        # Whatever the step left behind goes with it: its group (its sentinel too), and what
+        # left the group: the whole cgroup where there is one, else every holder of its token.
         _killpg(self.pid, signal.SIGKILL)
-        kill_token(self.token, since_pid=self.pid, since=self._since)
+        cgroups = shared_cgroups()
+        if not (self._cgroup and cgroups.kill(self._cgroup)):
+            kill_token(self.token, since_pid=self.pid, since=self._since)
         self._unsubscribe()
+        deadlines.started(self.job.output_path, None)
+        with self._lock:
+            fence, self._fence = self._fence, -1
+        if fence >= 0:
+            _fences.discard(fence)
+            os.close(fence)
         shared_guardian().release(self.token)
+        cgroups.give_back(self._cgroup)
         deadline = self._deadline
         if reason is None and code == -signal.SIGKILL and (
             self._lapsed or (deadline is not None and deadline.remaining() <= 0)
@@ -286,7 +320,8 @@ def _describe_exit(code: int) -> str:
 
 
 def _child_main(
-    job: Job, log_fd: int, err_w: int, gate: int, parent: int, token: str, mask: set[int | signal.Signals]
+    job: Job, log_fd: int, err_w: int, gate: int, parent: int, token: str, mask: set[int | signal.Signals],
+    cgroup: str,
 ) -> None:  # pragma: no cover - child process
     code = 1
     try:
@@ -296,15 +331,29 @@ def _child_main(
         os.setpgid(0, 0)
         _die_with_parent()
         shared_guardian().close_in_child()
-        for fd in list(_gates):
-            os.close(fd)  # other steps' gates: their end of file must not wait for this step
-        _gates.clear()
+        for fd in list(_fences):
+            os.close(fd)  # heartbeat pipes, its own too: their end of file must follow the runner's
+        _fences.clear()
         # The runner may have died before the death signal was set: then it never comes.
-        if os.getppid() != parent or os.read(gate, 16) == b"":
-            code = _NO_GATE
+        first = os.read(gate, 4096) if os.getppid() == parent else b""
+        if not first:
+            code = NO_GATE
             return
-        os.close(gate)
         os.environ[TOKEN_VAR] = token
+        # The step's own fence, in its group, before the step runs; it keeps the pipe. A
+        # renewal may already have followed the gate line: the last line is the latest.
+        latest = first.decode(errors="replace").split()[-1]
+        os.posix_spawn(
+            "/bin/sh", sentinel_argv(latest, cgroup), dict(os.environ),
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                (os.POSIX_SPAWN_DUP2, 1, 2),
+                (os.POSIX_SPAWN_DUP2, gate, FENCE_FD),
+            ],
+            setsigdef=_DEFAULT_SIGNALS,
+        )
+        os.close(gate)
         _pin(0, job.cores)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)

@@ -25,7 +25,18 @@ import os
 import signal
 import time
 
-__all__ = ["TOKEN_VAR", "kill_token", "last_pid", "processes_with", "runner_prefix", "step_token"]
+from marinbuild.backends.local.cgroups import cgroup_holds, kill_cgroup
+
+__all__ = [
+    "TOKEN_VAR",
+    "kill_step_group",
+    "kill_token",
+    "last_pid",
+    "process_start",
+    "processes_with",
+    "runner_prefix",
+    "step_token",
+]
 
 TOKEN_VAR = "MARINBUILD_STEP_TOKEN"
 
@@ -48,10 +59,11 @@ def step_token(output_path: str, pid: int | None = None, started: str | None = N
 
 @functools.cache
 def _own_start() -> str:
-    return _start_of(os.getpid()) or ""
+    return process_start(os.getpid()) or ""
 
 
-def _start_of(pid: int) -> str | None:
+def process_start(pid: int) -> str | None:
+    """Process ``pid``'s start time in clock ticks since boot (``/proc/PID/stat``); None when gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[19]
@@ -141,3 +153,50 @@ def kill_token(token: str, *, prefix: bool = False, since_pid: int | None = None
                 pass
         time.sleep(0.002)
     return left
+
+
+def kill_step_group(pid: int, pgid: int, started: str, cgroup: str = "", rounds: int = 50) -> list[int]:
+    """SIGKILL the process group (and cgroup) of a step whose first process was ``pid``; the survivors.
+
+    For a runner taking over a step whose runner ran on this machine, in this pid namespace:
+    the group holds what dropped the step's token. ``started`` tells the step's first
+    process from a later one given the same pid: a pid is not handed out again while a
+    process group of that number has members, so a ``pgid`` whose leader is gone still
+    names the step's group, or none; one whose leader started at another time names
+    someone else's, and is left alone. The cgroup is killed only while it holds the first
+    process itself (a runner reuses its steps' cgroups).
+    """
+    if pid <= 1 or pgid <= 1:
+        return []
+    leader = process_start(pgid)
+    if leader is not None and (pgid != pid or leader != started):
+        return []  # the pgid's number belongs to another process now
+    if cgroup and process_start(pid) == started and cgroup_holds(cgroup, pid):
+        kill_cgroup(cgroup)
+    left: list[int] = []
+    for _ in range(rounds):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        left = _members(pgid)
+        if not left:
+            return []
+        time.sleep(0.002)
+    return left
+
+
+def _members(pgid: int) -> list[int]:
+    """Live (not zombie) processes in process group ``pgid``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+            found.append(int(name))
+    return found

@@ -9,15 +9,22 @@ runner runs at all.
 Each runner starts one small guardian process, in a session of its own so that Ctrl-C or
 Ctrl-Z in the terminal does not reach it, and tells it through a pipe about each step:
 
-* ``+TOKEN PGID MONO WALL``: a step, its process group and its deadline (see
-  :mod:`marinbuild.backends.deadlines`), sent *before* the step may run;
+* ``+TOKEN PGID MONO WALL [CGROUP]``: a step, its process group, its deadline (see
+  :mod:`marinbuild.backends.deadlines`) and its cgroup where it has one (:mod:`.cgroups`),
+  sent *before* the step may run;
 * ``=TOKEN MONO WALL``: a later deadline, after each successful renewal of its lease;
 * ``-TOKEN``: the step was reaped and its leftovers killed: forget it.
 
 The guardian SIGKILLs a step's process group, and every process carrying its token
 (:mod:`.containment`: those that left the group), when its deadline passes, and every
 step still listed when the pipe reaches its end: the kernel closes the runner's end when
-the runner exits, however it exits.
+the runner exits, however it exits. A step with a cgroup is killed through ``cgroup.kill``
+too: at the pipe's end always (the runner, which reuses its steps' cgroups, is gone), at a
+deadline only while the step's first process is still in it (so that a cgroup already
+handed to a later step is never killed).
+
+The guardian is one of two fences: each step also carries its own sentinel (:mod:`.fence`),
+which still works when the runner and the guardian are killed or stopped together.
 
 The runner watches its guardian (the reaper waits on it like on a step) and starts a new
 one at once if it dies, telling it every step still running.
@@ -64,7 +71,20 @@ def scan(token):
                 pass
     return found
 
-def kill(token, pgid):
+def holds(cg, pid):
+    try:
+        with open(cg + "/cgroup.procs") as f:
+            return str(pid) in f.read().split()
+    except OSError:
+        return False
+
+def kill(token, pgid, cg=b"", ended=False):
+    if cg and (ended or holds(cg.decode(), pgid)):
+        try:
+            with open(cg.decode() + "/cgroup.kill", "w") as f:
+                f.write("1")
+        except OSError:
+            pass
     try:
         os.killpg(pgid, signal.SIGKILL)
     except OSError:
@@ -82,12 +102,13 @@ def kill(token, pgid):
 
 while True:
     now_m, now_w = time.monotonic(), time.time()
-    for token in [t for t, (_, m, w) in steps.items() if m <= now_m or w <= now_w]:
-        kill(token, steps.pop(token)[0])
+    for token in [t for t, (_, m, w, _) in steps.items() if m <= now_m or w <= now_w]:
+        pgid, _, _, cg = steps.pop(token)
+        kill(token, pgid, cg)
     timeout = None
     if steps:
         # Wake at least every second: a wall clock that jumped (a VM thawed) is noticed soon.
-        timeout = max(0.0, min(1.0, min(min(m - now_m, w - now_w) for _, m, w in steps.values())))
+        timeout = max(0.0, min(1.0, min(min(m - now_m, w - now_w) for _, m, w, _ in steps.values())))
     if not select.select([fd], [], [], timeout)[0]:
         continue
     chunk = os.read(fd, 65536)
@@ -97,13 +118,14 @@ while True:
     for line in lines:
         kind, words = line[:1], line[1:].split()
         if kind == b"+":
-            steps[words[0]] = (int(words[1]), float(words[2]), float(words[3]))
+            steps[words[0]] = (int(words[1]), float(words[2]), float(words[3]), words[4] if len(words) > 4 else b"")
         elif kind == b"=" and words[0] in steps:
-            steps[words[0]] = (steps[words[0]][0], float(words[1]), float(words[2]))
+            pgid, _, _, cg = steps[words[0]]
+            steps[words[0]] = (pgid, float(words[1]), float(words[2]), cg)
         elif kind == b"-":
             steps.pop(words[0], None)
-for token, (pgid, _, _) in steps.items():
-    kill(token, pgid)
+for token, (pgid, _, _, cg) in steps.items():
+    kill(token, pgid, cg, ended=True)
 """
 
 
@@ -114,7 +136,7 @@ class Guardian:
         self._lock = threading.Lock()
         self._pipe = -1
         self._pid = 0
-        self._steps: dict[str, tuple[int, Deadline]] = {}
+        self._steps: dict[str, tuple[int, Deadline, str]] = {}
         self.restarts = 0
         """How many times a guardian that died was replaced."""
 
@@ -123,22 +145,23 @@ class Guardian:
         """The guardian process now (0 before the first step)."""
         return self._pid
 
-    def adopt(self, token: str, pgid: int, deadline: Deadline | None = None) -> None:
-        """Have ``pgid`` and ``token`` killed if this runner dies, or once ``deadline`` passes.
+    def adopt(self, token: str, pgid: int, deadline: Deadline | None = None, cgroup: str = "") -> None:
+        """Have ``pgid``, ``token`` (and ``cgroup``) killed if this runner dies, or once ``deadline`` passes.
 
         Returns once the guardian will hear of it whatever happens to this process next:
         the line is in the pipe, which the guardian reads to its end.
         """
         deadline = deadline or Deadline.never()
         with self._lock:
-            self._steps[token] = (pgid, deadline)
-            self._send(f"+{token} {pgid} {deadline.words()}\n")
+            self._steps[token] = (pgid, deadline, cgroup)
+            self._send(_adopt_line(token, pgid, deadline, cgroup))
 
     def extend(self, token: str, deadline: Deadline) -> None:
         """The step's lease was renewed: it may run until ``deadline``."""
         with self._lock:
             if token in self._steps:
-                self._steps[token] = (self._steps[token][0], deadline)
+                pgid, _, cgroup = self._steps[token]
+                self._steps[token] = (pgid, deadline, cgroup)
                 self._send(f"={token} {deadline.words()}\n")
 
     def release(self, token: str) -> None:
@@ -159,8 +182,8 @@ class Guardian:
         self.restarts += 1
         self._start()
         # One write per step: each line is atomic, and the guardian reads lines as they come.
-        for token, (pgid, deadline) in self._steps.items():
-            os.write(self._pipe, f"+{token} {pgid} {deadline.words()}\n".encode())
+        for token, (pgid, deadline, cgroup) in self._steps.items():
+            os.write(self._pipe, _adopt_line(token, pgid, deadline, cgroup).encode())
 
     def _start(self) -> None:
         if self._pipe >= 0:
@@ -204,6 +227,12 @@ class Guardian:
             os.close(self._pipe)
             self._pipe = -1
         self._steps = {}
+
+
+def _adopt_line(token: str, pgid: int, deadline: Deadline, cgroup: str) -> str:
+    # A cgroup folder with a space in its path is left out: the line is split on spaces.
+    tail = f" {cgroup}" if cgroup and " " not in cgroup else ""
+    return f"+{token} {pgid} {deadline.words()}{tail}\n"
 
 
 _shared = Guardian()
