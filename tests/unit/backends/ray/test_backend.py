@@ -1,0 +1,127 @@
+"""Unit tests of marinbuild.backends.ray.backend: the task body, run as a Ray worker would run it.
+
+:func:`execute` is what each Ray task runs. Here it runs in a child process that leads its own
+process group, as Ray's workers do, so that what a step leaves behind is killed as on a node;
+no Ray cluster is needed (the backend's submission is exercised by tests/test_ray.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from marinbuild.backends.ray.backend import LeaseFence, _attempt, _token
+from marinbuild.store.lease import LeaseRecord, Owner, lease_path
+from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, log_path, read_status, write_status
+from marinbuild.store.storage import Storage
+from tests.helpers import REPO
+
+TASK = r"""
+import dataclasses, json, sys
+from marinbuild.backends.ray.backend import TaskSpec, execute, LeaseFence
+from marinbuild.store.lease import Owner
+args = json.loads(sys.argv[1])
+fence = args.pop("fence", None)
+if fence is not None:
+    fence = LeaseFence(fence["prefix"], fence["path"], Owner(**fence["owner"]))
+fn = (lambda cfg: (_ for _ in ()).throw(ValueError("bad config"))) if args.pop("failing_fn", False) else None
+result = execute(TaskSpec(**args, lease=fence, fn=fn))
+print(json.dumps(dataclasses.asdict(result)))
+"""
+
+
+def _execute(prefix: Path, out: Path, token: str, **spec: object) -> dict:
+    args = {"name": "s", "output_path": str(out), "prefix": str(prefix), "workdir": str(prefix), "env": {"X": "1"},
+            "token": token, "log_file": log_path(str(out)), **spec}
+    done = subprocess.run([sys.executable, "-c", TASK, json.dumps(args)], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, start_new_session=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_shell_step_is_recorded_beside_the_work_and_its_leftovers_killed(tmp_path: Path) -> None:
+    out = tmp_path / "s-1"
+    pid_file = tmp_path / "leftover.pid"
+    result = _execute(tmp_path, out, "tok1", command=f'echo "hello $X"; sleep 300 & echo $! > {pid_file}')
+    assert result["ok"] and result["attempt"] == 1 and result["recorded"]
+    status = read_status(Storage.for_prefix(str(tmp_path)), str(out))
+    assert status is not None and status.status == SUCCESS and status.owner and status.owner.endswith(" tok1/1")
+    assert Path(log_path(str(out))).read_text() == "hello 1\n"
+    leftover = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(leftover) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(leftover)
+
+
+def test_a_failing_step_is_recorded_failed(tmp_path: Path) -> None:
+    out = tmp_path / "s-1"
+    result = _execute(tmp_path, out, "tok1", command="exit 4")
+    assert not result["ok"] and result["returncode"] == 4
+    status = read_status(Storage.for_prefix(str(tmp_path)), str(out))
+    assert status is not None and status.status == FAILED and status.error
+    fn = _execute(tmp_path, tmp_path / "f-1", "tok2", failing_fn=True)
+    assert not fn["ok"] and fn["error"] == "ValueError: bad config"
+
+
+def test_a_retry_of_a_recorded_submission_does_not_run_again(tmp_path: Path) -> None:
+    out = tmp_path / "s-1"
+    count = tmp_path / "count"
+    command = f"echo x >> {count}"
+    assert _execute(tmp_path, out, "tok1", command=command)["ok"]
+    again = _execute(tmp_path, out, "tok1", command=command)
+    assert again["ok"] and again["attempt"] == 1
+    assert count.read_text() == "x\n"
+    other = _execute(tmp_path, out, "tok2", command=command)  # another submission runs it
+    assert other["ok"] and count.read_text() == "x\nx\n"
+
+
+def test_a_retry_after_a_lost_worker_is_the_next_attempt(tmp_path: Path) -> None:
+    out = tmp_path / "s-1"
+    storage = Storage.for_prefix(str(tmp_path))
+    write_status(storage, str(out), RUNNING, owner="node:12 tok1/2")
+    (out / "partial.txt").write_text("from the lost worker")
+    result = _execute(tmp_path, out, "tok1", command="true", fresh_output=True)
+    assert result["ok"] and result["attempt"] == 3
+    assert not (out / "partial.txt").exists()
+    assert "attempt 3 (an earlier Ray worker was lost)" in Path(log_path(str(out))).read_text()
+
+
+def test_a_lease_naming_another_runner_stops_the_step_before_it_starts(tmp_path: Path) -> None:
+    out = tmp_path / "s-1"
+    mine = Owner("h", 7, "1", "mine")
+    theirs = Owner("h", 8, "1", "theirs")
+    Storage.for_prefix(str(tmp_path)).write_atomic(lease_path(str(out)), LeaseRecord(theirs, 1.0, 1.0).to_json())
+    fence = {"prefix": str(tmp_path), "path": lease_path(str(out)), "owner": mine.__dict__}
+    result = _execute(tmp_path, out, "tok1", command=f"touch {tmp_path / 'ran'}", fence=fence)
+    assert not result["ok"] and not result["recorded"] and result["error"] == "lease lost before the step started"
+    assert not (tmp_path / "ran").exists()
+    assert read_status(Storage.for_prefix(str(tmp_path)), str(out)) is None
+
+
+def test_fence_check_reads_the_lease(tmp_path: Path) -> None:
+    me = Owner("h", 7, "1", "mine")
+    path = lease_path(str(tmp_path / "s-1"))
+    fence = LeaseFence(str(tmp_path), path, me)
+    assert not fence.held()
+    Storage.for_prefix(str(tmp_path)).write_atomic(path, LeaseRecord(me, 1.0, 1.0, expiry=60.0).to_json())
+    try:
+        assert fence.held()
+    finally:
+        fence.stop()
+
+
+def test_owner_words() -> None:
+    assert _token("host:12 abc/3") == "abc" and _attempt("host:12 abc/3") == 3
+    assert _token("host:12") is None and _token(None) is None and _attempt("garbage") == 1
