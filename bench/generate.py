@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 TOOLS = ("marinbuild", "snakemake", "make")
-SHAPES = ("chain", "fanout", "diamonds")
+SHAPES = ("chain", "fanout", "diamonds", "groups")
 WORKFLOW_FILE = {
     "marinbuild": "Marinfile.py",
     "snakemake": "Snakefile",
@@ -50,6 +50,13 @@ def deps(i, n):
     base = (layer - 1) * w
     return [base + pos, base + (pos + 1) % w]
 ''',
+    "groups": '''
+def deps(i, n):
+    """Independent diamonds of four: a; b and c reading a; d reading b and c."""
+    group, role = divmod(i, 4)
+    a = 4 * group
+    return [[], [a], [a], [a + 1, a + 2]][role]
+''',
 }
 
 SINKS_CODE = '''
@@ -61,7 +68,7 @@ def sinks(n):
     return [i for i in range(n) if i not in used]
 '''
 
-MIN_STEPS = {"chain": 1, "fanout": 3, "diamonds": 1}
+MIN_STEPS = {"chain": 1, "fanout": 3, "diamonds": 1, "groups": 1}
 
 MARINFILE = '''"""Benchmark workflow: @SHAPE@ shape, @N@ steps (written by bench.generate)."""
 
