@@ -158,6 +158,11 @@ def test_a_signal_leaves_no_queued_resource(project: Path, emulator: TpuApiEmula
     try:
         if phase == "provisioning":
             wait_for(lambda: "WAITING_FOR_RESOURCES" in str(emulator.states()), timeout=60)
+            if sig == signal.SIGINT:  # status tells what the running step waits on
+                wait_for(lambda: _waiting_shown(project) is not None, timeout=30)
+                note = _waiting_shown(project)
+                assert note is not None and note["phase"] == "waiting for capacity"
+                assert note["queued_resource"] == emulator.queued_resource_names()[0]
         else:
             out = Path(plan_json(project, "--cluster", str(cluster))["train"]["output_path"])
             wait_for(lambda: (out / "a1-p0.env").exists(), timeout=60)
@@ -169,6 +174,11 @@ def test_a_signal_leaves_no_queued_resource(project: Path, emulator: TpuApiEmula
             runner.kill()
     assert runner.returncode != 0
     assert emulator.queued_resource_names() == []
+
+
+def _waiting_shown(project: Path) -> dict | None:
+    rows = json.loads(marinbuild("status", "--json", cwd=project).stdout)
+    return next(r for r in rows if r["name"] == "train")["provisioning"]
 
 
 def test_a_sigkilled_runners_leftover_is_deleted_by_the_next_run(project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:

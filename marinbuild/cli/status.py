@@ -52,6 +52,9 @@ def status_command(
 
     running = [p for p, rec in records.items() if rec.status == "RUNNING" and rec.mismatch is None]
     progress = read_progress_notes(project.storage, running) if running else {}  # when each last moved
+    from marinbuild.store.provisioning_note import read_provisioning_notes
+
+    waiting = read_provisioning_notes(project.storage, running) if running else {}  # TPU slices still to come
     rows: list[dict[str, Any]] = []
     for n in names:
         node = graph.nodes[n]
@@ -69,6 +72,7 @@ def status_command(
                 "lease": {"owner": str(lease.owner), "since": lease.acquired, "renewed": lease.renewed} if lease else None,
                 "retries": retries.get(node.output_path) if rec and not foreign else None,
                 "progress": _progress(progress.get(node.output_path)) if rec and rec.status == "RUNNING" else None,
+                "provisioning": waiting.get(node.output_path) if rec and rec.status == "RUNNING" else None,
             }
         )
     if as_json:
@@ -92,7 +96,8 @@ def _print_status(rows: list[dict[str, Any]]) -> None:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["time"])) if r["time"] else ""
         row = [r["name"], r["status"], dur, when, r["output_path"]]
         if with_lease:
-            row.append(_lease_text(r["lease"]) + _moved_text(r.get("progress")) if r["status"] == "RUNNING" else "")
+            row.append(_lease_text(r["lease"]) + _moved_text(r.get("progress")) + _waiting_text(r.get("provisioning"))
+                       if r["status"] == "RUNNING" else "")
         if with_retries:
             from marinbuild.report.records import describe_retries
 
@@ -131,6 +136,14 @@ def _moved_text(progress: dict[str, Any] | None) -> str:
         return ""
     moved = time.strftime("%H:%M:%S", time.localtime(progress["last_moved"]))
     return f"; last moved {moved} ({time.time() - progress['last_moved']:.0f} s ago)"
+
+
+def _waiting_text(note: dict[str, Any] | None) -> str:
+    """``; waiting for capacity since 12:03:10 (95 s, QUEUED_RESOURCE)`` for a step whose TPU slices are not there yet."""
+    if not note:
+        return ""
+    since = time.strftime("%H:%M:%S", time.localtime(note["since"]))
+    return f"; {note['phase']} since {since} ({time.time() - note['since']:.0f} s, {note.get('queued_resource', '?')})"
 
 
 def _lease_text(lease: dict[str, Any] | None) -> str:

@@ -35,6 +35,7 @@ from marinbuild.backends.tpu.provision_plan import is_created_slice
 from marinbuild.backends.tpu.retry_loop import TpuStep
 from marinbuild.backends.tpu.ssh import resolve_target
 from marinbuild.backends.tpu.tpu_api import TpuApi, TpuApiError
+from marinbuild.store.provisioning_note import write_provisioning_note
 from marinbuild.store.step_logs import append_note
 
 __all__ = ["PROVISIONED_EXTRA", "CreatedSlices", "uses_created_slices"]
@@ -83,7 +84,12 @@ class CreatedSlices:
                 # and kept for `marinbuild logs`.
                 append_note(log, f"marinbuild: {line}")
 
-            found = SliceProvider(self.api(), self.cluster, request, report=report)
+            out = job.output_path
+
+            def phase(name: str, since: float, queued_resource: str) -> None:
+                write_provisioning_note(out, name, since, queued_resource)  # for `marinbuild status`
+
+            found = SliceProvider(self.api(), self.cluster, request, report=report, on_phase=phase)
             with self._lock:
                 found = self._providers.setdefault(job.output_path, found)
         return found

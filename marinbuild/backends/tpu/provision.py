@@ -197,6 +197,7 @@ class SliceProvider:
         request: ProvisionRequest,
         *,
         report: Callable[[str], None] = lambda line: None,
+        on_phase: Callable[[str, float, str], None] = lambda phase, since, name: None,
         poll: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -207,6 +208,8 @@ class SliceProvider:
         self.cluster = cluster
         self.request = request
         self.report = report
+        self.on_phase = on_phase
+        """Hears ``(phase, since, queued resource)`` on each change: "waiting for capacity", "provisioning", "ready"."""
         # An emulator answers at once; Google's API is asked every few seconds.
         endpoint = self.gcp.api_endpoint or ""
         self.poll = poll if poll is not None else (0.1 if endpoint.startswith("http://") else 5.0)
@@ -266,6 +269,7 @@ class SliceProvider:
             self._delete(record, why)
             raise
         record.active_at = self.clock()
+        self.on_phase("ready", record.active_at, spec.name)
         self.state = None
         self.started = None  # the next wait for hosts has provision_timeout of its own
         return self.current
@@ -288,6 +292,8 @@ class SliceProvider:
             self.state = f"{phase} ({now - record.created_at:.0f} s)"
             if state != last or now >= next_report:
                 self.report(f"queued resource {spec.name} ({spec.count} x {spec.tpu_type}): {self.state}")
+                if state != last:
+                    self.on_phase(phase, now, spec.name)
                 last, next_report = state, now + _REPORT_EVERY_S
             if now >= deadline:
                 raise CapacityUnavailable(

@@ -1,0 +1,44 @@
+"""What a step waiting for TPU slices is waiting on: ``OUTPUT/.marinbuild/provisioning.json``.
+
+While a step's queued resource is not ACTIVE yet, the runner keeps a note saying so (written on
+each change of state, best effort), and ``marinbuild status`` shows it beside the step's lease:
+``waiting for capacity since 12:03:10 (95 s)``. Once the hosts are there the note says
+``ready``, which status does not show.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from marinbuild.errors import StorageError
+from marinbuild.store.storage import Storage
+
+__all__ = ["PROVISIONING_NOTE", "WAITING_PHASES", "read_provisioning_notes", "write_provisioning_note"]
+
+PROVISIONING_NOTE = ".marinbuild/provisioning.json"
+WAITING_PHASES = ("waiting for capacity", "provisioning")
+"""The phases ``status`` shows; any other (``ready``) means the step is past them."""
+
+
+def write_provisioning_note(output_path: str, phase: str, since: float, queued_resource: str) -> None:
+    """Say what the step waits on, since when (a note is never worth a failed step)."""
+    note = json.dumps({"phase": phase, "since": since, "queued_resource": queued_resource})
+    try:
+        Storage.for_prefix(output_path).write_atomic(Storage.join(output_path, PROVISIONING_NOTE), note)
+    except (OSError, StorageError):
+        pass
+
+
+def read_provisioning_notes(storage: Storage, outputs: list[str]) -> dict[str, dict[str, Any]]:
+    """The note of each output still waiting for slices (one batch read), by output path."""
+    paths = {Storage.join(p, PROVISIONING_NOTE): p for p in outputs}
+    out: dict[str, dict[str, Any]] = {}
+    for path, text in storage.read_many(list(paths)).items():
+        try:
+            note = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(note, dict) and note.get("phase") in WAITING_PHASES and isinstance(note.get("since"), (int, float)):
+            out[paths[path]] = note
+    return out
