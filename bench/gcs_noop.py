@@ -66,7 +66,7 @@ def populate(prefix: str, marinfile: Path, state: str) -> None:
     files: dict[str, str] = {}
     records = []
     try:
-        from marinbuild.store.drift import code_record, drift_digest  # what this version records
+        from marinbuild.drift import code_record, drift_digest  # what this version records
 
         def digest(step: Any) -> dict[str, Any]:
             return {"drift": drift_digest(code_record(step))} if state == "SUCCESS" else {}

@@ -29,8 +29,7 @@ from marinbuild.resources import (
     TpuConfig,
     WTime,
 )
-from marinbuild.steps import Step, output_path_of, step, this_output_path, versioned
-from marinbuild.store.mirror import mirrored
+from marinbuild.steps import Step, mirrored, output_path_of, step, this_output_path, versioned
 from marinbuild.tpu_types import tpu_topology
 
 __all__ = [

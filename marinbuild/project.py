@@ -16,11 +16,11 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from marinbuild.graph import StepGraph, build_graph
+from marinbuild.history import explain_new_steps
 from marinbuild.marinfile import Marinfile, load_marinfile
 from marinbuild.planner import Plan, closure, make_plan, select
 from marinbuild.staleness import Decision
 from marinbuild.steps import Step
-from marinbuild.store.history import explain_new_steps
 from marinbuild.store.index import index_of
 from marinbuild.store.markers import RUNNING, STATUS_IN_OUTPUT, StatusRecord, read_statuses
 from marinbuild.store.storage import Storage, resolve_prefix

@@ -18,11 +18,11 @@ import contextvars
 import os
 import pathlib
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from marinbuild.config_walk import LEAF_TYPES, SET, children, is_placeholder
+from marinbuild.config_walk import LEAF_TYPES, SET, children, is_placeholder, walk
 from marinbuild.errors import MarinbuildError, StepDefinitionError, UserError
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "VersionedValue",
     "collect_declared",
     "declaring",
+    "find_mirrored",
     "mirrored",
     "output_path_of",
     "scan_config",
@@ -72,7 +73,7 @@ class ThisOutputPath:
 class Mirrored:
     """A config value standing for a local copy of ``source``. Build it with :func:`mirrored`.
 
-    The copying is :mod:`marinbuild.store.mirror`'s business; here it is only a placeholder.
+    The copying is :mod:`marinbuild.store.mirror`'s business (:func:`find_mirrored` finds them in a config); here it is only a placeholder.
     """
 
     source: str
@@ -413,3 +414,20 @@ def _scan_items(
             refs.append((sub, item, None))
         else:
             _scan(item, sub, inside, refs, marked)
+
+
+def find_mirrored(config: Any) -> list[Mirrored]:
+    """Every :class:`Mirrored` inside a config, in order, without repeats.
+
+    Another step's config is that step's business: a step reference is not entered
+    (walking it would revisit every ancestor); a versioned value is.
+    """
+    return list(dict.fromkeys(_mirrored_in(config)))
+
+
+def _mirrored_in(config: Any) -> Iterator[Mirrored]:
+    for _, value in walk(config):
+        if isinstance(value, Mirrored):
+            yield value
+        elif isinstance(value, VersionedValue):
+            yield from _mirrored_in(value.value)

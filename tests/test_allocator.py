@@ -8,9 +8,9 @@ import threading
 import pytest
 
 import marinbuild.execution.allocator
+from marinbuild.capacity import Capacity
 from marinbuild.errors import ResourceError
 from marinbuild.execution.allocator import THREAD_ENV_VARS, Allocation, Allocator, check_fits
-from marinbuild.execution.capacity import Capacity
 from marinbuild.resources import (
     ZERO,
     Cores,

@@ -11,11 +11,11 @@ import pytest
 from marinbuild.backends.base import Job
 from marinbuild.backends.container import container_argv, working_engine
 from marinbuild.backends.tpu.cluster import parse_cluster
+from marinbuild.capacity import Capacity
 from marinbuild.errors import ResourceError
 from marinbuild.execution.admission import requests_of
 from marinbuild.execution.allocator import Allocator
 from marinbuild.execution.backend_fields import check_fields
-from marinbuild.execution.capacity import Capacity
 from marinbuild.graph import build_graph
 from marinbuild.resources import ResourceConfig
 from marinbuild.steps import step

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import marinbuild.execution.capacity
-from marinbuild.errors import ResourceError
-from marinbuild.execution.capacity import (
+import marinbuild.capacity
+from marinbuild.capacity import (
     Capacity,
     cgroup_limits,
     detect_capacity,
@@ -26,12 +25,13 @@ from marinbuild.execution.capacity import (
     trim_cores,
     with_overrides,
 )
+from marinbuild.errors import ResourceError
 
 GiB = 2**30
 
 
 def test_docstring_examples_hold():
-    assert doctest.testmod(marinbuild.execution.capacity).failed == 0
+    assert doctest.testmod(marinbuild.capacity).failed == 0
 
 
 # --- pure parsers ---------------------------------------------------------------------------

@@ -21,8 +21,7 @@ from marinbuild.errors import IdentityError, StepDefinitionError
 from marinbuild.execution.step_records import to_jsonable
 from marinbuild.graph import build_graph
 from marinbuild.resolve import render_command, resolve_config
-from marinbuild.steps import VersionedValue, scan_config
-from marinbuild.store.mirror import find_mirrored
+from marinbuild.steps import VersionedValue, find_mirrored, scan_config
 
 from .helpers import marinbuild, write_marinfile
 

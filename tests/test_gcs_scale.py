@@ -22,8 +22,8 @@ import pytest
 
 import marinbuild
 from marinbuild.cli.app import app
+from marinbuild.drift import code_record, drift_digest
 from marinbuild.project import open_project, probe
-from marinbuild.store.drift import code_record, drift_digest
 from marinbuild.store.index import INDEX_DIR, entry_names
 from marinbuild.store.lease import LeaseRecord, Owner, lease_path
 from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, StatusRecord, status_path, write_status

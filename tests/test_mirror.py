@@ -12,7 +12,8 @@ from marinbuild.errors import UserError
 from marinbuild.graph import build_graph
 from marinbuild.identity import identity_payload
 from marinbuild.resolve import resolve_config
-from marinbuild.store.mirror import ensure_mirrored, find_mirrored, mirror_target
+from marinbuild.steps import find_mirrored
+from marinbuild.store.mirror import ensure_mirrored, mirror_target
 from marinbuild.store.storage import Storage
 
 from .helpers import marinbuild, status_of, write_marinfile

@@ -71,7 +71,7 @@ def logs_command(
 
 def _output_with_logs(project: Project, name: str) -> str:
     """The current identity's output when it has logs, else the latest earlier identity's (said on stderr)."""
-    from marinbuild.store.history import RunIndex, earlier_info
+    from marinbuild.history import RunIndex, earlier_info
     from marinbuild.store.storage import Storage
 
     node = project.graph.nodes[name]

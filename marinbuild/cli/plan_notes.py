@@ -15,8 +15,8 @@ __all__ = ["drift_lines", "estimate_lines", "estimates", "format_duration", "for
 
 def drift_lines(project: Project, plan: Plan) -> list[str]:
     """One line per drift of each up-to-date step: ``train: note: command changed since ...``."""
+    from marinbuild.drift import drift_notes
     from marinbuild.staleness import Action
-    from marinbuild.store.drift import drift_notes
 
     kept = [n for n in plan.order if plan.decisions[n].action is Action.SKIP]
     found = drift_notes(project.storage, project.graph, kept, plan.statuses)
@@ -36,12 +36,12 @@ def why_extras(project: Project, name: str, info: Mapping[str, Any] | None, own:
     if info is None:
         return []
     if own:
-        from marinbuild.store.drift import step_drift
+        from marinbuild.drift import step_drift
 
         return [f"note: {note}" for note in step_drift(node.step, info)]
     if not isinstance(info.get("identity_payload"), dict):
         return []
-    from marinbuild.store.drift import root_changes
+    from marinbuild.drift import root_changes
 
     roots = root_changes(project.storage, project.graph, node, info["identity_payload"])
     # The step's own changed values are the diff `why` printed already; the rest lie upstream.

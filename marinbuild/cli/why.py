@@ -9,10 +9,10 @@ import typer
 from marinbuild.cli.exits import handles_errors
 from marinbuild.cli.options import FileOpt, PrefixOpt, VerboseOpt, step_targets
 from marinbuild.cli.printing import out
+from marinbuild.history import RunIndex, earlier_info
 from marinbuild.planner import select
 from marinbuild.project import Project, open_project, plan_targets
 from marinbuild.staleness import Action, Decision, diff_payloads
-from marinbuild.store.history import RunIndex, earlier_info
 from marinbuild.store.markers import read_info
 
 __all__ = ["why_command"]

@@ -185,8 +185,8 @@ def estimates_for(storage: Any, graph: Any, names: Sequence[str]) -> dict[str, E
     Reads the info JSON and the ledger of every earlier output of those step names (one
     listing per folder, then one batch read of each kind).
     """
+    from marinbuild.history import RunIndex
     from marinbuild.store.attempt_ledger import LEDGER
-    from marinbuild.store.history import RunIndex
     from marinbuild.store.index import index_of
     from marinbuild.store.markers import info_path
 

@@ -15,11 +15,11 @@ resources is still allocated what it asks for. Without ``-j`` it counts as one c
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from marinbuild.capacity import Capacity
 from marinbuild.execution.allocator import Allocation, Allocator, check_fits, shortage
-from marinbuild.execution.capacity import Capacity
 from marinbuild.graph import Node, StepGraph
 from marinbuild.resources import Request, WTime, as_request
 from marinbuild.store.storage import Storage
@@ -27,7 +27,7 @@ from marinbuild.store.storage import Storage
 if TYPE_CHECKING:
     from marinbuild.backends.base import Grant
 
-__all__ = ["ResourceAdmission", "check_plan_fits", "describe_request", "requests_of"]
+__all__ = ["RayAdmission", "ResourceAdmission", "check_plan_fits", "describe_request", "requests_of"]
 
 LEASE_WAIT = "a lease held by another runner"
 """What a step leased elsewhere waits on, as the live view says it."""
@@ -144,3 +144,36 @@ def _estimator(prefix: str):  # type: ignore[no-untyped-def]
     from marinbuild.walltime import WallTimeEstimator
 
     return WallTimeEstimator(Storage.join(prefix, ".marinbuild", "walltime.json"))
+
+
+class RayAdmission:
+    """The scheduler's gate when Ray places steps: it hands out limits, Ray the resources.
+
+    Steps Ray runs get no local allocation: their grant carries the environment a local
+    step would see (thread counts from the core request, ``MARINBUILD_MEMORY``) and the
+    wall-time limit. Steps not placed on Ray (TPU steps kept on SSH) go through the local
+    pools as they would without Ray; ``--walltime`` applies to all.
+    """
+
+    def __init__(self, local: ResourceAdmission, on_ray: Collection[str]) -> None:
+        self.local = local
+        self.on_ray = frozenset(on_ray)
+
+    def refusal(self, node: Node) -> str | None:
+        return self.local.refusal(node)
+
+    def try_acquire(self, node: Node) -> Grant | None:
+        if node.name not in self.on_ray:
+            return self.local.try_acquire(node)
+        from marinbuild.backends.base import Grant  # the run machinery: `plan` only sizes requests
+
+        request = self.local.requests[node.name]
+        wtime = self.local._wtime(node)
+        return Grant(
+            env=tuple(Allocation(request).env().items()),
+            timeout=wtime.T if wtime is not None else None,
+            group=wtime.group if wtime is not None else None,
+        )
+
+    def release(self, grant: Grant, duration: float | None = None) -> None:
+        self.local.release(grant, duration)

@@ -1,6 +1,6 @@
 """Hand out this machine's capacity to steps, all or nothing, and take it back.
 
-An :class:`Allocator` holds what is free as a :class:`~marinbuild.execution.capacity.Capacity`.
+An :class:`Allocator` holds what is free as a :class:`~marinbuild.capacity.Capacity`.
 ``try_allocate`` first works out the whole allocation against the free pool and only
 then takes it, so a request that lacks one dimension takes nothing (there is never
 anything to roll back). Cores go out as concrete ids (lowest first), GPUs as device
@@ -21,8 +21,8 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from marinbuild.capacity import Capacity
 from marinbuild.errors import ResourceError
-from marinbuild.execution.capacity import Capacity
 from marinbuild.resources import Cores, Gpus, Request, ResourceLike, Slices, as_request
 from marinbuild.units import format_bytes
 

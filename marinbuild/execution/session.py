@@ -18,10 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from marinbuild.capacity import Capacity, detect_capacity, parse_named_counts, with_overrides
 from marinbuild.errors import UserError, missing_extra
 from marinbuild.execution.admission import ResourceAdmission, check_plan_fits, requests_of
 from marinbuild.execution.backend_fields import FieldCheck, backend_namer, check_fields
-from marinbuild.execution.capacity import Capacity, detect_capacity, parse_named_counts, with_overrides
 from marinbuild.execution.reporting import NullReporter, Reporter, Summary
 from marinbuild.planner import Plan
 from marinbuild.project import Project, open_project, plan_targets, probe, project_of_steps
@@ -468,7 +468,7 @@ def _backends(
         backend_for = _tpu_backend_for(planned, runner, settings.sync, echo, output)
     if planned.placements is not None:
         from marinbuild.backends.ray.backend import RayBackend, ship_project_code
-        from marinbuild.backends.ray.cluster import RayAdmission
+        from marinbuild.execution.admission import RayAdmission
 
         assert isinstance(admission, ResourceAdmission)
         project = planned.project

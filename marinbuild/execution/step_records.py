@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 from marinbuild.backends.base import HELD_EXTRA, Job, Outcome
 from marinbuild.config_walk import LEAF_TYPES, MAPPING, RECORD, SET, children, describe_leaf, is_namedtuple
+from marinbuild.drift import code_record, drift_digest
 from marinbuild.errors import LeaseLost, MarinbuildError, StorageError
 from marinbuild.execution.accounting import held_by
 from marinbuild.graph import Node
@@ -43,9 +44,8 @@ from marinbuild.pyenv.spec import EnvSpec, environment_of
 from marinbuild.redact import redact_env
 from marinbuild.resolve import render_command, resolve_config
 from marinbuild.resources import ResourceConfig
-from marinbuild.steps import Step
+from marinbuild.steps import Step, find_mirrored
 from marinbuild.store.attempt_ledger import read_attempts
-from marinbuild.store.drift import code_record, drift_digest
 from marinbuild.store.lease import LeaseRecord, LeaseSettings, Owner, Verdict, Watch, judge, observe, read_leases
 from marinbuild.store.markers import (
     FAILED,
@@ -60,7 +60,7 @@ from marinbuild.store.markers import (
     status_path,
     write_status,
 )
-from marinbuild.store.mirror import ensure_mirrored, find_mirrored
+from marinbuild.store.mirror import ensure_mirrored
 from marinbuild.store.step_logs import start_run_log
 from marinbuild.store.storage import Storage, unlink_quietly
 
@@ -157,7 +157,7 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
         "environment": environment.to_json() if environment is not None else None,
         "env_vars": redact_env(env_vars_of(s)),
         "held": held,
-        **code_record(s),  # what plan and why compare to tell drift (store/drift.py)
+        **code_record(s),  # what plan and why compare to tell drift (drift.py)
         "start_time": time.time(),
         **ctx.provenance,
     }

@@ -77,7 +77,7 @@ class StatusRecord:
     """The identity it was written for: the status counts for this identity only."""
     drift: str | None = None
     """A digest of what the run recorded outside its identity (command, function source,
-    plain fields; see :mod:`marinbuild.store.drift`): ``plan`` reads the info JSON only
+    plain fields; see :mod:`marinbuild.drift`): ``plan`` reads the info JSON only
     where the digest it computes now differs."""
     leased_by: str | None = field(default=None, compare=False)
     """Not stored: the live lease of a RUNNING step, as ``project.probe`` found it."""

@@ -11,6 +11,7 @@ counted in GiB, as everywhere in marinbuild.
 Only ``mirrored(versioned(path))`` puts the path into the step's identity (encoded as
 ``{"__mirrored__": path}``); like any plain value, ``mirrored(path)`` does not.
 
+>>> from marinbuild import mirrored
 >>> m = mirrored("gs://other-region/tokenizer/vocab.json", budget_gb=1)
 >>> mirror_target("gs://mine/prefix", m.source)
 'gs://mine/prefix/mirror/other-region_tokenizer_vocab.json-8d85d455'
@@ -25,19 +26,15 @@ import posixpath
 import re
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import xxhash
 
-from marinbuild.config_walk import walk
 from marinbuild.errors import UserError
-from marinbuild.steps import Mirrored, VersionedValue, mirrored
 from marinbuild.store.retry import call_with_retries
 from marinbuild.store.storage import Storage
 
-__all__ = ["DEFAULT_BUDGET_GB", "MirrorError", "Mirrored", "ensure_mirrored", "find_mirrored", "mirror_target",
-           "mirrored"]
+__all__ = ["DEFAULT_BUDGET_GB", "MirrorError", "MirrorRequest", "budget_gb", "ensure_mirrored", "mirror_target"]
 
 DEFAULT_BUDGET_GB = 10.0
 GIB = 1 << 30
@@ -45,6 +42,16 @@ GIB = 1 << 30
 
 class MirrorError(UserError):
     """An input that cannot be mirrored: missing, or over its budget."""
+
+
+class MirrorRequest(Protocol):
+    """What a :class:`~marinbuild.steps.Mirrored` config value asks for: a source and a size budget."""
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def budget_gb(self) -> float | None: ...
 
 
 def mirror_target(prefix: str, source: str) -> str:
@@ -55,24 +62,7 @@ def mirror_target(prefix: str, source: str) -> str:
     return Storage.join(prefix, "mirror", f"{readable}-{digest}")
 
 
-def find_mirrored(config: Any) -> list[Mirrored]:
-    """Every :class:`Mirrored` inside a config, in order, without repeats.
-
-    Another step's config is that step's business: a step reference is not entered
-    (walking it would revisit every ancestor); a versioned value is.
-    """
-    return list(dict.fromkeys(_mirrored_in(config)))
-
-
-def _mirrored_in(config: Any) -> Iterator[Mirrored]:
-    for _, value in walk(config):
-        if isinstance(value, Mirrored):
-            yield value
-        elif isinstance(value, VersionedValue):
-            yield from _mirrored_in(value.value)
-
-
-def budget_gb(m: Mirrored) -> float:
+def budget_gb(m: MirrorRequest) -> float:
     if m.budget_gb is not None:
         return float(m.budget_gb)
     raw = os.environ.get("MARIN_MIRROR_BUDGET_GB")
@@ -88,7 +78,7 @@ _copying: dict[str, threading.Lock] = {}
 _copying_guard = threading.Lock()
 
 
-def ensure_mirrored(m: Mirrored, storage: Storage) -> str:
+def ensure_mirrored(m: MirrorRequest, storage: Storage) -> str:
     """Copy ``m.source`` under ``storage``'s prefix unless a complete copy is there; its path."""
     target = mirror_target(storage.prefix, m.source)
     with _copying_guard:
@@ -97,7 +87,7 @@ def ensure_mirrored(m: Mirrored, storage: Storage) -> str:
         return _mirror(m, storage, target)
 
 
-def _mirror(m: Mirrored, storage: Storage, target: str) -> str:
+def _mirror(m: MirrorRequest, storage: Storage, target: str) -> str:
     marker = target + ".mirrored.json"
     if storage.read_text(marker) is not None:
         return target

@@ -26,17 +26,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from marinbuild.backends.base import Grant
+from marinbuild.capacity import Capacity
 from marinbuild.errors import ResourceError, UserError, missing_extra
-from marinbuild.execution.admission import ResourceAdmission
-from marinbuild.execution.allocator import Allocation
-from marinbuild.execution.capacity import Capacity
-from marinbuild.graph import Node
 from marinbuild.resources import FrozenMap, Request
 from marinbuild.tpu_types import tpu_topology
 from marinbuild.units import format_bytes
@@ -44,7 +40,6 @@ from marinbuild.units import format_bytes
 __all__ = [
     "TOKEN_SHARE",
     "Placement",
-    "RayAdmission",
     "RayNode",
     "connect",
     "live_nodes",
@@ -257,34 +252,3 @@ def _amount(key: str, value: float) -> str:
     if value == 0:
         return "none"
     return f"{value:g}"
-
-
-class RayAdmission:
-    """The scheduler's gate when Ray places steps: it hands out limits, Ray the resources.
-
-    Steps Ray runs get no local allocation: their grant carries the environment a local
-    step would see (thread counts from the core request, ``MARINBUILD_MEMORY``) and the
-    wall-time limit. Steps not placed on Ray (TPU steps kept on SSH) go through the local
-    pools as they would without Ray; ``--walltime`` applies to all.
-    """
-
-    def __init__(self, local: ResourceAdmission, on_ray: Collection[str]) -> None:
-        self.local = local
-        self.on_ray = frozenset(on_ray)
-
-    def refusal(self, node: Node) -> str | None:
-        return self.local.refusal(node)
-
-    def try_acquire(self, node: Node) -> Grant | None:
-        if node.name not in self.on_ray:
-            return self.local.try_acquire(node)
-        request = self.local.requests[node.name]
-        wtime = self.local._wtime(node)
-        return Grant(
-            env=tuple(Allocation(request).env().items()),
-            timeout=wtime.T if wtime is not None else None,
-            group=wtime.group if wtime is not None else None,
-        )
-
-    def release(self, grant: Grant, duration: float | None = None) -> None:
-        self.local.release(grant, duration)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from marinbuild.capacity import Capacity
 from marinbuild.errors import ResourceError
 from marinbuild.execution.admission import ResourceAdmission, check_plan_fits, describe_request, requests_of
-from marinbuild.execution.capacity import Capacity
 from marinbuild.graph import StepGraph, build_graph
 from marinbuild.resources import Cores, Memory, Request, WTime
 from marinbuild.steps import step

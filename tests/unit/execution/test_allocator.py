@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from marinbuild.capacity import Capacity
 from marinbuild.errors import ResourceError
 from marinbuild.execution.allocator import Allocation, Allocator, check_fits, shortage
-from marinbuild.execution.capacity import Capacity
 from marinbuild.resources import Cores, Custom, Gpus, Memory, Request, Slices, Token
 
 CAP = Capacity(cores=(0, 1, 2, 3), memory=8 * 2**30, gpus=(0, 1), gpu_type="NVIDIA H100 80GB",

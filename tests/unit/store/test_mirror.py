@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild.steps import Step, mirrored, versioned
+from marinbuild.steps import Step, find_mirrored, mirrored, versioned
 from marinbuild.store.mirror import (
     DEFAULT_BUDGET_GB,
     MirrorError,
     budget_gb,
     ensure_mirrored,
-    find_mirrored,
     mirror_target,
 )
 from marinbuild.store.storage import Storage

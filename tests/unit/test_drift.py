@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from marinbuild.drift import code_record, drift_digest, drift_notes, plain_fields, root_changes, step_drift
 from marinbuild.graph import build_graph
 from marinbuild.steps import step, versioned
-from marinbuild.store.drift import code_record, drift_digest, drift_notes, plain_fields, root_changes, step_drift
 from marinbuild.store.markers import SUCCESS, StatusRecord, info_path, info_text
 from marinbuild.store.storage import Storage
 

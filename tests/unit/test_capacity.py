@@ -1,4 +1,4 @@
-"""Unit tests of marinbuild.execution.capacity: what the machine offers, read from text and cgroup files."""
+"""Unit tests of marinbuild.capacity: what the machine offers, read from text and cgroup files."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild.errors import ResourceError
-from marinbuild.execution.capacity import (
+from marinbuild.capacity import (
     Capacity,
     cgroup_limits,
     detect_capacity,
@@ -22,6 +21,7 @@ from marinbuild.execution.capacity import (
     trim_cores,
     with_overrides,
 )
+from marinbuild.errors import ResourceError
 
 
 def test_parsers() -> None:
