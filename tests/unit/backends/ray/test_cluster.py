@@ -9,7 +9,7 @@ import pytest
 from marinbuild.backends.ray.cluster import TOKEN_SHARE, RayAdmission, RayNode, place, placement_of, require_ray
 from marinbuild.errors import ResourceError
 from marinbuild.execution.admission import ResourceAdmission, requests_of
-from marinbuild.execution.capacity import Capacity
+from marinbuild.capacity import Capacity
 from marinbuild.graph import build_graph
 from marinbuild.resources import Cores, Custom, Gpus, Memory, Request, Slices, Token, WTime
 from marinbuild.steps import step
