@@ -148,3 +148,25 @@ def test_a_gang_whose_hosts_show_progress_only_through_their_files_is_not_killed
     result = run_job(fleet, tmp_path, [("one", "v4-8", [0])], command, progress_timeout=2.0)
     assert result.status == "SUCCESS", result.error
     assert [a.classification for a in result.attempts] == ["SUCCESS"]
+
+
+def test_the_cluster_files_progress_timeout_catches_a_silent_tpu_step_run_from_the_command_line(
+    project: Path, fleet: FakeFleet
+) -> None:
+    write_marinfile(project, """
+from marinbuild import step, ResourceConfig
+step("wedged", cmd='if [ "$MARINBUILD_ATTEMPT" = 1 ]; then exec sleep 3076; fi; echo fine',
+     resources=ResourceConfig.with_tpu("v4-16"))
+""")
+    cluster = project / "cluster.toml"
+    cluster.write_text('progress_timeout = "1s"\n' + fleet.cluster_toml([("a", "v4-16", [0, 1])]))
+    result = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=QUICK)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "retries wedged: failures 0/0 · preemptions 0/100 · hangs 1/2" in result.stdout
+    out = plan_json(project, "--cluster", str(cluster))["wedged"]["output_path"]
+    record = ledger(out)
+    assert [(a["class"], a["backend"]) for a in record["attempts"]] == [("HANG", "tpu"), ("SUCCESS", "tpu")]
+    assert all(h["torn_down"] for h in record["attempts"][0]["hosts"])
+    status = json.loads(marinbuild("status", "--json", cwd=project).stdout)[0]
+    assert status["retries"]["hang"] == {"used": 1, "max": 2}
+    assert live_processes_matching("sleep 3076") == []
