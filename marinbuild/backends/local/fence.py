@@ -79,11 +79,12 @@ def gated_shell(command: str, cgroup: str) -> str:
     """A shell step's script: read the gate, fork the sentinel, let go of the pipe, run ``command``.
 
     The sentinel is forked twice over (``( … & )``) so that it is not one of the step's
-    jobs: a step ending in a bare ``wait`` must not wait for it.
+    jobs: a step ending in a bare ``wait`` must not wait for it. It lets go of the step's
+    output, which a reader may be waiting to see closed.
     """
     return (
         f"read -r _fence <&{FENCE_FD} || exit {NO_GATE}\n"
-        f"( l=$_fence; cg={shlex.quote(cgroup)}; {{ {_BODY}; }} & )\n"
+        f"( l=$_fence; cg={shlex.quote(cgroup)}; {{ {_BODY}; }} </dev/null >/dev/null 2>&1 & )\n"
         f"exec {FENCE_FD}<&-; unset _fence\n"
         f"{command}"
     )

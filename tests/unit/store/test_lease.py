@@ -278,3 +278,51 @@ def test_lease_flag_problem_names_the_bound(heartbeat: float | None, expiry: flo
 def test_lease_flag_problem_accepts_the_bounds_themselves() -> None:
     assert lease_flag_problem(MIN_HEARTBEAT, MIN_EXPIRY) is None
     assert lease_flag_problem(None, MAX_EXPIRY) is None and lease_flag_problem() is None
+
+
+# -- the step's process, for a taker on this machine --------------------------------------
+
+
+def test_the_steps_process_round_trips_and_is_here_only_in_this_pid_namespace() -> None:
+    from marinbuild.store.lease import StepProcess
+
+    step = StepProcess.of(os.getpid(), os.getpgid(0), "/sys/fs/cgroup/x")
+    assert step.started and step.boot_id and step.pid_ns.startswith("pid:[")
+    record = LeaseRecord(_owner("n1"), acquired=1.0, renewed=2.0, step=step)
+    text = record.to_json()
+    assert json.loads(text)["step"]["pgid"] == os.getpgid(0)
+    assert LeaseRecord.from_json(text) == record
+    assert step.here()
+    # A container on this host: the same boot id, another pid namespace. Its pids mean nothing here.
+    from dataclasses import replace
+
+    assert not replace(step, pid_ns="pid:[1]").here()
+    assert not replace(step, boot_id="another-boot").here()
+    assert not replace(step, host="elsewhere").here()
+    assert "step" not in json.loads(LeaseRecord(_owner("n1"), acquired=1.0, renewed=2.0).to_json())
+
+
+@pytest.mark.parametrize("step", [
+    {"pid": 0, "pgid": 5}, {"pid": 5, "pgid": -1}, {"pid": 5, "pgid": 1}, {"pid": True, "pgid": 5},
+    {"pid": 5, "pgid": 5, "started": ""}, "not an object",
+])
+def test_a_step_record_that_could_name_the_wrong_processes_is_dropped(step: object) -> None:
+    full = {"host": "h", "started": "12", "boot_id": "b", "pid_ns": "pid:[3]"}
+    raw = {"owner": {"pid": 7, "nonce": "n", "host": "h"}, "step": {**full, **step} if isinstance(step, dict) else step}
+    record = LeaseRecord.from_json(json.dumps(raw))
+    assert record is not None and record.step is None
+
+
+def test_a_renewal_records_the_steps_process_from_then_on(tmp_path: Path) -> None:
+    from marinbuild.store.lease import StepProcess
+
+    store = LocalConditionalStore()
+    lease = Lease(store, str(tmp_path / "lease"), _owner("me"))
+    assert lease.try_acquire().acquired
+    step = StepProcess.of(os.getpid(), os.getpgid(0))
+    assert lease.renew(step)
+    assert lease.renew()  # a later beat without news keeps it
+    seen = store.read(str(tmp_path / "lease"))
+    assert seen is not None
+    record = LeaseRecord.from_json(seen.text)
+    assert record is not None and record.step == step and record.beat == 2
