@@ -354,7 +354,7 @@ class _StepRun:
         records = {**outcome.records, self.ledger.path: self.ledger.text()}
         if self.job.progress_timeout is not None or _watches_itself(self.inner, self.job):
             records.update(ended_progress_note(self.job.output_path))  # with the record: no round trip of its own
-        changes: dict[str, Any] = {"records": records}
+        changes: dict[str, Any] = {"records": records, "retries": self.counter.summary()}
         if decision.why and decision.cause not in (Cause.FAILED, Cause.CANCELLED, Cause.TIMEOUT, Cause.SUCCESS):
             changes["error"] = f"{outcome.error or decision.cause.value} ({decision.why})"
         if self.first_start is not None and self.first_start < outcome.started:
@@ -381,9 +381,21 @@ class _StepRun:
             now = time.time()
             outcome = Outcome(ok=False, started=self.first_start or now, ended=now, error=reason, cancelled=True)
             self._step_ended(retried=True)
-            self.on_done(dataclasses.replace(outcome, records={self.ledger.path: self.ledger.text()}))
+            self.on_done(dataclasses.replace(outcome, records={self.ledger.path: self.ledger.text()},
+                                             retries=self.counter.summary()))
             return
-        _launcher.submit(self.launch)
+        _launcher.submit(self._relaunch)
+
+    def _relaunch(self) -> None:
+        try:
+            self.launch()
+        except Exception as e:  # a retry that cannot even start still ends the step, never leaves it waiting
+            now = time.time()
+            self.ledger.head["retries"] = self.counter.summary()
+            self._step_ended(retried=True)
+            self.on_done(Outcome(ok=False, started=self.first_start or now, ended=now,
+                                 error=f"retry could not start: {type(e).__name__}: {e}",
+                                 records={self.ledger.path: self.ledger.text()}))
 
     def cancel(self, reason: str) -> None:
         with self._lock:

@@ -372,7 +372,10 @@ class _RayRun:
             self.on_done(self._cancelled(reason, timed_out, ended))
             return
         kind = RecordedOutcome if result.recorded else Outcome
-        self.on_done(kind(result.ok, result.started, result.ended, result.error, result.returncode, host=result.host))
+        # Workers Ray lost and ran the task again for, within this attempt: the ledger says how many.
+        lost = {"ray_lost_workers": result.attempt - 1} if result.attempt > 1 else {}
+        self.on_done(kind(result.ok, result.started, result.ended, result.error, result.returncode, host=result.host,
+                          details=lost))
 
     def _cancelled(self, reason: str, timed_out: bool, ended: float) -> Outcome:
         return Outcome(

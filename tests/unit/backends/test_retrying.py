@@ -175,3 +175,22 @@ def test_with_retries_wraps_every_backend_once() -> None:
     assert isinstance(runner, Retrying) and runner.inner is a
     assert backend_for("x") is runner
     assert backend_for("tpu") is backend_for("tpu") and backend_for("tpu").inner is b  # type: ignore[attr-defined]
+
+
+class _BreaksOnRetry(_Scripted):
+    def start(self, job: Job, on_done):  # type: ignore[no-untyped-def]
+        if self.jobs:
+            raise OSError(24, "Too many open files")
+        return super().start(job, on_done)
+
+
+def test_a_retry_that_cannot_start_ends_the_step_instead_of_leaving_it_waiting(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MARINBUILD_RETRY_BASE_DELAY", "0.001")
+    inner = _BreaksOnRetry([Cause.FAILED])
+    done: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+    Retrying(inner, lambda name: 3).start(_job(tmp_path), done.put)
+    outcome = done.get(timeout=10)
+    assert not outcome.ok and outcome.error == "retry could not start: OSError: [Errno 24] Too many open files"
+    assert inner.ended == ["s"]
+    ledger = json.loads(outcome.records[str(tmp_path / "out" / "attempts.json")])
+    assert [a["class"] for a in ledger["attempts"]] == ["FAILED"] and ledger["retries"]["failure"]["used"] == 1
