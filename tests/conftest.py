@@ -1,10 +1,46 @@
-"""Fixtures shared by every test module."""
+"""Fixtures shared by every test module, and how the suite is spread over parallel workers.
+
+``python -m pytest`` runs the suite on several processes (pytest-xdist, ``-n auto`` in
+pyproject.toml): most tests wait on subprocesses, sockets and lease timeouts rather than
+on the CPU, so more workers than cores pay off. Naming test files or node ids runs them in
+this one process, as before. Tests that share something machine-wide run on one worker,
+one after another (see :func:`_group_of`), and the longest tests start first so that they
+do not end the run alone.
+"""
 
 from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
 pytest_plugins = ["tests.fixtures_ssh"]
+
+WORKERS = 4
+"""Parallel workers for a whole-suite run; measured on the 2-core CI machine (see README)."""
+
+_SSH_FIXTURES = frozenset({"fleet", "ssh_fleet"})
+_RAY_FIXTURES = frozenset({"ray_cluster", "ray_token_cluster"})
+_RAY_MODULES = frozenset({"test_ray.py", "test_never_twice_ray.py"})
+
+LONGEST_FIRST = (
+    "tests/test_torture.py::",
+    "tests/test_gcs_runners_under_fire.py::",
+    "tests/test_gcs_torture.py::",
+    "tests/test_run.py::test_sigkill_of_the_tool_mid_step",
+    "tests/test_gcs_scale.py::",
+    "tests/test_tpu_provisioning.py::",
+    "tests/test_gcs.py::test_six_runners",
+    "tests/test_storage_layer.py::test_lease_io_ends_at_its_deadline",
+    "tests/test_never_twice.py::",
+    "tests/test_concurrency.py::",
+    "tests/test_markers.py::",
+)
+"""Node-id prefixes of the tests that take longest, started before the rest (in this order)."""
 
 
 @pytest.fixture
@@ -15,3 +51,73 @@ def project(tmp_path, monkeypatch):
     monkeypatch.chdir(folder)
     monkeypatch.delenv("MARIN_PREFIX", raising=False)
     return folder
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: :data:`WORKERS` for the suite or a folder, none when only files or node ids are named."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist reads it
+    named = [a for a in config.args if not Path(a.split("::")[0]).is_dir()]
+    if config.args and len(named) == len(config.args):
+        return 0
+    return WORKERS
+
+
+def _group_of(item: pytest.Item) -> str | None:
+    """The worker group of a test that must not run beside others of its kind.
+
+    * ``ssh``: the fake TPU hosts. Every worker's fleet uses the same loopback addresses and
+      host numbers (``FAKE_HOST_ID``), tests kill "host N's" processes by that number, and TPU
+      hygiene commands touch machine-wide files such as ``/tmp/libtpu_lockfile``.
+    * ``ray``: Ray clusters; one worker starts them once for every Ray test, and a driver
+      started without an address may find another worker's cluster.
+    """
+    names = set(getattr(item, "fixturenames", ()))
+    if names & _SSH_FIXTURES or _starts_a_fleet(item.path):
+        return "ssh"
+    if names & _RAY_FIXTURES or item.path.name in _RAY_MODULES:
+        return "ray"
+    return None
+
+
+@functools.cache
+def _starts_a_fleet(path: Path) -> bool:
+    """Whether a test module starts fake hosts of its own (``start_fleet``), beside the session's."""
+    try:
+        return "start_fleet(" in path.read_text(errors="replace")
+    except OSError:
+        return False
+
+
+def _rank(item: pytest.Item) -> int:
+    for rank, prefix in enumerate(LONGEST_FIRST):
+        if item.nodeid.startswith(prefix):
+            return rank
+    return len(LONGEST_FIRST)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = _group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=_rank)  # stable: the rest keep their order
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Each worker (and every process its tests start) gets its own temporary folder:
+    # staging files named after a step's name and identity must not meet another
+    # worker's run of a step with the same name. Short, for Unix socket paths under it.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        folder = tempfile.mkdtemp(prefix=f"mb-{worker}-", dir="/tmp")
+        config._marinbuild_tmpdir = folder  # type: ignore[attr-defined]
+        os.environ["TMPDIR"] = folder
+        tempfile.tempdir = None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = getattr(config, "_marinbuild_tmpdir", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
