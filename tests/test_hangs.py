@@ -170,3 +170,17 @@ step("wedged", cmd='if [ "$MARINBUILD_ATTEMPT" = 1 ]; then exec sleep 3076; fi; 
     status = json.loads(marinbuild("status", "--json", cwd=project).stdout)[0]
     assert status["retries"]["hang"] == {"used": 1, "max": 2}
     assert live_processes_matching("sleep 3076") == []
+
+
+def test_the_library_summary_carries_each_steps_retries(tmp_path: Path, monkeypatch) -> None:
+    import marinbuild
+
+    monkeypatch.setenv("MARINBUILD_RETRY_BASE_DELAY", "0.01")
+    stuck = marinbuild.step("stuck", cmd="exec sleep 3077", progress_timeout=0.5, max_retries_hang=1)
+    fine = marinbuild.step("fine", cmd="true")
+    summary = marinbuild.run(steps=[stuck, fine], prefix=str(tmp_path / "out"), quiet=True, keep_going=True)
+    assert summary.steps["stuck"].outcome.value == "failed"
+    assert summary.steps["stuck"].retries is not None and summary.steps["stuck"].retries["hang"] == {"used": 1, "max": 1}
+    assert "hang budget spent (1/1)" in (summary.steps["stuck"].error or "")
+    assert summary.steps["fine"].retries is None  # nothing retried, nothing failed
+    assert live_processes_matching("sleep 3077") == []

@@ -131,6 +131,9 @@ class StepResult:
     error: str | None = None
     log: str | None = None
     duration: float | None = None
+    retries: Mapping[str, Any] | None = None
+    """For a step that retried or failed: what it used of each retry budget,
+    ``{"failure": {"used": 1, "max": 3}, "preemption": ..., "hang": ...}``."""
 
 
 @dataclass(frozen=True)
@@ -426,7 +429,7 @@ def execute(
         outcome, error, log, duration = recorder.results.get(n, (StepOutcome.NOT_STARTED, None, None, None))
         if n in elsewhere:
             outcome = StepOutcome.FINISHED_ELSEWHERE
-        results[n] = StepResult(n, outcome, plan.node(n).output_path, error, log, duration)
+        results[n] = StepResult(n, outcome, plan.node(n).output_path, error, log, duration, tally.get(n))
     return RunSummary({n: results[n] for n in plan.order}, interrupted=summary.interrupted)
 
 
