@@ -145,6 +145,9 @@ def test_capacity_failures_are_outlasted_and_counted_apart(project: Path, emulat
     shown = json.loads(marinbuild("status", "--json", cwd=project).stdout)
     retries = next(r for r in shown if r["name"] == "train")["retries"]
     assert retries["provisioning"]["used"] == 2 and retries["preemption"]["used"] == 0
+    # Hours held count the slices from creation to deletion, failed ones too, apart from run time.
+    row = next(r for r in json.loads(marinbuild("show", "--json", cwd=project).stdout) if r["step"] == "train")
+    assert row["provisioned_chip_hours"] > row["accelerator_hours"] > 0
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

@@ -90,6 +90,8 @@ def table_of(records: Sequence[StepRecord], all_fields: bool = False) -> tuple[l
     metric_names = {k: (f"metrics.{k}" if k in taken else k) for k in metric_keys}
     # Retries by cause get a column once any step used one; the JSON rows always carry them.
     fixed = [*_FIXED[:3], "retries", *_FIXED[3:]] if any(_retried(r.retries) for r in records) else list(_FIXED)
+    if any(r.provisioned.hours for r in records):  # TPU slices created on demand: held apart from run
+        fixed.insert(fixed.index("accelerator_hours") + 1, "provisioned_chip_hours")
     columns = [("step", "step"), *((f, "config") for f in fields), *((c, "run") for c in fixed),
                *((metric_names[k], "metric") for k in metric_keys)]
     rows: list[dict[str, Any]] = []
@@ -105,6 +107,8 @@ def table_of(records: Sequence[StepRecord], all_fields: bool = False) -> tuple[l
             accelerator_hours=round(usage.accelerator_hours, 6),
             core_hours=round(usage.core_hours, 6),
         )
+        if "provisioned_chip_hours" in fixed:
+            row["provisioned_chip_hours"] = round(r.provisioned.chip_hours, 6)
         row.update((metric_names[k], r.metrics.get(k)) for k in metric_keys)
         rows.append(row)
     return columns, rows

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from marinbuild.errors import ResourceError
 from marinbuild.resources import as_request
 from marinbuild.tpu_types import tpu_topology
 
@@ -36,6 +37,7 @@ __all__ = [
     "estimates_for",
     "held_by",
     "parse_time",
+    "provisioned_usage",
     "run_attempts",
 ]
 
@@ -113,6 +115,31 @@ def attempt_usage(entry: Mapping[str, Any], fallback: Mapping[str, Any] | None =
         hours * _number(held.get("gpus")),
         hours * _number(held.get("tpu_chips")),
     )
+
+
+def provisioned_usage(entry: Mapping[str, Any]) -> Usage:
+    """The hours the TPU slices created for one attempt were held: created to deleted, whether
+    the step ran on them or waited (``provisioned`` in the ledger entry; none for static slices).
+
+    >>> attempt = {"provisioned": [{"tpu_type": "v4-32", "slices": 2, "created_at": 100, "deleted_at": 1900}]}
+    >>> provisioned_usage(attempt).chip_hours   # 2 slices x 16 chips x half an hour
+    16.0
+    """
+    total = Usage()
+    held = entry.get("provisioned")
+    for p in held if isinstance(held, list) else ():
+        if not isinstance(p, Mapping):
+            continue
+        created, deleted = _number(p.get("created_at")), _number(p.get("deleted_at"))
+        if not created or deleted < created:
+            continue
+        hours = (deleted - created) / 3600
+        try:
+            chips = tpu_topology(str(p.get("tpu_type"))).chips * max(1, int(_number(p.get("slices"))))
+        except ResourceError:
+            chips = 0
+        total = total + Usage(hours, 0.0, 0.0, hours * chips)
+    return total
 
 
 def _number(value: Any) -> float:

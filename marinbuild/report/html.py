@@ -139,6 +139,7 @@ def _seconds(s: float | None) -> str:
 
 def _totals(records: Sequence[StepRecord]) -> str:
     usage = sum((r.usage for r in records), Usage())
+    provisioned = sum((r.provisioned for r in records), Usage())
     by_status: dict[str, int] = {}
     for r in records:
         by_status[r.status] = by_status.get(r.status, 0) + 1
@@ -151,6 +152,7 @@ def _totals(records: Sequence[StepRecord]) -> str:
         ("time held", _seconds(usage.hours * 3600)),
         ("accelerator-hours", _hours(usage.accelerator_hours)),
         ("TPU chip-hours", _hours(usage.chip_hours)),
+        *((("TPU chip-hours provisioned", _hours(provisioned.chip_hours)),) if provisioned.hours else ()),
         ("GPU-hours", _hours(usage.gpu_hours)),
         ("core-hours", _hours(usage.core_hours)),
     ]

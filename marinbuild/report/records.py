@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from marinbuild.execution.accounting import Usage, attempt_usage, parse_time
+from marinbuild.execution.accounting import Usage, attempt_usage, parse_time, provisioned_usage
 from marinbuild.store.attempt_ledger import LEDGER
 from marinbuild.store.markers import UNREADABLE, info_path
 from marinbuild.store.storage import Storage
@@ -42,6 +42,8 @@ class AttemptRecord:
     runner: str
     usage: Usage
     message: str = ""
+    provisioned: Usage = field(default_factory=Usage)
+    """Hours the TPU slices created for the attempt were held, created to deleted (waiting included)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,12 @@ class StepRecord:
     def usage(self) -> Usage:
         """Everything this identity's attempts held, summed."""
         return sum((a.usage for a in self.attempts), Usage())
+
+    @property
+    def provisioned(self) -> Usage:
+        """What the TPU slices created for its attempts held, created to deleted, summed (apart from
+        :attr:`usage`, the time the step ran on them)."""
+        return sum((a.provisioned for a in self.attempts), Usage())
 
 
 def flatten(value: Any, path: str = "", out: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -150,6 +158,7 @@ def _attempt(step: str, entry: Mapping[str, Any], held: Mapping[str, Any] | None
         runner=str(entry.get("runner") or entry.get("host") or "?"),
         usage=attempt_usage(entry, held),
         message=str(entry.get("message") or ""),
+        provisioned=provisioned_usage(entry),
     )
 
 
