@@ -276,3 +276,19 @@ def test_waiting_for_capacity_and_provisioning_are_shown(project: Path, emulator
     out = Path(plan_json(project, "--cluster", str(cluster))["train"]["output_path"])
     log = (out / "logs" / "step.log").read_text()  # the step's own log, beside its hosts'
     assert re.search(r"marinbuild: queued resource \S+ \(1 x v4-8\): waiting for capacity \(\d+ s\)", log), log
+
+
+def test_a_silent_provisioned_step_is_killed_as_a_hang_and_retried_on_a_new_slice(project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
+    write_marinfile(project, f"""
+from marinbuild import step, ResourceConfig
+step("train", cmd={RECORD + "; test $MARINBUILD_ATTEMPT -ge 2 || sleep 60"!r}, progress_timeout=2,
+     resources=ResourceConfig.with_tpu("v4-8", slice_count=2))
+""")
+    cluster = project / "cluster.toml"
+    cluster.write_text(cluster_toml(emulator, hosts))
+    result = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
+    assert result.returncode == 0, result.stdout + result.stderr
+    _, attempts = attempts_of(project, cluster)
+    assert [a["class"] for a in attempts] == ["HANG", "SUCCESS"]
+    qrs = [a["provisioned"][0]["queued_resource"] for a in attempts]
+    assert qrs[0] != qrs[1] and set(qrs) <= set(emulator.deleted) and emulator.queued_resource_names() == []
