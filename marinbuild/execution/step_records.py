@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from marinbuild.backends.base import HELD_EXTRA, Job, Outcome
+from marinbuild.backends.final_records import RecordedOutcome, record
 from marinbuild.config_walk import LEAF_TYPES, MAPPING, RECORD, SET, children, describe_leaf, is_namedtuple
-from marinbuild.drift import code_record, drift_digest
+from marinbuild.drift import code_record
 from marinbuild.errors import LeaseLost, MarinbuildError, StorageError
 from marinbuild.execution.accounting import held_by
 from marinbuild.graph import Node
@@ -53,8 +54,6 @@ from marinbuild.store.markers import (
     RUNNING,
     SUCCESS,
     StatusRecord,
-    info_path,
-    info_text,
     log_path,
     read_statuses,
     status_path,
@@ -66,13 +65,11 @@ from marinbuild.store.storage import Storage, unlink_quietly
 
 __all__ = [
     "DependencyBusy",
-    "RecordedOutcome",
     "RunContext",
     "check_dependencies",
     "clear_output",
     "commit",
     "prepare",
-    "record",
     "record_failure",
 ]
 
@@ -283,11 +280,6 @@ def _describe(record: StatusRecord | None, path: str) -> str:
     return f"{record.status} at {path}"
 
 
-@dataclass(frozen=True)
-class RecordedOutcome(Outcome):
-    """An outcome whose markers were already written where the step ran (a Ray task)."""
-
-
 def commit(
     ctx: RunContext, job: Job, info: dict[str, Any], outcome: Outcome, still_owner: Callable[[], bool] | None = None
 ) -> Outcome:
@@ -405,30 +397,6 @@ def clear_output(storage: Storage, out: str) -> None:
 
 _LOG_WITH_INFO = 16 << 20
 """A log up to this size is uploaded together with the info JSON (one overlapped batch)."""
-
-
-def record(
-    storage: Storage,
-    output: str,
-    info: dict[str, Any],
-    outcome: Outcome,
-    owner: str | None = None,
-    beside: Mapping[str, str | bytes] | None = None,
-) -> None:
-    """Write the final info (and ``beside``: files that must precede the status), then the status.
-
-    The part of :func:`commit` a remote executor repeats. The info JSON and ``beside`` go
-    out together: on a remote store one round trip, not one per file.
-    """
-    error = None if outcome.ok else outcome.error
-    info = {**info, "end_time": outcome.ended, "duration": outcome.duration}
-    if error is not None:
-        info["error"] = error
-    storage.write_many({info_path(output): info_text(info), **(beside or {})})
-    status = SUCCESS if outcome.ok else FAILED
-    write_status(storage, output, status, error=error, duration=outcome.duration, owner=owner,
-                 name=info.get("name"), identity=info.get("identity"),
-                 drift=drift_digest(info) if outcome.ok else None)
 
 
 def to_jsonable(value: Any) -> Any:

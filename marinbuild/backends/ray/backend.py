@@ -59,10 +59,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from marinbuild.backends.base import Backend, Job, Outcome
+from marinbuild.backends.final_records import RecordedOutcome, record
 from marinbuild.backends.local.backend import _describe_exit
 from marinbuild.backends.local.containment import TOKEN_VAR, kill_token
 from marinbuild.backends.ray.cluster import Placement, require_ray
-from marinbuild.execution.step_records import RecordedOutcome, record
 from marinbuild.graph import Node, StepGraph
 from marinbuild.pyenv.launch import runtime_env_of, spec_of
 from marinbuild.store.lease import DEFAULT_EXPIRY, LeaseRecord, Owner, lease_path

@@ -1,0 +1,48 @@
+"""What a step leaves behind when it ends: its final info JSON, then its status.
+
+The scheduler records every step this way (``execution/step_records.commit``); a backend
+whose steps run on another machine (a Ray task) writes the same records where the step
+ran, and reports a :class:`RecordedOutcome` so that the runner does not write them again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from marinbuild.backends.base import Outcome
+from marinbuild.drift import drift_digest
+from marinbuild.store.markers import FAILED, SUCCESS, info_path, info_text, write_status
+from marinbuild.store.storage import Storage
+
+__all__ = ["RecordedOutcome", "record"]
+
+
+@dataclass(frozen=True)
+class RecordedOutcome(Outcome):
+    """An outcome whose markers were already written where the step ran (a Ray task)."""
+
+
+def record(
+    storage: Storage,
+    output: str,
+    info: dict[str, Any],
+    outcome: Outcome,
+    owner: str | None = None,
+    beside: Mapping[str, str | bytes] | None = None,
+) -> None:
+    """Write the final info (and ``beside``: files that must precede the status), then the status.
+
+    The part of ``execution.step_records.commit`` a remote executor repeats. The info JSON and ``beside`` go
+    out together: on a remote store one round trip, not one per file.
+    """
+    error = None if outcome.ok else outcome.error
+    info = {**info, "end_time": outcome.ended, "duration": outcome.duration}
+    if error is not None:
+        info["error"] = error
+    storage.write_many({info_path(output): info_text(info), **(beside or {})})
+    status = SUCCESS if outcome.ok else FAILED
+    write_status(storage, output, status, error=error, duration=outcome.duration, owner=owner,
+                 name=info.get("name"), identity=info.get("identity"),
+                 drift=drift_digest(info) if outcome.ok else None)
