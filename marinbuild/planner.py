@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING
 from marinbuild.errors import TargetError
 from marinbuild.graph import Node, StepGraph
 from marinbuild.staleness import Action, Decision, decide
-from marinbuild.store.markers import StatusRecord
+from marinbuild.store.markers import FAILED, RUNNING, StatusRecord
 
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["Plan", "closure", "descendants", "make_plan", "select"]
+__all__ = ["RESUMES", "Plan", "closure", "descendants", "make_plan", "select"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,12 @@ class Plan:
         return out
 
 
+RESUMES = "resumes from partial output; --fresh-output to start over"
+"""Said of a failed or interrupted step that will continue in its output folder."""
+
+_PARTIAL = frozenset({FAILED, RUNNING})
+
+
 def select(graph: StepGraph, patterns: Sequence[str]) -> tuple[str, ...]:
     """Step names matching ``patterns`` (names or globs); none means every declared step."""
     if not patterns:
@@ -140,13 +146,21 @@ def make_plan(
     statuses: Mapping[str, StatusRecord],
     force: Sequence[str] = (),
     force_all: bool = False,
+    rerun_inputs: Mapping[str, str] | None = None,
+    fresh_output: bool = False,
 ) -> Plan:
     """Decide every step the targets need; ``statuses`` maps output paths to stored status.
+
+    ``rerun_inputs`` maps a finished step whose dependency was rerun since it ran to the
+    reason (:func:`marinbuild.input_times.rerun_inputs`): it runs again. A failed or
+    interrupted step continues from its partial output, and its reason says so, unless
+    ``fresh_output`` (``run --fresh-output``) or the step's own ``fresh_output=True``.
 
     The walk from the targets up is the plan's own: it stops at a step that is up to date,
     which no networkx traversal does.
     """
     forced = _forced_reasons(graph, targets, force, force_all)
+    rerun = rerun_inputs or {}
     nodes = graph.nodes
     skip = Action.SKIP
     decisions: dict[str, Decision] = {}
@@ -156,7 +170,12 @@ def make_plan(
         if name in decisions:
             continue
         node = nodes[name]
-        decision = decide(statuses.get(node.output_path), forced.get(name))
+        record = statuses.get(node.output_path)
+        decision = decide(record, forced.get(name), rerun.get(name))
+        if record is not None and record.status in _PARTIAL and decision.action is Action.RUN and not (
+            decision.forced or record.mismatch or node.step.fresh_output or fresh_output
+        ):
+            decision = Decision(decision.action, f"{decision.reason}; {RESUMES}")
         decisions[name] = decision
         if decision.action is not skip:
             stack.extend(node.deps)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from marinbuild.graph import StepGraph, build_graph
 from marinbuild.history import explain_new_steps
+from marinbuild.input_times import rerun_inputs
 from marinbuild.marinfile import Marinfile, load_marinfile
 from marinbuild.planner import Plan, closure, make_plan, select
 from marinbuild.staleness import Decision
@@ -171,19 +172,40 @@ def probe(
 _NONE = StatusRecord("NONE", 0.0)
 
 
+def _rerun_inputs(project: Project, names: set[str], statuses: dict[str, StatusRecord]) -> dict[str, str]:
+    """Finished steps whose dependency was rerun since they ran (see :mod:`marinbuild.input_times`).
+
+    Where the summary's digest differs, the markers say which dependency: read in one batch,
+    and kept in ``statuses``.
+    """
+    rerun, unsure = rerun_inputs(project.graph, names, statuses)
+    if not unsure:
+        return rerun
+    nodes = project.graph.nodes
+    identities = {nodes[n].output_path: nodes[n].identity for n in names}
+    statuses.update(read_statuses(project.storage, unsure, {o: identities[o] for o in unsure if o in identities}))
+    return rerun_inputs(project.graph, names, statuses)[0]
+
+
 def plan_targets(
     project: Project,
     targets: Sequence[str],
     force: Sequence[str] = (),
     force_all: bool = False,
     explain: bool = True,
+    fresh_output: bool = False,
 ) -> Plan:
-    """Select targets, read their statuses and decide; reasons name changed fields."""
+    """Select targets, read their statuses and decide; reasons name changed fields.
+
+    ``fresh_output``: failed steps will start over (``run --fresh-output``), not resume.
+    """
     graph = project.graph
     chosen = select(graph, targets)
     listed: dict[str, set[str]] = {}
-    statuses = probe(project, closure(graph, chosen), listed=listed)
-    plan = make_plan(graph, chosen, statuses, force, force_all)
+    needed = closure(graph, chosen)
+    statuses = probe(project, needed, listed=listed)
+    rerun = _rerun_inputs(project, needed, statuses)
+    plan = make_plan(graph, chosen, statuses, force, force_all, rerun, fresh_output)
     if not explain:
         return plan
     fresh = [n for n in plan.order if plan.decisions[n].reason == "new"]

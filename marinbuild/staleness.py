@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, UNREADABLE, StatusRecord
@@ -32,34 +32,38 @@ class Decision:
 
     action: Action
     reason: str
+    forced: bool = field(default=False, compare=False)
+    """Whether the step runs because it (or a step upstream) was forced: it starts over."""
 
 
 _NEW = Decision(Action.RUN, "new")
 _UP_TO_DATE = Decision(Action.SKIP, "up to date")
 
 
-def decide(record: StatusRecord | None, forced: str | None) -> Decision:
+def decide(record: StatusRecord | None, forced: str | None, rerun_inputs: str | None = None) -> Decision:
     """Decide from a step's stored status and whether (and by what) it is forced.
 
     ``forced`` is None, ``"forced"``, or a reason such as ``"upstream X forced"``. A step
     another runner holds a live lease on waits for it, forced or not. A status written for
     another identity (``mismatch``) or one that cannot be read counts as no status: the
-    step runs, and the reason says whose marker, or which file, was found.
+    step runs, and the reason says whose marker, or which file, was found. ``rerun_inputs``
+    says which dependency's output was rewritten since this step's ``SUCCESS`` read it
+    (see :mod:`marinbuild.input_times`): the step runs again, like make's newer prerequisite.
     """
     if record is not None and record.status == RUNNING and record.leased_by:
         return Decision(Action.WAIT, f"waiting: leased by {record.leased_by}")
-    if record is not None and record.mismatch:
-        return Decision(Action.RUN, forced or f"its output path holds the {record.mismatch}, not this identity")
-    if record is not None and record.status == UNREADABLE:
-        return Decision(Action.RUN, forced or f"unreadable status marker {record.error}")
-    if record is not None and record.status == SUCCESS:
-        if forced:
-            return Decision(Action.RUN, forced)
-        return _UP_TO_DATE
     if forced:
-        return Decision(Action.RUN, forced)
+        return Decision(Action.RUN, forced, forced=True)
     if record is None:
         return _NEW
+    if record.mismatch:
+        return Decision(Action.RUN, f"its output path holds the {record.mismatch}, not this identity")
+    if record.status == SUCCESS:
+        if rerun_inputs is not None:
+            return Decision(Action.RUN, rerun_inputs)
+        return _UP_TO_DATE
+    if record.status == UNREADABLE:
+        return Decision(Action.RUN, f"unreadable status marker {record.error}")
     if record.status == FAILED:
         error = f": {record.error}" if record.error else ""
         return Decision(Action.RUN, f"failed before{error}")

@@ -94,6 +94,8 @@ class Step:
     description: str | None = None
     override_output_path: str | None = None
     fresh_output: bool = False
+    resume_output: bool = False
+    """Whether a rerun over a finished output continues in place (a checkpointing step) instead of starting over."""
     env: tuple[tuple[str, str], ...] = field(default=())
     max_retries_preemption: int | None = None
     max_retries_failure: int | None = None
@@ -208,6 +210,7 @@ def step(
     description: str | None = None,
     override_output_path: str | None = None,
     fresh_output: bool = False,
+    resume_output: bool = False,
     env: dict[str, str] | None = None,
     max_retries_preemption: int | None = None,
     max_retries_failure: int | None = None,
@@ -225,6 +228,10 @@ def step(
     :mod:`marinbuild.pyenv`). ``hash_code=True`` puts the command template (or the
     function's own source text) into the step's identity, so that editing it reruns the
     step; without it such an edit is only reported by ``plan`` and ``why``.
+    A step rerun over its finished output (forced, or a dependency rerun) starts from an
+    empty folder, the earlier contents set aside; ``resume_output=True`` continues in place
+    instead (a step that resumes from its own checkpoints). ``fresh_output=True`` clears a
+    failed run's partial output before the next run instead of resuming from it.
 
     ``progress_timeout`` (seconds, or ``"15m"``, ``"1:30:00"``) kills an attempt whose log and
     progress file (``$MARINBUILD_PROGRESS``, which the program touches or appends to) have
@@ -254,6 +261,8 @@ def step(
                         ("max_retries_hang", max_retries_hang)):
         if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
             raise StepDefinitionError(f"step {name!r}: {what} must be a whole number ≥ 0, got {count!r}")
+    if fresh_output and resume_output:
+        raise StepDefinitionError(f"step {name!r}: fresh_output=True and resume_output=True exclude each other")
     # The frozen dataclass __init__ sets its 11 fields one object.__setattr__ call at a
     # time; filling the instance dict at once is 3x cheaper, and a Marinfile calls step()
     # once per step on every command. Step(...) itself still works the usual way.
@@ -267,6 +276,7 @@ def step(
         description=description,
         override_output_path=override_output_path,
         fresh_output=fresh_output,
+        resume_output=bool(resume_output),
         env=env_pairs,
         max_retries_preemption=max_retries_preemption,
         max_retries_failure=max_retries_failure,

@@ -62,7 +62,7 @@ def test_run_plan_refuses_a_step_the_plan_did_not_list(project):
         shutil.rmtree(index)  # the status summary would still say SUCCESS
     refused = marinbuild("run", "--plan", "plan.json", cwd=project)
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert "marinbuild: differs from the plan: data: would run (failed before: damaged), but the plan listed it as up to date" in refused.stderr
+    assert "marinbuild: differs from the plan: data: would run (failed before: damaged; resumes from partial output; --fresh-output to start over), but the plan listed it as up to date" in refused.stderr
     assert status_of(plan_json(project)["train"]["output_path"]) is None
 
 

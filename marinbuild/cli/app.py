@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import gc
 import sys
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
 
 from marinbuild.cli import clean, env, logs, plan, report, run, show, status, tpu, why
+from marinbuild.cli.exits import pipe_closed
 from marinbuild.cli.printing import err
 
 __all__ = ["COMMANDS", "app", "main"]
@@ -86,6 +88,38 @@ def _bare_jobs(args: list[str]) -> list[str]:
     return out
 
 
+_RUN_FAILED = ("--force_run_failed", "--force-run-failed")
+"""Marin's executor flag: failed steps always rerun here, so it is accepted and changes nothing."""
+_SPELLED = {"--dry_run": "--dry-run"}
+"""Marin's spellings of flags marinbuild takes under another name."""
+
+
+def marin_habits(args: list[str], note: Callable[[str], None]) -> list[str]:
+    """Marin's flag spellings: ``--dry_run`` is ``--dry-run``; ``--force_run_failed`` (with or
+    without a true/false value) is dropped with a ``note``, since failed steps always rerun.
+
+    >>> marin_habits(["run", "--dry_run", "--force_run_failed", "True", "x"], print)
+    marinbuild: note: --force_run_failed is not needed: failed steps always rerun (and --force STEP reruns a finished one)
+    ['run', '--dry-run', 'x']
+    """
+    out: list[str] = []
+    skip_value = False
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
+        if skip_value:
+            skip_value = False
+            if arg.lower() in ("true", "false", "1", "0"):
+                continue
+        flag, _, _ = arg.partition("=")
+        if flag in _RUN_FAILED:
+            note(f"marinbuild: note: {flag} is not needed: failed steps always rerun (and --force STEP reruns a finished one)")
+            skip_value = "=" not in arg
+            continue
+        out.append(_SPELLED[flag] + arg[len(flag):] if flag in _SPELLED else arg)
+    return out
+
+
 def command_line(argv: list[str] | None = None) -> None:
     """Entry point of the ``marinbuild`` console script (``argv``: instead of ``sys.argv[1:]``).
 
@@ -98,6 +132,7 @@ def command_line(argv: list[str] | None = None) -> None:
     gc.set_threshold(100_000, 50, 50)
     try:
         args = _bare_jobs(list(sys.argv[1:] if argv is None else argv))
+        args = marin_habits(args, lambda line: err.print(line, markup=False))
         code = app(args=args, prog_name="marinbuild", standalone_mode=False)
     except _UsageError as error:
         e: Any = error  # click's UsageError: ctx, exit_code, format_message()
@@ -109,6 +144,8 @@ def command_line(argv: list[str] | None = None) -> None:
     except (KeyboardInterrupt, typer.Abort):
         err.print("marinbuild: interrupted", markup=False)
         sys.exit(130)
+    except BrokenPipeError:  # outside a command's own handling (the help, a usage error)
+        sys.exit(pipe_closed())
     sys.exit(code if isinstance(code, int) else 0)
 
 

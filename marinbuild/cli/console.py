@@ -21,9 +21,10 @@ from marinbuild.planner import Plan
 __all__ = ["LineReporter", "LiveReporter", "plan_table", "print_summary", "waiting_line"]
 
 
-def plan_table(plan: Plan, resources: Mapping[str, object] | None = None, max_rows: int = MAX_ROWS) -> Group:
-    """The plan as a table (or counts plus the first rows for big plans)."""
-    view = plan_view(plan, resources, max_rows)
+def plan_table(plan: Plan, resources: Mapping[str, object] | None = None, max_rows: int = MAX_ROWS,
+               wide: bool = True) -> Group:
+    """The plan as a table (or counts plus the first rows for big plans); see :func:`plan_view` for ``wide``."""
+    view = plan_view(plan, resources, max_rows, wide)
     parts: list[Any] = []
     if view.counts is not None:
         summary = Table(title=f"{len(plan.order)} steps", show_edge=False)
@@ -36,7 +37,8 @@ def plan_table(plan: Plan, resources: Mapping[str, object] | None = None, max_ro
         parts.append(Text(f"first {len(view.rows)} steps:"))
     table = Table(show_edge=False)
     for col in COLUMNS:
-        table.add_column(col, overflow="fold")
+        # Fitted to the terminal, a path relative to the prefix stays on one line, to copy.
+        table.add_column(col, overflow="fold", no_wrap=col == "output" and not wide)
     for name, action, reason, res, output in view.rows:
         style = {"run": "yellow", "skip": "green", "wait": "cyan"}[action]
         table.add_row(name, Text(action, style=style), reason, res, output)

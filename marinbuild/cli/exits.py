@@ -1,11 +1,15 @@
 """How a command ends: a marinbuild error as one line and an exit code, a traceback only with ``-v``.
 
-Exit codes: 0 ok, 1 a step failed (or an internal error), 2 bad input or usage, 130 interrupted.
+Exit codes: 0 ok, 1 a step failed (or an internal error), 2 bad input or usage, 130 interrupted,
+141 the reader of stdout went away (``| head``), quietly.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import signal
+import sys
 import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -16,7 +20,7 @@ from marinbuild.cli.printing import err
 from marinbuild.errors import MarinbuildError, missing_extra
 from marinbuild.store.storage import store_refusal
 
-__all__ = ["handles_errors"]
+__all__ = ["handles_errors", "pipe_closed"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,6 +43,8 @@ def handles_errors(fn: F) -> F:
             raise typer.Exit(130) from None
         except (typer.Exit, typer.Abort):
             raise
+        except BrokenPipeError:
+            raise typer.Exit(pipe_closed()) from None
         except ImportError as e:
             extra = missing_extra(e)
             if extra is None:
@@ -61,6 +67,20 @@ def handles_errors(fn: F) -> F:
             raise _internal_error(e, verbose) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def pipe_closed() -> int:
+    """The reader of stdout went away (`plan --dag dot | head`): end quietly, as ``head`` lets a writer end.
+
+    What is left in stdout's buffer goes nowhere, so that the flush at exit raises nothing
+    more; the exit status is the shell's for a writer ended by SIGPIPE (141).
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 128 + signal.SIGPIPE
 
 
 def _internal_error(e: Exception, verbose: bool) -> typer.Exit:

@@ -27,7 +27,7 @@ from marinbuild.cli.options import (
     machine_of,
     step_targets,
 )
-from marinbuild.cli.printing import err, out, print_notes, print_plan, with_environments
+from marinbuild.cli.printing import err, print_notes, print_plan, with_environments
 from marinbuild.execution.admission import describe_request
 
 __all__ = ["DagFormat", "plan_command"]
@@ -58,6 +58,7 @@ def plan_command(
     cluster: ClusterOpt = None,
     allow_cross_region: Annotated[bool, typer.Option("--allow-cross-region", help="Accept TPU steps reading buckets outside the [gcp] zone's region.")] = False,
     output: Annotated[str | None, typer.Option("-o", "--output", help="Also write the plan to this file, for `marinbuild run --plan FILE`.")] = None,
+    wide: Annotated[bool, typer.Option("--wide", help="On a terminal, whole output paths and reasons instead of a table within 100 columns.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Show what `run` would do, and why, without running or writing anything (but the -o file)."""
@@ -114,11 +115,11 @@ def plan_command(
         ]
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
     else:
-        print_plan(the_plan, with_environments(planned))
+        print_plan(the_plan, with_environments(planned), wide)
         from marinbuild.cli.plan_view import columns_text
 
         for line in plan_notes.estimate_lines(estimates, columns_text):
-            out.print(line, markup=False)
+            sys.stdout.write(line + "\n")  # plain lines: a plan into a pipe never imports rich
     if output is not None:
         err.print(f"marinbuild: plan written to {output}; run exactly it with: marinbuild run --plan {output}", markup=False)
 

@@ -85,7 +85,8 @@ def estimate_lines(found: Mapping[str, Estimate | None], columns: Callable[[list
         return []
     with_history = {n: e for n, e in found.items() if e is not None}
     if not with_history:
-        return []  # nothing ran before: a row of "no history" per step would say nothing
+        # Nothing ran before: one line, not a row of "no history" per step.
+        return ["estimates: no history (no step to run has run before under this prefix)"] if found else []
     rows: list[tuple[str, ...]] = [("step", "est. duration", "accelerator-h", "core-h", "from runs")]
     for name, e in found.items():
         if e is None:

@@ -21,13 +21,48 @@ from dataclasses import dataclass
 
 from marinbuild.planner import Plan
 
-__all__ = ["COLUMNS", "MAX_ROWS", "PlanView", "columns_text", "plan_text", "plan_view"]
+__all__ = ["COLUMNS", "MAX_ROWS", "TERMINAL_WIDTH", "PlanView", "columns_text", "cut_reason", "plan_text", "plan_view",
+           "under_prefix"]
 
 MAX_ROWS = 200
 """Above this many steps the plan shows counts and the first rows: rich needs seconds to
 lay out a table of ten thousand rows, and nobody reads one."""
 SHOWN_ROWS = 50
 COLUMNS = ("step", "action", "reason", "resources", "output")
+TERMINAL_WIDTH = 100
+"""Columns a table takes on a terminal at most, unless ``--wide``: output paths are shown
+relative to the prefix and long reasons cut, ``why STEP`` telling the rest."""
+REASON_WIDTH = 60
+"""Characters of a reason shown in a table that fits :data:`TERMINAL_WIDTH`."""
+
+
+def under_prefix(path: str, prefix: str) -> str:
+    """``path`` relative to ``prefix`` when inside it (what a terminal table shows), else whole.
+
+    >>> under_prefix("/out/train/lr0.1-1f0e", "/out"), under_prefix("/elsewhere/x", "/out")
+    ('train/lr0.1-1f0e', '/elsewhere/x')
+    """
+    root = prefix.rstrip("/") + "/"
+    return path[len(root):] if path.startswith(root) and len(path) > len(root) else path
+
+
+def cut_reason(reason: str, name: str, width: int = REASON_WIDTH) -> str:
+    """A reason cut to about ``width`` characters, pointing at ``why STEP`` for the rest.
+
+    The hint that a step resumes from partial output, at the end of a reason, is kept whole.
+
+    >>> cut_reason("changed: lr: 0.1 -> 0.2; dependency data: data-1f0e2a9c5d7b3e41 -> data-9c0e", "t", 36)
+    'changed: lr: 0.1 -> 0.2… (why t)'
+    """
+    from marinbuild.planner import RESUMES
+
+    tail = f"; {RESUMES}" if reason.endswith(f"; {RESUMES}") else ""
+    head = reason[: len(reason) - len(tail)]
+    if len(head) <= width:
+        return reason
+    cut = head[: width - 6]
+    cut = cut.rsplit(" ", 1)[0] if " " in cut[width // 2:] else cut  # at a word, where one is near
+    return f"{cut.rstrip(' ;,')}… (why {name}){tail}"
 
 
 @dataclass(frozen=True)
@@ -40,8 +75,13 @@ class PlanView:
     totals: str
 
 
-def plan_view(plan: Plan, resources: Mapping[str, object] | None = None, max_rows: int = MAX_ROWS) -> PlanView:
-    """Choose what to show of ``plan``: every step, or counts and the first steps to run."""
+def plan_view(
+    plan: Plan, resources: Mapping[str, object] | None = None, max_rows: int = MAX_ROWS, wide: bool = True
+) -> PlanView:
+    """Choose what to show of ``plan``: every step, or counts and the first steps to run.
+
+    Unless ``wide``, rows fit a terminal: output paths relative to the prefix, reasons cut.
+    """
     names = list(plan.order)
     counts = None
     if len(names) > max_rows:
@@ -51,13 +91,14 @@ def plan_view(plan: Plan, resources: Mapping[str, object] | None = None, max_row
         counts = tuple((action, reason, count) for (action, reason), count in sorted(kinds.items()))
         to_run = [n for n in names if plan.decisions[n].action != "skip"]
         names = (to_run or names)[:SHOWN_ROWS]
+    prefix = plan.steps.prefix
     rows = tuple(
         (
             n,
             str(plan.decisions[n].action),
-            plan.decisions[n].reason,
+            plan.decisions[n].reason if wide else cut_reason(plan.decisions[n].reason, n),
             str((resources or {}).get(n, "")),  # rendered only for the rows shown
-            plan.node(n).output_path,
+            plan.node(n).output_path if wide else under_prefix(plan.node(n).output_path, prefix),
         )
         for n in names
     )

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from marinbuild.execution.session import PlannedRun
     from marinbuild.planner import Plan
 
-__all__ = ["LazyConsole", "err", "out", "print_notes", "print_plan", "step_line_printer", "with_environments"]
+__all__ = ["LazyConsole", "err", "out", "print_notes", "print_plan", "print_table", "step_line_printer",
+           "with_environments"]
 
 
 class LazyConsole:
@@ -65,8 +66,9 @@ def with_environments(planned: PlannedRun) -> dict[str, object]:
     return {n: f"{r} env={envs[n].short}" if n in envs else r for n, r in planned.requests.items()}
 
 
-def print_plan(plan: Plan, requests: Mapping[str, object]) -> None:
-    """A rich table on a terminal; plain columns into a pipe or a file."""
+def print_plan(plan: Plan, requests: Mapping[str, object], wide: bool = False) -> None:
+    """A rich table on a terminal, within 100 columns unless ``wide`` (paths relative to the prefix,
+    reasons cut); whole plain columns into a pipe or a file, for scripts."""
     if not sys.stdout.isatty():
         from marinbuild.cli.plan_view import plan_text
 
@@ -74,4 +76,11 @@ def print_plan(plan: Plan, requests: Mapping[str, object]) -> None:
         return
     from marinbuild.cli.console import plan_table
 
-    out.print(plan_table(plan, requests))
+    print_table(plan_table(plan, requests, wide=wide), wide)
+
+
+def print_table(table: Any, wide: bool) -> None:
+    """A table on the terminal: at most :data:`~marinbuild.cli.plan_view.TERMINAL_WIDTH` columns unless ``wide``."""
+    from marinbuild.cli.plan_view import TERMINAL_WIDTH
+
+    out.print(table, width=None if wide else min(out.console.width, TERMINAL_WIDTH))

@@ -29,6 +29,7 @@ from marinbuild.execution.session import BackendChoice
 
 if TYPE_CHECKING:
     from marinbuild.execution.reporting import Reporter
+    from marinbuild.execution.session import PlannedRun
 
 __all__ = ["run_command"]
 
@@ -79,7 +80,8 @@ def run_command(
     ray_address: Annotated[str | None, typer.Option("--ray-address", envvar="RAY_ADDRESS", help="The Ray cluster for --backend ray (default: a Ray started for this run).")] = None,
     lease_heartbeat: Annotated[float | None, typer.Option("--lease-heartbeat", envvar="MARINBUILD_LEASE_HEARTBEAT", callback=_lease_flag, help="Seconds between lease renewals (default: 10; at least 0.1).")] = None,
     lease_expiry: Annotated[float | None, typer.Option("--lease-expiry", envvar="MARINBUILD_LEASE_EXPIRY", callback=_lease_flag, help="Seconds a lease must stay unrenewed before another runner takes it over (default: 60; 1 to 3600, at least twice the heartbeat).")] = None,
-    fresh_output: Annotated[bool, typer.Option("--fresh-output", help="Clear each step's output directory before it runs instead of keeping partial output.")] = False,
+    fresh_output: Annotated[bool, typer.Option("--fresh-output", help="A failed or interrupted step starts over: its partial output is cleared first instead of resumed from.")] = False,
+    keep_output: Annotated[bool, typer.Option("--keep-output", help="A step rerun over its finished output (forced, or a dependency rerun) resumes in place instead of starting from an empty folder.")] = False,
     cluster: ClusterOpt = None,
     max_retries_preemption: Annotated[int, typer.Option("--max-retries-preemption", min=0, help="Retries of a preempted TPU step (a step's own setting wins).")] = 100,
     max_retries_failure: Annotated[int, typer.Option("--max-retries-failure", "--retries", min=0, help="Retries of a failed step, on every backend (a step's own max_retries_failure wins).")] = 0,
@@ -87,7 +89,8 @@ def run_command(
     no_sync: Annotated[bool, typer.Option("--no-sync", help="Do not copy the project directory to TPU hosts.")] = False,
     allow_cross_region: Annotated[bool, typer.Option("--allow-cross-region", help="Run TPU steps whose prefix or gs:// inputs lie outside the [gcp] zone's region (billed egress).")] = False,
     plan: Annotated[str | None, typer.Option("--plan", help="Run exactly the plan `marinbuild plan -o FILE` wrote; refuse when it no longer holds.")] = None,
-    print_commands: Annotated[bool, typer.Option("-p", "--print-commands", help="Print each shell step's command, resolved, as it starts.")] = False,
+    print_commands: Annotated[bool, typer.Option("-p", "--print-commands", help="Print each shell step's command, resolved, as it starts (with -n: each command that would run).")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="With -n on a terminal: whole output paths and reasons instead of a table within 100 columns.")] = False,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -105,7 +108,7 @@ def run_command(
         warn=lambda line: err.print(line, markup=False),
         on_output=step_line_printer(params.json, "output", "[{step}] {text}") if params.prints_output else None,
         on_command=step_line_printer(params.json, "command", "[{step}] $ {text}") if params.print_commands else None,
-        show_plan=lambda planned: print_plan(planned.plan, with_environments(planned)),
+        show_plan=lambda planned: _show_dry_run(planned, params),
         starting=_stop_on_signals,
     )
     summary = invoke(params, voice, target_names=step_targets)
@@ -115,6 +118,39 @@ def run_command(
         raise typer.Exit(130)
     if not summary.ok:
         raise typer.Exit(1)
+
+
+def _show_dry_run(planned: PlannedRun, params: RunParameters) -> None:
+    """``run -n``: the plan; with ``-p`` also each shell step that would run, its command resolved (Snakemake's ``-n -p``)."""
+    print_plan(planned.plan, with_environments(planned), params.wide)
+    if params.print_commands:
+        show = step_line_printer(params.json, "command", "[{step}] $ {text}")
+        for name, command in commands_to_run(planned):
+            show(name, command)
+
+
+def commands_to_run(planned: PlannedRun) -> list[tuple[str, str]]:
+    """Each shell step the plan would run and its command as it would start (mirrored inputs at their copies' paths)."""
+    from marinbuild.errors import MarinbuildError
+    from marinbuild.resolve import render_command, resolve_config
+    from marinbuild.steps import find_mirrored
+    from marinbuild.store.mirror import mirror_target
+
+    graph = planned.project.graph
+    outputs = {n: node.output_path for n, node in graph.nodes.items()}
+    found: list[tuple[str, str]] = []
+    for name in planned.plan.to_run():
+        node = graph.nodes[name]
+        s = node.step
+        if s.cmd is None:
+            continue
+        mirrors = {m.source: mirror_target(graph.prefix, m.source) for m in find_mirrored(s.config)}
+        try:
+            config = resolve_config(s.config, node.output_path, outputs, mirrors)
+            found.append((name, render_command(s.cmd, config, node.output_path, name)))
+        except MarinbuildError as e:
+            found.append((name, f"(cannot be rendered: {e})"))
+    return found
 
 
 def _silent(line: str) -> None:

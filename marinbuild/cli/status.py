@@ -11,7 +11,7 @@ import typer
 
 from marinbuild.cli.exits import handles_errors
 from marinbuild.cli.options import FileOpt, PrefixOpt, TargetsArg, VerboseOpt, step_targets
-from marinbuild.cli.printing import err, out
+from marinbuild.cli.printing import err, print_table
 from marinbuild.planner import closure, select
 from marinbuild.project import open_project, probe
 from marinbuild.store.markers import UNREADABLE
@@ -25,6 +25,7 @@ def status_command(
     file: FileOpt = "Marinfile.py",
     prefix: PrefixOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="On a terminal, whole output paths and errors instead of a table within 100 columns.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Each step's stored status, output path and last duration."""
@@ -78,11 +79,12 @@ def status_command(
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
         return
-    _print_status(rows)
+    _print_status(rows, graph.prefix, wide)
 
 
-def _print_status(rows: list[dict[str, Any]]) -> None:
-    """Plain columns into a pipe or a file (never wrapped: `status | grep` sees whole paths); a table on a terminal."""
+def _print_status(rows: list[dict[str, Any]], prefix: str = "", wide: bool = True) -> None:
+    """Plain columns into a pipe or a file (never wrapped: `status | grep` sees whole paths); a table on a terminal,
+    within 100 columns unless ``wide`` (output paths relative to the prefix, errors cut)."""
     with_lease = any(r["status"] == "RUNNING" for r in rows)
     with_error = any(r["error"] for r in rows)
     # Retries by cause get a column once any step used one (``--json`` always carries them).
@@ -113,15 +115,32 @@ def _print_status(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from marinbuild.cli.plan_view import under_prefix
+
+    if not wide:
+        where, last = columns.index("output"), columns.index("error") if with_error else None
+        cells = [
+            tuple(
+                under_prefix(c, prefix) if i == where else _cut(c) if i == last else c for i, c in enumerate(row)
+            )
+            for row in cells
+        ]
     table = Table(show_edge=False)
     for col in columns:
-        table.add_column(col, overflow="fold")
+        # Fitted to the terminal, a path relative to the prefix stays on one line, to copy.
+        table.add_column(col, overflow="fold", no_wrap=col == "output" and not wide)
     colors = {"SUCCESS": "green", "FAILED": "red", "RUNNING": "cyan", "NONE": "dim"}
     for shown in cells:
         styled = [Text(c) for c in shown]
         styled[1].stylize(colors.get(shown[1], "white"))
         table.add_row(*styled)
-    out.print(table)
+    print_table(table, wide)
+
+
+def _cut(error: str) -> str:
+    from marinbuild.cli.plan_view import REASON_WIDTH
+
+    return error if len(error) <= REASON_WIDTH else f"{error[:REASON_WIDTH - 14].rstrip()}… (--json)"
 
 
 def _progress(note: dict[str, Any] | None) -> dict[str, Any] | None:

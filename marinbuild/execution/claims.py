@@ -158,7 +158,9 @@ class LeaseClaims:
 
     def _finished_elsewhere(self, node: Node) -> str | None:
         record = read_status(self.storage, node.output_path)
-        if record is None or not record.succeeded_for(node.identity) or self._stale.get(node.output_path) == record:
+        stale = self._stale.get(node.output_path)
+        # Compared by time: the record to redo may come from the status summary, which holds fewer fields.
+        if record is None or not record.succeeded_for(node.identity) or (stale is not None and stale.time == record.time):
             return None
         by = f" by {record.owner}" if record.owner else ""
         return f"finished{by} meanwhile"

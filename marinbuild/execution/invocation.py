@@ -72,6 +72,9 @@ class RunParameters:
     lease_heartbeat: float | None = None
     lease_expiry: float | None = None
     fresh_output: bool = False
+    """A failed or interrupted step starts over instead of resuming from its partial output."""
+    keep_output: bool = False
+    """A step rerun over its finished output resumes in place instead of starting from an empty folder."""
     cluster: str | None = None
     max_retries_preemption: int = 100
     max_retries_failure: int = 0
@@ -84,6 +87,8 @@ class RunParameters:
     plan: str | None = None
     """A plan file written by ``marinbuild plan -o``: run exactly it, or refuse."""
     print_commands: bool = False
+    wide: bool = False
+    """A dry run's plan on a terminal with whole paths and reasons, not fitted to 100 columns."""
     quiet: bool = False
     verbose: bool = False
     """The command line's tracebacks; the library raises with its traceback either way."""
@@ -113,6 +118,7 @@ class RunParameters:
             lease_heartbeat=self.lease_heartbeat,
             lease_expiry=self.lease_expiry,
             fresh_output=self.fresh_output,
+            keep_output=self.keep_output,
             max_retries_preemption=self.max_retries_preemption,
             max_retries_failure=self.max_retries_failure,
             max_retries_hang=self.max_retries_hang,
@@ -171,6 +177,7 @@ def invoke(
     if params.plan is not None:
         review = load_review(params.plan, targets, force, force_all)
         targets, force, force_all = list(review.targets), list(review.force), review.force_all
+        check_names(review, project.graph, voice.warn)
     planned = plan_run(
         project,
         target_names(project, targets) if target_names is not None else targets,
@@ -224,6 +231,30 @@ def load_review(path: str, targets: Sequence[str] | None, force: Sequence[str] |
     if targets or force or force_all:
         raise UserError("--plan runs the targets and forced steps written in the plan file; give no targets, --force or -F with it")
     return read_plan_file(path)
+
+
+def check_names(reviewed: Reviewed, graph: StepGraph, say: Callable[[str], None]) -> None:
+    """Refuse, as a plan that no longer holds, a reviewed plan naming steps the Marinfile no longer has.
+
+    A step renamed or removed since the review is the plan going stale, not a typo to
+    correct: each is named, and nothing runs.
+    """
+    import fnmatch
+
+    names = graph.nodes
+    gone = [n for n in reviewed.steps if n not in names]
+    for pattern in (*reviewed.targets, *reviewed.force):
+        globbed = any(c in pattern for c in "*?[")
+        if pattern not in names and pattern not in gone and not (globbed and fnmatch.filter(names, pattern)):
+            gone.append(pattern)
+    if not gone:
+        return
+    for name in gone:
+        say(f"marinbuild: differs from the plan: {name}: in the plan, but no longer a step of the Marinfile (renamed or removed)")
+    raise UserError(
+        f"the reviewed plan no longer holds: {', '.join(gone[:3])}{' …' if len(gone) > 3 else ''} "
+        f"{'is' if len(gone) == 1 else 'are'} no longer in the Marinfile; nothing was run: plan again and review it"
+    )
 
 
 def check_review(reviewed: Reviewed, plan: Plan, graph: StepGraph, say: Callable[[str], None]) -> None:

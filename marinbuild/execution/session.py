@@ -26,7 +26,7 @@ from marinbuild.execution.reporting import NullReporter, Reporter, Summary
 from marinbuild.planner import Plan
 from marinbuild.project import Project, open_project, plan_targets, probe, project_of_steps
 from marinbuild.steps import Step
-from marinbuild.store.markers import SUCCESS, StatusRecord
+from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, StatusRecord
 from marinbuild.units import parse_duration
 
 if TYPE_CHECKING:
@@ -81,6 +81,9 @@ class RunSettings:
     lease_heartbeat: float | None = None
     lease_expiry: float | None = None
     fresh_output: bool = False
+    """Clear a failed run's partial output before the step runs again, instead of resuming from it."""
+    keep_output: bool = False
+    """A step rerun over its finished output continues in place instead of starting from an empty folder."""
     max_retries_preemption: int = 100
     max_retries_failure: int = 0
     max_retries_hang: int = 2
@@ -225,7 +228,8 @@ def plan_run(
     steps to run are placed on the Ray cluster's nodes (joined only when one is named or the run
     is not ``dry``); a step Ray cannot place must fit this machine.
     """
-    plan = plan_targets(project, list(targets), list(force), force_all, explain=explain)
+    fresh = settings is not None and settings.fresh_output
+    plan = plan_targets(project, list(targets), list(force), force_all, explain=explain, fresh_output=fresh)
     tpu_cluster = cluster_of(project, cluster)
     capacity = capacity_of(machine, tpu_cluster)
     requests = requests_of(project.graph, plan.order)
@@ -390,6 +394,7 @@ def execute(
     from marinbuild.store.lease import LeaseSettings
 
     lease_settings = LeaseSettings.resolve(settings.lease_heartbeat, settings.lease_expiry)
+    start_over, resuming = output_handling(plan, settings)
     gc.freeze()  # the graph and plan live to the end: later collections need not walk them
     ctx = RunContext(
         storage=project.storage,
@@ -398,6 +403,8 @@ def execute(
         outputs={n: node.output_path for n, node in project.graph.nodes.items()},
         identities={n: node.identity for n, node in project.graph.nodes.items()},
         fresh_output=settings.fresh_output,
+        start_over=start_over,
+        resuming=resuming,
     )
     budget = parse_duration(settings.walltime) if settings.walltime is not None else None
     # -j 0 (a bare -j): as many steps that declare nothing as the machine has cores.
@@ -409,7 +416,8 @@ def execute(
     tally: dict[str, dict[str, Any]] = {}
     runner, backend_for, admission = _backends(planned, settings, admission, echo, print_output=on_output is not None,
                                                tally=tally)
-    stale_success = _redone(project, plan) if planned.forced else None
+    redone = planned.forced or any(_finished(plan.statuses.get(plan.node(n).output_path)) for n in to_run)
+    stale_success = _redone(project, plan) if redone else None
     claims = LeaseClaims(project.storage, lease_settings, stale_success=stale_success)
     recorder = _Recorder(reporter or NullReporter(), on_command=on_command, tally=tally)
     if on_output is not None:
@@ -431,6 +439,37 @@ def execute(
             outcome = StepOutcome.FINISHED_ELSEWHERE
         results[n] = StepResult(n, outcome, plan.node(n).output_path, error, log, duration, tally.get(n))
     return RunSummary({n: results[n] for n in plan.order}, interrupted=summary.interrupted)
+
+
+def _finished(record: StatusRecord | None) -> bool:
+    return record is not None and record.status == SUCCESS
+
+
+def output_handling(plan: Plan, settings: RunSettings) -> tuple[frozenset[str], dict[str, str]]:
+    """How each step to run treats what its output folder holds: ``start_over`` and ``resuming`` of
+    :class:`~marinbuild.execution.step_records.RunContext`.
+
+    A step rerun over a finished output (forced, or a dependency rerun since) starts from an
+    empty folder, its earlier contents set aside, unless it or the run keeps the output
+    (``resume_output=True``, ``--keep-output``); a failed or interrupted step continues in
+    place unless a fresh output is asked for.
+    """
+    start_over: set[str] = set()
+    resuming: dict[str, str] = {}
+    for name in plan.to_run():
+        node = plan.node(name)
+        out = node.output_path
+        record = plan.statuses.get(out)
+        keep = settings.keep_output or node.step.resume_output
+        finished = _finished(record)
+        if (finished or plan.decisions[name].forced) and not keep:
+            start_over.add(out)
+        elif finished:
+            resuming[out] = "finished"
+        elif record is not None and record.status in (FAILED, RUNNING) and not record.mismatch:
+            interrupted = record.status == RUNNING or "interrupted" in (record.error or "")
+            resuming[out] = "interrupted" if interrupted else "failed"
+    return frozenset(start_over), resuming
 
 
 def _delete_leftovers(planned: PlannedRun, echo: Callable[[str], None]) -> None:

@@ -46,6 +46,7 @@ from marinbuild.redact import redact_env
 from marinbuild.resolve import render_command, resolve_config
 from marinbuild.resources import ResourceConfig
 from marinbuild.steps import Step, find_mirrored
+from marinbuild.store.aside import ASIDE_PREFIX, asides, set_aside, step_entries
 from marinbuild.store.attempt_ledger import read_attempts
 from marinbuild.store.lease import LeaseRecord, LeaseSettings, Owner, Verdict, Watch, judge, observe, read_leases
 from marinbuild.store.markers import (
@@ -94,7 +95,12 @@ class RunContext:
     outputs: Mapping[str, str]
     """Output path of every step in the graph, by name."""
     fresh_output: bool = False
-    """Clear every step's output before it runs (``run --fresh-output``), as ``fresh_output=True`` does."""
+    """Clear every step's partial output before it runs (``run --fresh-output``), as ``fresh_output=True`` does."""
+    start_over: frozenset[str] = frozenset()
+    """Output paths whose earlier contents are set aside before their step runs (see :mod:`marinbuild.store.aside`)."""
+    resuming: Mapping[str, str] = field(default_factory=dict)
+    """Output paths whose step continues in place, with what the earlier run was (``failed``, ``interrupted``,
+    ``finished``): the step's first log line says so when it finds output there."""
     identities: Mapping[str, str] = field(default_factory=dict)
     """Identity of every step in the graph, by name: a dependency's status must be written for it."""
     _watches: dict[str, Watch] = field(default_factory=dict, repr=False, compare=False)
@@ -125,8 +131,7 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
     status_file = status_path(out)
     if storage.is_local and os.path.isdir(status_file):
         raise StorageError(f"{status_file} is a folder, not a status file; move it away to run {s.name}")
-    if s.fresh_output or ctx.fresh_output:
-        _stored(f"clear {out}", lambda: clear_output(storage, out))
+    note, earlier = _prepare_output(ctx, node)
     _stored(f"create {out}", lambda: storage.makedirs(out))
     mirrors = {m.source: ensure_mirrored(m, storage) for m in find_mirrored(s.config)}
     config = resolve_config(s.config, out, ctx.outputs, mirrors)
@@ -136,6 +141,8 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
         start_run_log(log_file)  # this run's attempts start a new log; the last run's is kept beside it
     else:
         unlink_quietly(log_file)  # a staging copy, uploaded when its run ended
+    if note is not None:
+        _first_line(log_file, note)
     env = step_environment(s, out, extra_env)
     environment = environment_of(s.name, s.pip_dependency_groups, ctx.marinfile)
     held = held_by(s.resources, cores)
@@ -158,6 +165,8 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
         "start_time": time.time(),
         **ctx.provenance,
     }
+    if earlier:
+        info[_EARLIER] = earlier
     # The info JSON is written once, at the end, with both times; while the step runs its
     # RUNNING status says who runs it and since when. The attempt ledger is read meanwhile.
     previous = _while_reading_attempts(storage, out, lambda: _stored(
@@ -180,6 +189,50 @@ def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tu
         progress_timeout=s.progress_timeout,
     )
     return job, info
+
+
+_EARLIER = "earlier_output"
+"""Info key (dropped before the info is written) listing the aside folders a success removes."""
+
+
+def _prepare_output(ctx: RunContext, node: Node) -> tuple[str | None, list[str]]:
+    """Start over, clear or continue the step's output folder; the log's first line and the aside folders.
+
+    A step rerun over a finished output has the earlier contents set aside (never deleted
+    before the new run succeeds); a fresh output clears a failed run's partial output; any
+    other step continues in place and says so when it finds output there.
+    """
+    storage, out, name = ctx.storage, node.output_path, node.name
+    if out in ctx.start_over:
+        earlier = _stored(f"list {out}", lambda: asides(storage, out))
+        moved = _stored(f"set aside the earlier output of {name}", lambda: set_aside(storage, out))
+        if moved is None:
+            return None, earlier
+        return f"marinbuild: {name} starts from an empty output folder; its earlier output is set aside in {moved} until this run succeeds", [*earlier, moved]
+    if node.step.fresh_output or ctx.fresh_output:
+        _stored(f"clear {out}", lambda: clear_output(storage, out))
+        return None, []
+    was = ctx.resuming.get(out)
+    if was is None:
+        return None, []
+    listed = _stored(f"list {out}", lambda: storage.list_names(out))
+    entries = step_entries(listed)
+    earlier = _stored(f"list {out}", lambda: asides(storage, out)) if MARKER_DIR in listed else []
+    if not entries:
+        return None, earlier
+    if was == "finished":
+        return f"marinbuild: {name} resumes in place from its earlier output in {out} (kept on request)", earlier
+    return f"marinbuild: {name} resumes from partial output of an earlier {was} run in {out}; --fresh-output to start over", earlier
+
+
+def _first_line(log_file: str, line: str) -> None:
+    """Open the run's log with ``line`` (best effort: a log is never worth a failed step)."""
+    try:
+        os.makedirs(os.path.dirname(log_file), exist_ok=True)
+        with open(log_file, "a") as f:
+            f.write(line + "\n")
+    except OSError:
+        pass
 
 
 def _while_reading_attempts(storage: Storage, output: str, write: Callable[[], Any]) -> tuple[dict[str, Any], ...]:
@@ -294,6 +347,7 @@ def commit(
     the markers (the error names the path; the step is then left ``FAILED``, or without a
     status, never ``RUNNING``).
     """
+    earlier: list[str] = info.pop(_EARLIER, None) or []
     if isinstance(outcome, RecordedOutcome):
         # Its markers were written beside the work by the step's holder; writing them again
         # could clobber a newer run. Only what was left to write with them remains.
@@ -302,7 +356,7 @@ def commit(
                 ctx.storage.write_many(outcome.records)
             except (MarinbuildError, OSError):
                 pass  # the ledger only explains; the step's own markers are written already
-        return outcome
+        return _settle_earlier(ctx.storage, outcome, earlier)
     if still_owner is not None and not still_owner():
         raise LeaseLost(f"step {job.name} lost its lease; nothing recorded")
     if outcome.ok:
@@ -321,7 +375,22 @@ def commit(
     except (MarinbuildError, OSError) as e:
         error = f"could not record {'SUCCESS' if outcome.ok else 'the failure'} in {job.output_path}: {_storage_problem(e)}"
         _give_up_running(storage, job.output_path, info, error)
-        return dataclasses.replace(outcome, ok=False, error=error)
+        return _settle_earlier(storage, dataclasses.replace(outcome, ok=False, error=error), earlier)
+    return _settle_earlier(storage, outcome, earlier)
+
+
+def _settle_earlier(storage: Storage, outcome: Outcome, earlier: list[str]) -> Outcome:
+    """After the outcome is recorded: a success removes the earlier output set aside, a failure says where it is."""
+    if not earlier:
+        return outcome
+    if not outcome.ok:
+        kept = f"its earlier output is kept in {earlier[-1]}"
+        return dataclasses.replace(outcome, error=f"{outcome.error}; {kept}" if outcome.error else kept)
+    for folder in earlier:
+        try:
+            storage.remove(folder)
+        except (MarinbuildError, OSError):
+            pass  # left for the next success to remove
     return outcome
 
 
@@ -391,7 +460,7 @@ def clear_output(storage: Storage, out: str) -> None:
             storage.remove(Storage.join(out, entry))
     markers = Storage.join(out, MARKER_DIR)
     for entry in storage.list_names(markers):
-        if not entry.startswith("lease"):
+        if not entry.startswith(("lease", ASIDE_PREFIX)):  # an earlier finished output stays until a success
             storage.remove(Storage.join(markers, entry))
 
 

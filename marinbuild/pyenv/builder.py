@@ -254,15 +254,24 @@ def _build(folder: Path, requirements: list[str], key: str, root: Path, log: Pat
     uv = find_uv(root)
     out: list[str] = []
 
-    def run(argv: list[str]) -> bool:
+    held: list[str] = []  # a tentative attempt's failure, told only if the next attempt fails too
+
+    def run(argv: list[str], tentative: bool = False) -> bool:
+        """Run uv, its output into the log; a failed ``tentative`` attempt's only if the next one fails as well."""
         done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=root,
                               env={**os.environ, "UV_NO_CONFIG": "1", "VIRTUAL_ENV": ""})
-        text = done.stdout + done.stderr
-        out.append(text)
+        text = f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}"
+        out.append(done.stdout + done.stderr)
+        ok = done.returncode == 0
+        if tentative and not ok:
+            held.append(text)
+            return ok
+        told = [*held, text] if not ok else [text]
+        held.clear()
         if log is not None:
             with open(log, "a") as f:
-                f.write(f"$ {' '.join(argv)}\n{text}")
-        return done.returncode == 0
+                f.write("".join(told))
+        return ok
 
     started = time.time()
     # Relocatable: scripts find their interpreter relative to themselves, so the folder
@@ -279,8 +288,9 @@ def _build(folder: Path, requirements: list[str], key: str, root: Path, log: Pat
         reqs.write_text("\n".join(requirements) + "\n")
         base = [uv, "pip", "install", "--python", str(folder / "bin" / "python"), "-r", str(reqs)]
         # Offline first: local wheels and uv's own cache need no index; only what they
-        # cannot provide makes a second, networked attempt.
-        if not run([*base, "--offline"]) and not run(base):
+        # cannot provide makes a second, networked attempt. The offline attempt's failure
+        # ("No solution found") is no failure of the step: it is told only if both fail.
+        if not run([*base, "--offline"], tentative=True) and not run(base):
             raise EnvBuildError("the requirements could not be installed", _tail(out[-1]))
     manifest = {
         "key": key,

@@ -21,6 +21,7 @@ another bucket). Orphans are never looked for outside the prefix.
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import re
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 
 from marinbuild.errors import StorageError, UserError
 from marinbuild.graph import StepGraph
-from marinbuild.store.markers import MARKER_DIR, read_info, read_status
+from marinbuild.store.markers import MARKER_DIR, info_path, read_info, read_status, read_texts
 from marinbuild.store.storage import Storage, store_refusal
 
 __all__ = [
@@ -164,10 +165,12 @@ def find_orphans(
 ) -> tuple[list[str], list[Skipped]]:
     """Output folders no current step points to: (to remove, left alone with the reason).
 
-    Only the folders where this Marinfile's steps put their outputs are listed, once
-    each, and only ``NAME-HASH`` entries for its step names count; ``any_shape`` widens
-    this to any ``NAME-HASH`` folder up to a few levels below the prefix. Output folders
-    and symlinks are never descended into.
+    Two kinds of folder count: ``NAME-HASH`` entries for this Marinfile's step names, in
+    the folders where those steps put their outputs; and any ``NAME-HASH`` folder up to a
+    few levels below the prefix whose info says this Marinfile (``marinfile``) wrote it,
+    whatever its name (a sweep point no longer in the sweep, a renamed step).
+    ``any_shape`` widens this to any ``NAME-HASH`` folder with markers there, whichever
+    Marinfile wrote it. Output folders and symlinks are never descended into.
     """
     current = {_normalized(n.output_path) for n in graph.nodes.values()}
     prefix = _normalized(graph.prefix)
@@ -201,6 +204,10 @@ def find_orphans(
                 if _is_real_folder(storage, path) and MARKER_DIR in storage.list_names(path):
                     rel = folder[len(prefix) + 1:]
                     candidates.append((path, f"{rel}/{shaped.group(1)}" if rel else shaped.group(1)))
+        if marinfile is not None:
+            depth = max([_ANY_ORPHANS_DEPTH] + [n.count("/") + 1 for n in graph.nodes])
+            known = current | {path for path, _ in candidates}
+            candidates += _written_by(storage, prefix, marinfile, depth, known)
     orphans: list[str] = []
     skipped: list[Skipped] = []
     for path, name in sorted(candidates):
@@ -214,6 +221,40 @@ def find_orphans(
         else:
             skipped.append(Skipped(path, problem))
     return orphans, skipped
+
+
+def _written_by(storage: Storage, prefix: str, marinfile: str, depth: int, known: set[str]) -> list[tuple[str, str]]:
+    """``NAME-HASH`` folders below ``prefix`` (not in ``known``) whose info names ``marinfile`` as their writer.
+
+    Folders are listed a level at a time, and the info JSONs of every ``NAME-HASH`` entry
+    found are read in one batch (bounded parallel requests on a remote store).
+    """
+    shaped: list[tuple[str, str]] = []
+    stack = [(prefix, "", 0)]
+    while stack:
+        folder, sub, level = stack.pop()
+        for entry in storage.list_names(folder):
+            path = Storage.join(folder, entry)
+            if entry.startswith("."):
+                continue
+            match = _OUTPUT_DIR.match(entry)
+            if match is not None:
+                if path not in known:
+                    shaped.append((path, f"{sub}{match.group(1)}"))
+            elif level + 1 < depth and (not storage.is_local or _is_real_folder(storage, path)):
+                stack.append((path, f"{sub}{entry}/", level + 1))
+    if not shaped:
+        return []
+    texts, _ = read_texts(storage, [info_path(path) for path, _ in shaped])
+    mine = []
+    for path, name in shaped:
+        try:
+            info = json.loads(texts.get(info_path(path), "null"))
+        except ValueError:
+            continue
+        if isinstance(info, dict) and info.get("marinfile") == marinfile and info.get("name", name) == name:
+            mine.append((path, name))
+    return mine
 
 
 def _foreign(storage: Storage, path: str, name: str, marinfile: str | None) -> str | None:

@@ -274,6 +274,19 @@ class FsspecStorage(Storage):
     def remove_many(self, paths: Iterable[str]) -> None:
         self.write_many({}, remove=paths)
 
+    @retrying("move")
+    def move(self, source: str, target: str) -> None:
+        # Copy, then delete: object stores have no rename of a folder (gcsfs's own move asks an
+        # API that plain buckets refuse, and logs it). A retried move finds part of it done:
+        # the copy is repeated whole, and what is left of the source is deleted.
+        src, dst = self._p(source), self._p(target)
+        try:
+            self.call("copy", src, dst, recursive=True)
+            self.call("rm", src, recursive=True)
+        except FileNotFoundError:
+            pass
+        self.fs.invalidate_cache(posixpath.dirname(src))
+
     @retrying("upload")
     def put_file(self, local_path: str, path: str) -> None:
         self.call("put_file", local_path, self._p(path))

@@ -7,10 +7,13 @@ empty object whose *name* says the status, all in one folder::
     PREFIX/.marinbuild/index/KEY@IDENTITY@RUNNING/e
     PREFIX/.marinbuild/index/KEY@IDENTITY@FAILED/e
     PREFIX/.marinbuild/index/KEY@IDENTITY@SUCCESS@TIME@DURATION@DRIFT@CHECK/e
+    PREFIX/.marinbuild/index/KEY@IDENTITY@SUCCESS@TIME@DURATION@DRIFT@INPUTS@CHECK/e
 
 ``KEY`` is the output path relative to the prefix, escaped into one name; ``DRIFT`` is the
 marker's drift digest (``-`` for none), so that ``plan`` can tell drift without reading any
-info JSON (entries of earlier versions lack it and the field). Each entry is a
+info JSON (entries of earlier versions lack it and the field). ``INPUTS``, for a step with
+dependencies, digests the dependency ``SUCCESS`` times its run read, so that ``plan`` can
+tell a dependency rerun since without reading the marker (:mod:`marinbuild.input_times`). Each entry is a
 "folder" holding one empty object, so that a listing of the index (with a delimiter)
 returns bare names, 1,000 a request on GCS, not object resources. The marker stays the source of truth; an entry is only
 believed when nothing can be wrong with it:
@@ -48,7 +51,8 @@ from dataclasses import dataclass
 
 import xxhash
 
-from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, StatusRecord
+from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, StatusRecord, inputs_digest
+from marinbuild.store.retry_counts import valid_retries_code
 from marinbuild.store.storage import Storage
 
 __all__ = ["INDEX_DIR", "Entry", "StatusIndex", "entry_names", "forget", "index_of", "write_marker"]
@@ -70,29 +74,39 @@ class Entry:
     duration: float | None = None
     check: str = ""
     drift: str | None = None
+    inputs: str | None = None
+    retries: str | None = None
+    """The SUCCESS marker's retries by cause (:mod:`marinbuild.store.retry_counts`), so that
+    ``status`` reads no attempt ledger."""
 
     @property
     def name(self) -> str:
         parts = [_escape(self.key), self.identity, self.status]
         if self.status == SUCCESS:
-            parts += [repr(self.time), "-" if self.duration is None else repr(self.duration), self.drift or "-", self.check]
+            parts += [repr(self.time), "-" if self.duration is None else repr(self.duration), self.drift or "-"]
+            parts += [self.inputs] if self.inputs else []
+            parts += [_RETRIES + self.retries, self.check] if self.retries else [self.check]
         return _SEP.join(parts)
 
     @property
     def sound(self) -> bool:
         """Whether a SUCCESS entry's check matches its fields (a hand edit breaks it)."""
-        return self.status != SUCCESS or self.check == _check(self.key, self.identity, self.time, self.duration, self.drift)
+        return self.status != SUCCESS or self.check == _check(
+            self.key, self.identity, self.time, self.duration, self.drift, self.inputs, self.retries)
 
     @classmethod
-    def success(cls, key: str, identity: str, time: float, duration: float | None, drift: str | None = None) -> Entry:
-        return cls(key, identity, SUCCESS, time, duration, _check(key, identity, time, duration, drift), drift)
+    def success(cls, key: str, identity: str, time: float, duration: float | None, drift: str | None = None,
+                inputs: str | None = None, retries: str | None = None) -> Entry:
+        check = _check(key, identity, time, duration, drift, inputs, retries)
+        return cls(key, identity, SUCCESS, time, duration, check, drift, inputs, retries)
 
     @classmethod
     def parse(cls, name: str) -> Entry | None:
         parts = name.split(_SEP)
         if len(parts) == 3 and parts[2] in (RUNNING, FAILED):
             return cls(_unescape(parts[0]), parts[1], parts[2])
-        if len(parts) in (6, 7) and parts[2] == SUCCESS:  # six: written before entries held a drift digest
+        # Six parts: written before entries held a drift digest; eight: with a digest of inputs.
+        if len(parts) in (6, 7, 8) and parts[2] == SUCCESS:
             try:
                 time = float(parts[3])
                 duration = None if parts[4] == "-" else float(parts[4])
@@ -100,14 +114,24 @@ class Entry:
                 return None
             if not math.isfinite(time) or (duration is not None and not math.isfinite(duration)):
                 return None
-            drift = parts[5] if len(parts) == 7 and parts[5] != "-" else None
-            return cls(_unescape(parts[0]), parts[1], SUCCESS, time, duration, parts[-1], drift)
+            drift = parts[5] if len(parts) >= 7 and parts[5] != "-" else None
+            inputs = parts[6] if len(parts) == 8 else None
+            return cls(_unescape(parts[0]), parts[1], SUCCESS, time, duration, parts[-1], drift, inputs, retries)
         return None
 
 
-def _check(key: str, identity: str, time: float, duration: float | None, drift: str | None = None) -> str:
+def _check(key: str, identity: str, time: float, duration: float | None, drift: str | None = None,
+           inputs: str | None = None, retries: str | None = None) -> str:
     fields = f"{key}\0{identity}\0{time!r}\0{duration!r}" + (f"\0{drift}" if drift is not None else "")
+    if inputs is not None:
+        fields += f"\0inputs\0{inputs}"
+    if retries is not None:
+        fields += f"\0retries\0{retries}"
     return xxhash.xxh3_64_hexdigest(fields.encode())[:12]
+
+
+def _inputs_of(record: StatusRecord) -> str | None:
+    return inputs_digest(record.inputs) if record.inputs else None
 
 
 def _escape(key: str) -> str:
@@ -162,7 +186,8 @@ class StatusIndex:
         entry = entries[0]
         if entry.identity != identity or not entry.sound or entry.status == FAILED:
             return None  # a FAILED step's error is in its marker only
-        return StatusRecord(entry.status, entry.time, duration=entry.duration, identity=identity, drift=entry.drift)
+        return StatusRecord(entry.status, entry.time, duration=entry.duration, identity=identity, drift=entry.drift,
+                            inputs_digest=entry.inputs, retries=entry.retries)
 
     def without_success(self, output: str) -> bool:
         """Whether this process's last listing shows ``output`` with entries and none of them SUCCESS.
@@ -204,7 +229,8 @@ class StatusIndex:
                 self.storage.write_atomic(marker, text)
         else:
             if record.status == SUCCESS:
-                entry = Entry.success(key, record.identity, record.time, record.duration, record.drift)
+                entry = Entry.success(key, record.identity, record.time, record.duration, record.drift,
+                                      _inputs_of(record), record.retries)
             else:
                 entry = Entry(key, record.identity, FAILED)
             running = self.path(Entry(key, record.identity, RUNNING))
@@ -265,7 +291,8 @@ def entry_names(storage: Storage, items: Iterable[tuple[str, str, StatusRecord]]
         if key is None:
             continue
         if record.status == SUCCESS:
-            entry = Entry.success(key, identity, record.time, record.duration, record.drift)
+            entry = Entry.success(key, identity, record.time, record.duration, record.drift, _inputs_of(record),
+                                  record.retries)
         else:
             entry = Entry(key, identity, record.status)
         out.append(index.path(entry))

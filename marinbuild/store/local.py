@@ -117,6 +117,13 @@ class LocalStorage(Storage):
         for path in paths:
             call_with_retries(functools.partial(unlink_quietly, path), f"remove {path}")
 
+    @retrying("move")
+    def move(self, source: str, target: str) -> None:
+        if not os.path.lexists(source):
+            return
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.rename(source, target)
+
     @retrying("upload")
     def put_file(self, local_path: str, path: str) -> None:
         if os.path.abspath(local_path) != os.path.abspath(path):

@@ -30,6 +30,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import xxhash
+
+from marinbuild.store.retry_counts import valid_retries_code
 from marinbuild.store.storage import Storage
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "StatusRecord",
     "info_path",
     "info_text",
+    "inputs_digest",
     "log_path",
     "read_info",
     "read_status",
@@ -79,6 +83,14 @@ class StatusRecord:
     """A digest of what the run recorded outside its identity (command, function source,
     plain fields; see :mod:`marinbuild.drift`): ``plan`` reads the info JSON only
     where the digest it computes now differs."""
+    retries: str | None = None
+    """For a final status: what the run used of each retry budget, as a short code
+    (:mod:`marinbuild.store.retry_counts`), so that ``status`` reads no attempt ledger."""
+    inputs: tuple[tuple[str, float], ...] | None = None
+    """For ``SUCCESS``: the ``SUCCESS`` time of each dependency the run read, by step name (stored as
+    an object); a dependency with another ``SUCCESS`` now was rerun since (:mod:`marinbuild.input_times`)."""
+    inputs_digest: str | None = field(default=None, compare=False)
+    """Not stored in the marker: :func:`inputs_digest` of ``inputs``, as the status summary carries it."""
     leased_by: str | None = field(default=None, compare=False)
     """Not stored: the live lease of a RUNNING step, as ``project.probe`` found it."""
     mismatch: str | None = field(default=None, compare=False)
@@ -87,6 +99,8 @@ class StatusRecord:
     def to_json(self) -> str:
         # vars(), not dataclasses.asdict: that deep-copies, a tenth of a millisecond a write.
         stored = {k: v for k, v in vars(self).items() if v is not None and k not in _NOT_STORED}
+        if self.inputs is not None:
+            stored["inputs"] = dict(self.inputs)
         return json.dumps(stored, sort_keys=True)
 
     def counts_for(self, identity: str) -> bool:
@@ -109,7 +123,17 @@ class StatusRecord:
         return cls(UNREADABLE, 0.0, error=f"{path}: {problem}")
 
 
-_NOT_STORED = frozenset({"leased_by", "mismatch"})
+_NOT_STORED = frozenset({"leased_by", "mismatch", "inputs_digest"})
+
+
+def inputs_digest(inputs: Iterable[tuple[str, float]]) -> str:
+    """A short digest of dependency ``SUCCESS`` times: equal digests, the same dependencies' runs.
+
+    >>> inputs_digest([("a", 1.5)]) == inputs_digest((("a", 1.5),))
+    True
+    """
+    text = "\0".join(f"{name}\0{when!r}" for name, when in sorted(inputs))
+    return xxhash.xxh3_64_hexdigest(text.encode())[:12]
 
 
 def parse_status(text: str, path: str) -> StatusRecord:
@@ -140,6 +164,8 @@ def parse_status(text: str, path: str) -> StatusRecord:
         name=_text(raw.get("name")),
         identity=_text(raw.get("identity")),
         drift=_digest(raw.get("drift")),
+        retries=valid_retries_code(raw.get("retries")),
+        inputs=_inputs(raw.get("inputs")) if "inputs" in raw else None,
     )
 
 
@@ -185,6 +211,19 @@ def _text(value: Any) -> str | None:
     if value is None:
         return None
     return _clip(value if isinstance(value, str) else json.dumps(value, default=repr), _MAX_TEXT)
+
+
+def _inputs(value: Any) -> tuple[tuple[str, float], ...] | None:
+    # A hand edit that is not {name: time} is no record: the step is taken as up to date, as before.
+    if not isinstance(value, dict):
+        return None
+    out = []
+    for name, when in value.items():
+        number = _finite(when, None)
+        if number is None:
+            return None
+        out.append((name, number))
+    return tuple(sorted(out))
 
 
 def _digest(value: Any) -> str | None:

@@ -225,6 +225,13 @@ class Storage(Protocol):
         """Delete several files (not folders), overlapped where the store allows; missing is fine."""
         ...
 
+    def move(self, source: str, target: str) -> None:
+        """Move a file or a whole folder to ``target`` (its parent made as needed); missing is fine.
+
+        A rename on local disk; an object store copies each object and deletes the original.
+        """
+        ...
+
     def put_file(self, local_path: str, path: str) -> None:
         """Copy a local file into the store (a no-op when it is already that file)."""
         ...

@@ -78,3 +78,10 @@ def test_describe_changes_limits_and_counts_the_rest() -> None:
     text = describe_changes(changes, limit=2)
     assert text == "changed: k0: 0 -> 1; k1: 1 -> 2 (+3 more)"
     assert describe_changes([]) == "changed (identity differs, payload equal)"
+
+
+def test_a_dependency_rerun_since_makes_a_finished_step_run_and_forced_steps_say_so() -> None:
+    reason = "dependency a rerun since this step ran"
+    assert decide(_rec(SUCCESS), None, reason) == Decision(Action.RUN, reason)
+    assert decide(_rec(FAILED), None, reason).reason.startswith("failed before")  # it runs anyway
+    assert decide(_rec(SUCCESS), "forced").forced and not decide(_rec(SUCCESS), None, reason).forced
