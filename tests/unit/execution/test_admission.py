@@ -8,7 +8,13 @@ import pytest
 
 from marinbuild.capacity import Capacity
 from marinbuild.errors import ResourceError
-from marinbuild.execution.admission import ResourceAdmission, check_plan_fits, describe_request, requests_of
+from marinbuild.execution.admission import (
+    RayAdmission,
+    ResourceAdmission,
+    check_plan_fits,
+    describe_request,
+    requests_of,
+)
 from marinbuild.graph import StepGraph, build_graph
 from marinbuild.resources import Cores, Memory, Request, WTime
 from marinbuild.steps import step
@@ -77,3 +83,18 @@ def test_a_wall_time_group_learns_from_successful_runs(tmp_path: Path) -> None:
     gate.release(grant, duration=30.0)
     history.refresh()
     assert history.samples("tok") == (20.0, 40.0) * 4 + (30.0,)
+
+
+def test_ray_admission_hands_out_limits_not_resources(tmp_path: Path) -> None:
+    graph = build_graph([step("r", cmd="true", resources=Cores(64) & WTime(T=30)), step("l", cmd="true", resources=Cores(1))],
+                        str(tmp_path))
+    local = ResourceAdmission(Capacity(cores=(0,), memory=2**30), requests_of(graph, ["r", "l"]), str(tmp_path))
+    gate = RayAdmission(local, on_ray=["r"])
+    ray_grant = gate.try_acquire(graph.nodes["r"])
+    assert ray_grant is not None and ray_grant.allocation is None and ray_grant.timeout == 30
+    assert dict(ray_grant.env)["OMP_NUM_THREADS"] == "64"
+    local_grant = gate.try_acquire(graph.nodes["l"])
+    assert local_grant is not None and gate.try_acquire(graph.nodes["l"]) is None  # the one local core is taken
+    gate.release(local_grant)
+    assert gate.try_acquire(graph.nodes["l"]) is not None
+    assert gate.refusal(graph.nodes["r"]) is None

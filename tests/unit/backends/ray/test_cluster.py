@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from marinbuild.backends.ray.cluster import TOKEN_SHARE, RayAdmission, RayNode, place, placement_of, require_ray
+from marinbuild.backends.ray.cluster import TOKEN_SHARE, RayNode, place, placement_of, require_ray
 from marinbuild.errors import ResourceError
-from marinbuild.execution.admission import ResourceAdmission, requests_of
-from marinbuild.capacity import Capacity
-from marinbuild.graph import build_graph
-from marinbuild.resources import Cores, Custom, Gpus, Memory, Request, Slices, Token, WTime
-from marinbuild.steps import step
+from marinbuild.resources import Cores, Custom, Gpus, Memory, Request, Slices, Token
 
 BIG = RayNode("n1", "10.0.0.1", {"CPU": 8.0, "memory": 32 * 2**30, "GPU": 2.0, "accelerator_type:H100": 1.0,
                                  "gcs": 1.0, "uplink": 2.0})
@@ -54,18 +48,3 @@ def test_unknown_gpu_types_and_rays_own_resource_names_are_refused() -> None:
 
 def test_require_ray() -> None:
     assert require_ray().__name__ == "ray"
-
-
-def test_ray_admission_hands_out_limits_not_resources(tmp_path: Path) -> None:
-    graph = build_graph([step("r", cmd="true", resources=Cores(64) & WTime(T=30)), step("l", cmd="true", resources=Cores(1))],
-                        str(tmp_path))
-    local = ResourceAdmission(Capacity(cores=(0,), memory=2**30), requests_of(graph, ["r", "l"]), str(tmp_path))
-    gate = RayAdmission(local, on_ray=["r"])
-    ray_grant = gate.try_acquire(graph.nodes["r"])
-    assert ray_grant is not None and ray_grant.allocation is None and ray_grant.timeout == 30
-    assert dict(ray_grant.env)["OMP_NUM_THREADS"] == "64"
-    local_grant = gate.try_acquire(graph.nodes["l"])
-    assert local_grant is not None and gate.try_acquire(graph.nodes["l"]) is None  # the one local core is taken
-    gate.release(local_grant)
-    assert gate.try_acquire(graph.nodes["l"]) is not None
-    assert gate.refusal(graph.nodes["r"]) is None
