@@ -284,6 +284,7 @@ class _StepRun:
         write_header(job.log_file, number, "ray-node" if self.backend == "ray" else socket.gethostname(), self.backend)
         with self._lock:
             self._hung_at = None
+            self._handle = None  # the last attempt's: a hang of this one must not cancel it
         if job.progress_timeout is not None and not _watches_itself(self.inner, job):
             timeout_s, out = job.progress_timeout, job.output_path
             self._watch = HangWatch(
@@ -294,9 +295,11 @@ class _StepRun:
         handle = self.inner.start(job, lambda outcome: self._attempt_done(number, outcome))
         with self._lock:
             self._handle = handle
-            reason = self._reason
+            reason, hung_at = self._reason, self._hung_at
         if reason is not None:
             handle.cancel(reason)
+        elif hung_at is not None and job.progress_timeout is not None:  # hung before it was even started
+            handle.cancel(_hang_error(hung_at, job.progress_timeout))
 
     def _hung(self, number: int, last: float, timeout: float) -> None:
         with self._lock:
