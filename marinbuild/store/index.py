@@ -52,7 +52,6 @@ from dataclasses import dataclass
 import xxhash
 
 from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, StatusRecord, inputs_digest
-from marinbuild.store.retry_counts import valid_retries_code
 from marinbuild.store.storage import Storage
 
 __all__ = ["INDEX_DIR", "Entry", "StatusIndex", "entry_names", "forget", "index_of", "write_marker"]
@@ -75,30 +74,26 @@ class Entry:
     check: str = ""
     drift: str | None = None
     inputs: str | None = None
-    retries: str | None = None
-    """The SUCCESS marker's retries by cause (:mod:`marinbuild.store.retry_counts`), so that
-    ``status`` reads no attempt ledger."""
 
     @property
     def name(self) -> str:
         parts = [_escape(self.key), self.identity, self.status]
         if self.status == SUCCESS:
             parts += [repr(self.time), "-" if self.duration is None else repr(self.duration), self.drift or "-"]
-            parts += [self.inputs] if self.inputs else []
-            parts += [_RETRIES + self.retries, self.check] if self.retries else [self.check]
+            parts += [self.inputs, self.check] if self.inputs else [self.check]
         return _SEP.join(parts)
 
     @property
     def sound(self) -> bool:
         """Whether a SUCCESS entry's check matches its fields (a hand edit breaks it)."""
         return self.status != SUCCESS or self.check == _check(
-            self.key, self.identity, self.time, self.duration, self.drift, self.inputs, self.retries)
+            self.key, self.identity, self.time, self.duration, self.drift, self.inputs)
 
     @classmethod
     def success(cls, key: str, identity: str, time: float, duration: float | None, drift: str | None = None,
-                inputs: str | None = None, retries: str | None = None) -> Entry:
-        check = _check(key, identity, time, duration, drift, inputs, retries)
-        return cls(key, identity, SUCCESS, time, duration, check, drift, inputs, retries)
+                inputs: str | None = None) -> Entry:
+        return cls(key, identity, SUCCESS, time, duration, _check(key, identity, time, duration, drift, inputs), drift,
+                   inputs)
 
     @classmethod
     def parse(cls, name: str) -> Entry | None:
@@ -116,17 +111,15 @@ class Entry:
                 return None
             drift = parts[5] if len(parts) >= 7 and parts[5] != "-" else None
             inputs = parts[6] if len(parts) == 8 else None
-            return cls(_unescape(parts[0]), parts[1], SUCCESS, time, duration, parts[-1], drift, inputs, retries)
+            return cls(_unescape(parts[0]), parts[1], SUCCESS, time, duration, parts[-1], drift, inputs)
         return None
 
 
 def _check(key: str, identity: str, time: float, duration: float | None, drift: str | None = None,
-           inputs: str | None = None, retries: str | None = None) -> str:
+           inputs: str | None = None) -> str:
     fields = f"{key}\0{identity}\0{time!r}\0{duration!r}" + (f"\0{drift}" if drift is not None else "")
     if inputs is not None:
         fields += f"\0inputs\0{inputs}"
-    if retries is not None:
-        fields += f"\0retries\0{retries}"
     return xxhash.xxh3_64_hexdigest(fields.encode())[:12]
 
 
@@ -187,7 +180,7 @@ class StatusIndex:
         if entry.identity != identity or not entry.sound or entry.status == FAILED:
             return None  # a FAILED step's error is in its marker only
         return StatusRecord(entry.status, entry.time, duration=entry.duration, identity=identity, drift=entry.drift,
-                            inputs_digest=entry.inputs, retries=entry.retries)
+                            inputs_digest=entry.inputs)
 
     def without_success(self, output: str) -> bool:
         """Whether this process's last listing shows ``output`` with entries and none of them SUCCESS.
@@ -230,7 +223,7 @@ class StatusIndex:
         else:
             if record.status == SUCCESS:
                 entry = Entry.success(key, record.identity, record.time, record.duration, record.drift,
-                                      _inputs_of(record), record.retries)
+                                      _inputs_of(record))
             else:
                 entry = Entry(key, record.identity, FAILED)
             running = self.path(Entry(key, record.identity, RUNNING))
@@ -291,8 +284,7 @@ def entry_names(storage: Storage, items: Iterable[tuple[str, str, StatusRecord]]
         if key is None:
             continue
         if record.status == SUCCESS:
-            entry = Entry.success(key, identity, record.time, record.duration, record.drift, _inputs_of(record),
-                                  record.retries)
+            entry = Entry.success(key, identity, record.time, record.duration, record.drift, _inputs_of(record))
         else:
             entry = Entry(key, identity, record.status)
         out.append(index.path(entry))

@@ -32,7 +32,6 @@ from typing import Any
 
 import xxhash
 
-from marinbuild.store.retry_counts import valid_retries_code
 from marinbuild.store.storage import Storage
 
 __all__ = [
@@ -83,9 +82,6 @@ class StatusRecord:
     """A digest of what the run recorded outside its identity (command, function source,
     plain fields; see :mod:`marinbuild.drift`): ``plan`` reads the info JSON only
     where the digest it computes now differs."""
-    retries: str | None = None
-    """For a final status: what the run used of each retry budget, as a short code
-    (:mod:`marinbuild.store.retry_counts`), so that ``status`` reads no attempt ledger."""
     inputs: tuple[tuple[str, float], ...] | None = None
     """For ``SUCCESS``: the ``SUCCESS`` time of each dependency the run read, by step name (stored as
     an object); a dependency with another ``SUCCESS`` now was rerun since (:mod:`marinbuild.input_times`)."""
@@ -164,7 +160,6 @@ def parse_status(text: str, path: str) -> StatusRecord:
         name=_text(raw.get("name")),
         identity=_text(raw.get("identity")),
         drift=_digest(raw.get("drift")),
-        retries=valid_retries_code(raw.get("retries")),
         inputs=_inputs(raw.get("inputs")) if "inputs" in raw else None,
     )
 
