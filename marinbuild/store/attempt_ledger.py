@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from marinbuild.errors import StorageError
+from marinbuild.store.errors import StorageError
 from marinbuild.store.storage import Storage
 
 __all__ = ["LEDGER", "PROGRESS_NOTE", "AttemptLedger", "ended_progress_note", "iso_time", "read_attempts",

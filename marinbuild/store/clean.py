@@ -29,8 +29,8 @@ import stat
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from marinbuild.errors import StorageError, UserError
 from marinbuild.graph import StepGraph
+from marinbuild.store.errors import StorageError, UserError
 from marinbuild.store.markers import MARKER_DIR, info_path, read_info, read_status, read_texts
 from marinbuild.store.storage import Storage, store_refusal
 

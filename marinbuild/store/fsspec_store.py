@@ -23,7 +23,7 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from marinbuild.errors import UserError, missing_extra
+from marinbuild.store.errors import UserError, missing_extra
 from marinbuild.store.retry import call_with_retries, is_transient, per_request, remaining, retrying
 from marinbuild.store.storage import Storage
 

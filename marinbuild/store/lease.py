@@ -42,8 +42,8 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from marinbuild.errors import UserError
 from marinbuild.store.conditional import ConditionalStore, Versioned
+from marinbuild.store.errors import UserError
 from marinbuild.store.markers import MARKER_DIR, read_texts
 from marinbuild.store.retry import each_request_within
 from marinbuild.store.storage import Storage

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import xxhash
 
-from marinbuild.errors import UserError
+from marinbuild.store.errors import UserError
 from marinbuild.store.retry import call_with_retries
 from marinbuild.store.storage import Storage
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from marinbuild.errors import StorageError
+from marinbuild.store.errors import StorageError
 from marinbuild.store.storage import Storage
 
 __all__ = ["PROVISIONING_NOTE", "WAITING_PHASES", "read_provisioning_notes", "write_provisioning_note"]

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
-from marinbuild.errors import StorageError
+from marinbuild.store.errors import StorageError
 
 __all__ = [
     "DEFAULT_POLICY",

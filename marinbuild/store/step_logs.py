@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from marinbuild.errors import UserError
+from marinbuild.store.errors import UserError
 from marinbuild.store.storage import Storage
 
 __all__ = [

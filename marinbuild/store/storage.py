@@ -23,7 +23,7 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from typing import BinaryIO, Protocol, runtime_checkable
 
-from marinbuild.errors import UserError
+from marinbuild.store.errors import UserError
 
 __all__ = [
     "DEFAULT_PREFIX",
