@@ -424,7 +424,11 @@ def execute(
         from marinbuild.execution.output_stream import OutputFollower
 
         recorder.follower = OutputFollower(on_output)
-    options = RunOptions(jobs=jobs, keep_going=settings.keep_going, poll_interval=lease_settings.poll)
+    # Steps that all run on this machine start on the launch thread; TPU and Ray backends
+    # start theirs on the loop, as they always have.
+    local_only = planned.cluster is None and planned.placements is None
+    options = RunOptions(jobs=jobs, keep_going=settings.keep_going, poll_interval=lease_settings.poll,
+                         start_off_loop=local_only)
     scheduler = Scheduler(plan, ctx, runner, recorder, options, admission=admission, claims=claims, backend_for=backend_for)
     try:
         summary = scheduler.run()

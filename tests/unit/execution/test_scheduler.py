@@ -188,3 +188,52 @@ def test_a_backend_that_cannot_start_a_step_fails_that_step_alone(tmp_path: Path
     summary, graph = _run([step("refused", _noop, {}), step("fine", _noop, {})], tmp_path, backend, keep_going=True)
     assert [f.name for f in summary.failed] == ["refused"] and "no worker will take it" in summary.failed[0].error
     assert _status(graph, "refused") == FAILED and _status(graph, "fine") == SUCCESS
+
+
+class _Events(NullReporter):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def step_started(self, name: str, output: str) -> None:
+        self.seen.append(("started", name))
+
+    def step_finished(self, name: str, duration: float) -> None:
+        self.seen.append(("finished", name))
+
+    def step_failed(self, name: str, error: str, log: str) -> None:
+        self.seen.append(("failed", f"{name}: {error}"))
+
+
+class _AtOnceBackend:
+    """Ends a job inside ``start`` itself (before it returns); refuses a job named ``bad``."""
+
+    def start(self, job: Job, on_done: Callable[[Outcome], None]) -> Any:
+        if job.name == "bad":
+            raise OSError("cannot spawn")
+        on_done(Outcome(True, time.time(), time.time()))
+        return self
+
+    def cancel(self, reason: str) -> None:
+        pass
+
+
+def test_steps_started_off_the_loop_are_reported_started_before_finished(tmp_path: Path) -> None:
+    a = step("a", fn=_noop)
+    b = step("b", fn=_noop, config={"dep": a})
+    bad = step("bad", fn=_noop)
+    graph = build_graph([b, bad], str(tmp_path / "out"))
+    plan = make_plan(graph, graph.declared, statuses={})
+    from marinbuild.store.storage import Storage
+
+    ctx = RunContext(storage=Storage.for_prefix(graph.prefix), workdir=str(tmp_path), marinfile="(test)",
+                     outputs={n: node.output_path for n, node in graph.nodes.items()},
+                     identities={n: node.identity for n, node in graph.nodes.items()})
+    reporter = _Events()
+    summary = Scheduler(plan, ctx, _AtOnceBackend(), reporter,  # type: ignore[arg-type]
+                        RunOptions(jobs=1, keep_going=True, start_off_loop=True)).run()
+    assert summary.done == 2 and [f.name for f in summary.failed] == ["bad"]
+    for name in ("a", "b"):
+        assert reporter.seen.index(("started", name)) < reporter.seen.index(("finished", name))
+    assert ("failed", "bad: could not start: OSError: cannot spawn") in reporter.seen
+    assert ("started", "bad") not in reporter.seen
+    assert _status(graph, "b") == SUCCESS and _status(graph, "bad") == FAILED
