@@ -60,6 +60,8 @@ class EmulatedHost:
     start: Callable[[], None]
     stop: Callable[[], None]
     running: Callable[[], bool] = lambda: True
+    port: int = _RUNTIME_PORT
+    """What the endpoint's ``port`` says: the TPU runtime's, as Google's API; or an SSH port."""
 
 
 @dataclass
@@ -112,6 +114,8 @@ class TpuApiEmulator:
         self.waiting_s = waiting_s
         self.provisioning_s = provisioning_s
         self.failures_left = 0
+        self.node_name = "{prefix}-{i}"
+        """How multislice nodes are named (Google's API: ``PREFIX-i``)."""
         self.auto_preempt_after: float | None = None
         self.auto_preemptions_left = 0
         self.queued: dict[str, _QueuedResource] = {}
@@ -277,7 +281,7 @@ class TpuApiEmulator:
             if count < 2:
                 raise _ApiError(400, "INVALID_ARGUMENT", "multisliceParams.nodeCount must be > 1")
             prefix = multi.get("nodeIdPrefix") or qr_id
-            node_names = [f"{parent}/nodes/{prefix}-{i}" for i in range(count)]
+            node_names = [f"{parent}/nodes/" + self.node_name.format(prefix=prefix, i=i) for i in range(count)]
         elif spec.get("nodeId"):
             node_names = [f"{parent}/nodes/{spec['nodeId']}"]
         else:
@@ -345,7 +349,7 @@ class TpuApiEmulator:
             createTime=_ts(n.created),
             queuedResource=n.queued_resource,
             networkEndpoints=[
-                {"ipAddress": h.address, "port": _RUNTIME_PORT, "accessConfig": {"externalIp": h.address}}
+                {"ipAddress": h.address, "port": h.port, "accessConfig": {"externalIp": h.address}}
                 for h in n.hosts
             ],
         )

@@ -58,6 +58,7 @@ def _row(m: MadeResource, now: float) -> dict[str, object]:
     info = m.info
     return {
         "name": info.name,
+        "type": f"{len(info.node_names)} x {info.tpu_type}",
         "tpu_type": info.tpu_type,
         "slices": len(info.node_names),
         "state": info.state,
@@ -65,6 +66,7 @@ def _row(m: MadeResource, now: float) -> dict[str, object]:
         "output_path": m.output_path,
         "created": info.created,
         "age_s": None if info.created is None else round(now - info.created, 1),
+        "age": _age(None if info.created is None else now - info.created),
         "hours_held": round(m.hours_held(now), 4),
         "held_by": m.holder,
     }

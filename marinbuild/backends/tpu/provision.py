@@ -31,7 +31,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from marinbuild.backends.tpu.cluster import Cluster, GcpSettings, SliceSpec, SshSettings
-from marinbuild.backends.tpu.tpu_api import LABEL_PREFIX, QueuedResourceSpec, TpuApi, TpuApiError, label_value
+from marinbuild.backends.tpu.tpu_api import (
+    LABEL_PREFIX,
+    NodeInfo,
+    QueuedResourceSpec,
+    TpuApi,
+    TpuApiError,
+    label_value,
+)
 from marinbuild.errors import ClusterConfigError, MarinbuildError
 from marinbuild.tpu_types import tpu_topology
 
@@ -52,6 +59,7 @@ DESCRIPTION_PREFIX = "marinbuild output "
 """A created node's description: this, then the step's output path (where its lease lives)."""
 _GONE_STATES = frozenset({"PREEMPTED", "TERMINATED", "STOPPED", "STOPPING", "DELETING", "HIDDEN", "HIDING"})
 _FAILED_STATES = frozenset({"FAILED", "SUSPENDING", "SUSPENDED"})
+_RUNTIME_PORT = 8470  # the port Google's API reports for TPU workers (the runtime's)
 _REPORT_EVERY_S = 30.0  # a line while waiting, even when the state stays the same
 _WAITING = {"CREATING": "waiting for capacity", "ACCEPTED": "waiting for capacity",
             "WAITING_FOR_RESOURCES": "waiting for capacity", "PROVISIONING": "provisioning"}
@@ -303,27 +311,49 @@ class SliceProvider:
             if cancel.wait(min(self.poll, max(0.0, deadline - now))):
                 raise ProvisionCancelled(f"cancelled while queued resource {spec.name} was {state}")
 
+    def _nodes(self, spec: QueuedResourceSpec) -> list[NodeInfo]:
+        """The queued resource's nodes, slice 0 first: by the names asked for, else as the API lists them."""
+        named = [self.api.node(name) for name in spec.node_names()]
+        if all(n is not None for n in named):
+            return [n for n in named if n is not None]
+        listed = self.api.nodes_of(spec.name)
+        if len(listed) != spec.count:
+            raise CapacityUnavailable(f"queued resource {spec.name} is ACTIVE but has {len(listed)} of {spec.count} nodes")
+        return listed
+
     def _read_nodes(self, spec: QueuedResourceSpec) -> ProvisionedSlices:
         specs: list[SliceSpec] = []
         keys: dict[str, tuple[str, ...]] = {}
         vms = tpu_topology(spec.tpu_type).vm_count
-        for name in spec.node_names():
-            node = self.api.node(name)
-            if node is None or not node.addresses:
+        for node in self._nodes(spec):
+            name = node.name
+            if not node.addresses:
                 raise CapacityUnavailable(f"queued resource {spec.name} is ACTIVE but node {name} has no endpoints")
             if len(node.addresses) != vms:
                 raise TpuApiError(f"node {name} has {len(node.addresses)} worker(s) but {spec.tpu_type} has {vms}")
-            hosts = node.addresses
+            addresses = node.addresses
             if self.gcp.external_ips:
                 if not all(node.external_addresses):
                     raise TpuApiError(f"node {name} has a worker without an external IP (external_ips = true)")
-                hosts = tuple(a for a in node.external_addresses if a)
+                addresses = tuple(a for a in node.external_addresses if a)
+            hosts = tuple(self._entry(a, p) for a, p in zip(addresses, node.ports or (0,) * len(addresses), strict=False))
             reported: list[tuple[str, ...]] = self.api.host_keys(name)
-            for address, worker_keys in zip(hosts, reported, strict=False):
+            for entry, worker_keys in zip(hosts, reported, strict=False):
                 if worker_keys:
-                    keys[address] = _preferred_first(worker_keys)
+                    keys[entry] = _preferred_first(worker_keys)
             specs.append(SliceSpec(name, spec.tpu_type, hosts, self.cluster.ssh, node.addresses, self.gcp.spot))
         return ProvisionedSlices(spec.name, tuple(specs), keys)
+
+    def _entry(self, address: str, port: int) -> str:
+        """The SSH host entry of a worker: its address, on ``[ssh] port`` (22 unless set).
+
+        An emulator (an ``http://`` API) may put each loopback host's SSH port in its endpoint;
+        Google's API gives the TPU runtime's port there (8470), never SSH's, so it is not used.
+        """
+        emulated = (self.gcp.api_endpoint or "").startswith("http://")
+        if not emulated or self.cluster.ssh.port is not None or port in (0, _RUNTIME_PORT):
+            return address
+        return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
     def lost(self) -> tuple[str, ...]:
         """Nodes of the current queued resource the API says are gone (preempted, deleted)."""

@@ -98,6 +98,10 @@ class NodeInfo:
     state: str
     addresses: tuple[str, ...]
     external_addresses: tuple[str | None, ...]
+    ports: tuple[int, ...] = ()
+    """Each endpoint's port as the API gives it (0: none); Google's API gives the TPU runtime's."""
+    queued_resource: str = ""
+    """The short name of the queued resource the node belongs to, when it says."""
 
 
 def _client_module() -> Any:
@@ -239,13 +243,17 @@ class TpuApi:
             n = self._call(f"reading node {name}", self._client.get_node, name=f"{self.parent}/nodes/{name}")
         except exceptions.NotFound:
             return None
-        endpoints = list(n.network_endpoints)
-        return NodeInfo(
-            name=_short(n.name),
-            state=n.state.name,
-            addresses=tuple(e.ip_address for e in endpoints),
-            external_addresses=tuple((e.access_config.external_ip or None) for e in endpoints),
-        )
+        return _node_info(n)
+
+    def nodes_of(self, queued_resource: str) -> list[NodeInfo]:
+        """The nodes the API says belong to ``queued_resource``, by name (slice order for ``NAME-i``)."""
+        pages = self._call("listing nodes", self._client.list_nodes, parent=self.parent)
+        try:
+            found = [_node_info(n) for n in pages]
+        except Exception as e:  # a later page can fail too
+            raise TpuApiError(f"TPU API: listing nodes in {self.parent} failed: {_why(e)}") from None
+        mine = [n for n in found if n.queued_resource == queued_resource]
+        return sorted(mine, key=lambda n: (len(n.name), n.name))
 
     def host_keys(self, name: str) -> list[tuple[str, ...]]:
         """Each worker's SSH host keys (``TYPE BASE64``), worker 0 first, from guest attributes.
@@ -263,7 +271,7 @@ class TpuApi:
             return []
         out: list[tuple[str, ...]] = []
         for worker in answer.guest_attributes:
-            out.append(tuple(f"{item.key} {item.value}" for item in worker.query_value.items
+            out.append(tuple(_key_line(item.key, item.value) for item in worker.query_value.items
                              if item.key and item.value))
         return out
 
@@ -289,6 +297,31 @@ class TpuApi:
             created=_seconds(qr.create_time),
             error=error,
         )
+
+
+def _node_info(n: Any) -> NodeInfo:
+    endpoints = list(n.network_endpoints)
+    return NodeInfo(
+        name=_short(n.name),
+        state=n.state.name,
+        addresses=tuple(e.ip_address for e in endpoints),
+        external_addresses=tuple((e.access_config.external_ip or None) for e in endpoints),
+        ports=tuple(int(e.port or 0) for e in endpoints),
+        queued_resource=_short(n.queued_resource) if n.queued_resource else "",
+    )
+
+
+def _key_line(key: str, value: str) -> str:
+    """``TYPE BASE64`` from a guest attribute: the key names the type, the value is the key
+    (some agents put the whole ``TYPE BASE64`` line in the value).
+
+    >>> _key_line("ssh-ed25519", "AAAA"), _key_line("ssh-ed25519", "ssh-ed25519 AAAA root@vm")
+    ('ssh-ed25519 AAAA', 'ssh-ed25519 AAAA')
+    """
+    parts = value.split()
+    if len(parts) >= 2:
+        return f"{parts[0]} {parts[1]}"
+    return f"{key} {value.strip()}"
 
 
 def _why(e: BaseException) -> str:

@@ -44,7 +44,7 @@ def test_list_and_down(emulator: TpuApiEmulator, tmp_path: Path, capsys: pytest.
     rows = json.loads(text)
     assert code == 0 and [(r["name"], r["step"], r["state"], r["tpu_type"], r["slices"], r["output_path"]) for r in rows] == [
         (name, "train", "ACTIVE", "v4-8", 1, out)]
-    assert rows[0]["hours_held"] >= 0 and rows[0]["held_by"] is None
+    assert rows[0]["hours_held"] >= 0 and rows[0]["held_by"] is None and rows[0]["type"] == "1 x v4-8"
     code, text, _ = cli(["tpu", "list", *common], capsys)
     header = text.splitlines()[0]
     assert code == 0 and header.split()[:5] == ["NAME", "TYPE", "STATE", "STEP", "AGE"] and "HOURS HELD" in header

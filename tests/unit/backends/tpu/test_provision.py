@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,15 +12,16 @@ from marinbuild.backends.tpu.provision import (
     CapacityUnavailable,
     ProvisionCancelled,
     ProvisionRequest,
+    SliceProvider,
     node_labels,
     prefix_id,
     public_key_line,
 )
-from marinbuild.backends.tpu.tpu_api import label_value
+from marinbuild.backends.tpu.tpu_api import TpuApi, label_value
 from marinbuild.errors import ClusterConfigError
 from tests.tpu_api_emulator import TpuApiEmulator
 
-from .emulated import StandIn, provider
+from .emulated import StandIn, cluster_for, provider
 
 
 def test_multislice_queued_resource_is_labelled_keyed_and_read_in_worker_order(emulator: TpuApiEmulator, tmp_path: Path) -> None:
@@ -101,3 +103,33 @@ def test_labels_and_public_key(tmp_path: Path) -> None:
     assert labels["marinbuild-prefix"] == "gs-b-p" and labels["marinbuild-identity"] == "ff00"
     with pytest.raises(ClusterConfigError, match="identity_file"):
         public_key_line(SshSettings())
+
+
+def test_nodes_named_otherwise_are_found_by_listing(emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    emulator.node_name = "{prefix}-slice{i}"  # another naming than PREFIX-i: the list says which are ours
+    p = provider(emulator, tmp_path, count=2)
+    got = p.acquire(threading.Event())
+    assert [s.name for s in got.specs] == [f"{got.queued_resource}-slice0", f"{got.queued_resource}-slice1"]
+    assert [s.hosts for s in got.specs] == [("10.0.0.2",), ("10.0.0.3",)]
+    emulator.preempt(got.specs[1].name)
+    assert p.lost() == (got.specs[1].name,)
+    p.release()
+
+
+def test_an_emulators_ssh_ports_are_used_unless_the_cluster_file_names_one(tmp_path: Path) -> None:
+    emulated = [StandIn(f"10.2.0.{i}").host() for i in (2, 3)]
+    for h, port in zip(emulated, (2201, 2202), strict=True):
+        h.port = port  # each loopback sshd on a port of its own, said in its endpoint
+    with TpuApiEmulator(emulated, waiting_s=0.01, provisioning_s=0.01) as emu:
+        first = provider(emu, tmp_path, count=2)
+        got = first.acquire(threading.Event())
+        assert [s.hosts for s in got.specs] == [("10.2.0.2:2201",), ("10.2.0.3:2202",)]
+        assert [s.internal_addresses for s in got.specs] == [("10.2.0.2",), ("10.2.0.3",)]
+        assert got.host_keys["10.2.0.2:2201"] == ("ssh-ed25519 KEY10202",)
+        first.release()
+        cluster = cluster_for(emu, tmp_path)
+        assert cluster.gcp is not None
+        pinned = replace(cluster, ssh=replace(cluster.ssh, port=22))  # [ssh] port wins
+        second = SliceProvider(TpuApi(cluster.gcp), pinned, ProvisionRequest("s", "/o/s-1", "/o", "v4-8", 2), poll=0.01)
+        assert sorted(s.hosts for s in second.acquire(threading.Event()).specs) == [("10.2.0.2",), ("10.2.0.3",)]
+        second.release()
