@@ -184,3 +184,12 @@ def test_the_library_summary_carries_each_steps_retries(tmp_path: Path, monkeypa
     assert "hang budget spent (1/1)" in (summary.steps["stuck"].error or "")
     assert summary.steps["fine"].retries is None  # nothing retried, nothing failed
     assert live_processes_matching("sleep 3077") == []
+
+
+def test_hang_settings_are_not_part_of_a_steps_identity(project: Path) -> None:
+    body = 'from marinbuild import step, versioned\nstep("s", cmd="true", config={{"n": versioned(1)}}{extra})\n'
+    write_marinfile(project, body.format(extra=""))
+    plain = plan_json(project)["s"]
+    write_marinfile(project, body.format(extra=', progress_timeout="15m", max_retries_hang=5'))
+    watched = plan_json(project)["s"]
+    assert watched["output_path"] == plain["output_path"]
