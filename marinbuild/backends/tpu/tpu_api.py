@@ -119,7 +119,7 @@ def _short(name: str) -> str:
     return name.rsplit("/", 1)[-1]
 
 
-def _seconds(ts: Any) -> float | None:
+def _epoch_seconds(ts: Any) -> float | None:
     try:
         t = ts.timestamp()
     except (AttributeError, ValueError, OverflowError):
@@ -294,7 +294,7 @@ class TpuApi:
             node_names=names,
             labels=dict(node.labels) if node is not None else {},
             description=node.description if node is not None else "",
-            created=_seconds(qr.create_time),
+            created=_epoch_seconds(qr.create_time),
             error=error,
         )
 
