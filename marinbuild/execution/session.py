@@ -383,10 +383,10 @@ def execute(
     results: dict[str, StepResult] = {
         n: StepResult(n, StepOutcome.SKIPPED, plan.node(n).output_path) for n in plan.order if n not in set(to_run)
     }
+    if planned.cluster is not None and planned.cluster.gcp is not None:
+        _delete_leftovers(planned, echo)  # even with nothing to run: a killed runner's slices cost by the hour
     if not to_run:
         return RunSummary(results)
-    if planned.cluster is not None and planned.cluster.gcp is not None:
-        _delete_leftovers(planned, echo)
     # Imported here: a dry run or plan does not pay for the machinery that runs steps.
     from marinbuild.execution.claims import LeaseClaims
     from marinbuild.execution.scheduler import RunOptions, Scheduler
