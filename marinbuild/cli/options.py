@@ -61,12 +61,11 @@ def step_targets(project: Project, targets: Sequence[str] | None) -> list[str]:
     looks_like_path = [t for t in wanted if t not in nodes and ("/" in t or os.sep in t) and not any(c in t for c in "*?[")]
     if not looks_like_path:
         return wanted
-    local = project.storage.is_local
     by_output = {node.output_path.rstrip("/"): name for name, node in nodes.items()}
     out: list[str] = []
     for t in wanted:
         if t in looks_like_path:
-            path = os.path.abspath(t) if local and "://" not in t else t.rstrip("/")
+            path = project.storage.user_path(t)
             while path and path not in by_output and os.path.dirname(path) != path:
                 path = os.path.dirname(path)  # a file inside an output names its step too
             t = by_output.get(path, t)

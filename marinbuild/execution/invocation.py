@@ -204,10 +204,9 @@ def invoke(
         from marinbuild.units import parse_duration
 
         parse_duration(params.walltime)  # refused before the prefix folder is made
-    if project.storage.is_local:
-        from marinbuild.store.storage import check_local_prefix
+    from marinbuild.store.storage import prepare_prefix
 
-        check_local_prefix(project.storage.prefix, params.prefix, create=True)
+    prepare_prefix(project.storage, params.prefix)
     voice.starting()
     return execute(
         planned, params.settings, voice.reporter, echo=voice.echo, on_output=voice.on_output, on_command=voice.on_command

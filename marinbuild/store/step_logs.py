@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from marinbuild.store.errors import UserError
-from marinbuild.store.storage import Storage
+from marinbuild.store.markers import log_path
+from marinbuild.store.storage import Storage, unlink_quietly
 
 __all__ = [
     "HEADER_PREFIX",
@@ -28,8 +29,10 @@ __all__ = [
     "append_note",
     "attempt_header",
     "attempts_in",
+    "begin_step_log",
     "is_header",
     "log_files",
+    "staged_log",
     "start_run_log",
     "write_header",
 ]
@@ -154,6 +157,35 @@ def start_run_log(log_file: str) -> None:
         os.replace(log_file, os.path.join(folder, f"{stem}.{stamp}.log"))
     except OSError:
         pass
+
+
+def begin_step_log(storage: Storage, output: str) -> str:
+    """The local file a step's output is appended to in this run, started empty.
+
+    On local disk it is the step's log itself (the last run's moved aside, :func:`start_run_log`);
+    for a remote store a staging copy, uploaded when the run ends (:func:`staged_log`).
+    """
+    path = log_path(output)
+    log_file = storage.staging_path(path)
+    if storage.staged_in_place(path):
+        start_run_log(log_file)
+    else:
+        unlink_quietly(log_file)  # an earlier run's copy, uploaded when that run ended
+    return log_file
+
+
+def staged_log(storage: Storage, output: str, log_file: str, inline_limit: int) -> dict[str, bytes]:
+    """A remote step log's staged copy, to be written together with the info JSON (one round
+    trip) when at most ``inline_limit`` bytes; a larger one is uploaded now, streamed. Nothing
+    for a log written in place."""
+    path = log_path(output)
+    if storage.staged_in_place(path) or not os.path.exists(log_file):
+        return {}
+    if os.path.getsize(log_file) <= inline_limit:
+        with open(log_file, "rb") as f:
+            return {path: f.read()}
+    storage.put_file(log_file, path)
+    return {}
 
 
 @dataclass(frozen=True)

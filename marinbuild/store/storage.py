@@ -17,11 +17,14 @@ a write always puts a whole file.
 from __future__ import annotations
 
 import errno
+import hashlib
 import itertools
 import os
 import posixpath
-from collections.abc import Iterable, Mapping
-from typing import BinaryIO, Protocol, runtime_checkable
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import BinaryIO, Protocol, TypeVar, runtime_checkable
 
 from marinbuild.store.errors import UserError
 
@@ -30,13 +33,18 @@ __all__ = [
     "Storage",
     "check_local_prefix",
     "check_writable_prefix",
+    "overlapped",
     "prefix_not_writable",
     "prefix_write_problem",
+    "prepare_prefix",
     "resolve_prefix",
     "store_refusal",
     "unlink_quietly",
     "write_temporary",
 ]
+
+A = TypeVar("A")
+B = TypeVar("B")
 
 DEFAULT_PREFIX = "marinbuild-out"
 """The prefix used when neither ``--prefix`` nor ``MARIN_PREFIX`` is set, relative to the
@@ -110,6 +118,23 @@ def prefix_write_problem(storage: Storage) -> str | None:
         return None
     problem = prefix_not_writable(storage.prefix)
     return None if problem is None else f"prefix {storage.prefix!r} {problem}"
+
+
+def prepare_prefix(storage: Storage, given: str | None = None) -> None:
+    """Make the prefix folder a run writes under, refusing one that is not a folder or not
+    writable (one line naming it); an object store needs no folder and is checked by its first write."""
+    if storage.is_local:
+        check_local_prefix(storage.prefix, given, create=True)
+
+
+def overlapped(storage: Storage, first: Callable[[], A], second: Callable[[], B]) -> tuple[A, B]:
+    """``first()`` and ``second()``: in flight together where a request costs a round trip
+    (a remote store), one after the other on local disk, where a thread would cost more."""
+    if storage.is_local:
+        return first(), second()
+    with ThreadPoolExecutor(1, thread_name_prefix="marinbuild-overlap") as pool:
+        later = pool.submit(second)
+        return first(), later.result()
 
 
 def check_writable_prefix(prefix: str | None) -> None:
@@ -239,6 +264,40 @@ class Storage(Protocol):
     def copy_in(self, source: BinaryIO, path: str) -> None:
         """Copy a stream into the store as one whole file: a reader sees all of it or nothing."""
         ...
+
+    # What logs need: a file that grows. Local disk appends in place; an object store cannot,
+    # so the file is staged on this machine and put in place whole.
+
+    def staging_path(self, path: str) -> str:
+        """The local file that stands for ``path`` while it is written by appending (a step's log).
+
+        On local disk it is ``path`` itself, followed as it grows (``marinbuild logs -f``); for a
+        remote store, a file in this machine's temporary folder, keyed by ``path``, that
+        :meth:`publish_staged` puts in place once writing ends.
+        """
+        if self.is_local:
+            return path
+        digest = hashlib.sha256(path.encode()).hexdigest()[:16]
+        return os.path.join(tempfile.gettempdir(), "marinbuild-staging", digest, posixpath.basename(path))
+
+    def staged_in_place(self, path: str) -> bool:
+        """Whether what is appended to :meth:`staging_path` is already at ``path`` (nothing to publish)."""
+        return self.staging_path(path) == path
+
+    def publish_staged(self, path: str) -> None:
+        """Put the file staged for ``path`` in place, whole (nothing to do when it was written in place)."""
+        staged = self.staging_path(path)
+        if staged != path and os.path.exists(staged):
+            self.put_file(staged, path)
+
+    def local_file(self, path: str) -> str | None:
+        """``path`` as a file on this machine when the store is its disk (to follow, stat or
+        hand to a process on the same disk); None for a remote store."""
+        return path if self.is_local else None
+
+    def user_path(self, text: str) -> str:
+        """A path as a user typed it, in the form this store's paths take (absolute on local disk)."""
+        return os.path.abspath(text) if self.is_local and "://" not in text else text.rstrip("/")
 
 
 _temporaries = itertools.count()

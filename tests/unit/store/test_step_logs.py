@@ -80,3 +80,37 @@ def test_write_header_makes_a_missing_folder_and_appends_whole_lines(tmp_path: P
     write_header(str(log), 1, "h", "local")
     write_header(str(log), 2, "h", "local")
     assert [is_header(line) for line in log.read_text().splitlines()] == [True, True]
+
+
+def test_a_step_log_begins_empty_in_place_and_the_last_run_is_kept(tmp_path) -> None:
+    from marinbuild.store.markers import log_path
+    from marinbuild.store.step_logs import begin_step_log, staged_log
+    from marinbuild.store.storage import Storage
+
+    storage = Storage.for_prefix(str(tmp_path))
+    out = str(tmp_path / "s-1")
+    first = begin_step_log(storage, out)
+    assert first == log_path(out)
+    os.makedirs(os.path.dirname(first))
+    with open(first, "w") as f:
+        f.write("run one\n")
+    assert begin_step_log(storage, out) == first and not os.path.exists(first)
+    assert [n for n in os.listdir(os.path.dirname(first)) if n.startswith("step.")] != []
+    assert staged_log(storage, out, first, 1 << 20) == {}  # written in place: nothing to send
+
+
+def test_a_remote_step_log_is_staged_then_sent_with_the_info_or_uploaded(tmp_path) -> None:
+    from marinbuild.store.markers import log_path
+    from marinbuild.store.step_logs import begin_step_log, staged_log
+    from marinbuild.store.storage import Storage
+
+    storage = Storage.for_prefix("memory://logs-unit")
+    out = "memory://logs-unit/s-1"
+    staged = begin_step_log(storage, out)
+    assert staged != log_path(out)
+    os.makedirs(os.path.dirname(staged), exist_ok=True)
+    with open(staged, "w") as f:
+        f.write("hello\n")
+    assert staged_log(storage, out, staged, 1 << 20) == {log_path(out): b"hello\n"}
+    assert staged_log(storage, out, staged, 2) == {} and storage.read_text(log_path(out)) == "hello\n"
+    assert begin_step_log(storage, out) == staged and not os.path.exists(staged)

@@ -143,3 +143,49 @@ def test_unlink_quietly(tmp_path: Path) -> None:
     unlink_quietly(str(tmp_path / "f"))
     unlink_quietly(str(tmp_path / "f"))
     assert not (tmp_path / "f").exists()
+
+
+def test_a_growing_file_is_staged_and_published_whole(storage: Storage) -> None:
+    from marinbuild.store.storage import prepare_prefix
+
+    prepare_prefix(storage)
+    path = storage.join(storage.prefix, "out-1", "logs", "step.log")
+    staged = storage.staging_path(path)
+    assert storage.staged_in_place(path) == (staged == path)
+    os.makedirs(os.path.dirname(staged), exist_ok=True)
+    for part in ("one\n", "two\n"):
+        with open(staged, "a") as f:  # a step's process appends
+            f.write(part)
+    storage.publish_staged(path)
+    assert storage.read_text(path) == "one\ntwo\n"
+    assert (storage.local_file(path) == path) == storage.staged_in_place(path)
+
+
+def test_a_remote_store_stages_outside_its_prefix_and_local_disk_in_place(tmp_path: Path) -> None:
+    local = Storage.for_prefix(str(tmp_path / "p"))
+    remote = Storage.for_prefix("memory://staged")
+    on_disk = str(tmp_path / "p" / "a" / "step.log")
+    assert local.staging_path(on_disk) == on_disk and local.local_file(on_disk) == on_disk
+    staged = remote.staging_path("memory://staged/a/step.log")
+    assert staged != remote.staging_path("memory://staged/b/step.log") and staged.endswith("step.log")
+    assert os.path.isabs(staged) and remote.local_file("memory://staged/a/step.log") is None
+
+
+def test_user_paths_take_the_stores_form(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert Storage.for_prefix(str(tmp_path)).user_path("out/x") == str(tmp_path / "out" / "x")
+    assert Storage.for_prefix("memory://u").user_path("memory://u/x/") == "memory://u/x"
+
+
+def test_overlapped_returns_both_results_in_order(storage: Storage) -> None:
+    from marinbuild.store.storage import overlapped
+
+    assert overlapped(storage, lambda: 1, lambda: "two") == (1, "two")
+
+
+def test_prepare_prefix_refuses_a_file_in_one_line(tmp_path: Path) -> None:
+    from marinbuild.store.storage import prepare_prefix
+
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UserError, match="not a folder"):
+        prepare_prefix(Storage.for_prefix(str(tmp_path / "file" / "p")))
