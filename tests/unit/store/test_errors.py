@@ -1,10 +1,10 @@
-"""Unit tests of marinbuild.errors: the error family and the one line for a missing extra."""
+"""Unit tests of marinbuild.store.errors: the error family, exit codes, the one line for a missing extra."""
 
 from __future__ import annotations
 
 import pytest
 
-from marinbuild.errors import (
+from marinbuild.store.errors import (
     EXTRAS,
     ClusterConfigError,
     CycleError,
@@ -27,6 +27,18 @@ def test_user_errors_are_marinbuild_errors(cls: type) -> None:
 def test_store_and_lease_errors_are_not_the_users_fault() -> None:
     assert not issubclass(StorageError, UserError)
     assert not issubclass(LeaseLost, UserError)
+
+
+def test_exit_codes() -> None:
+    assert (UserError.exit_code, CycleError.exit_code, StorageError.exit_code, LeaseLost.exit_code) == (2, 2, 1, 1)
+    assert MarinbuildError("x").exit_code == 1
+
+
+def test_the_public_names_are_these_classes() -> None:
+    import marinbuild.errors as public
+    import marinbuild.store.errors as own
+
+    assert all(getattr(public, name) is getattr(own, name) for name in public.__all__)
 
 
 @pytest.mark.parametrize(("package", "extra"), sorted(EXTRAS.items()))
