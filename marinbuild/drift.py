@@ -35,7 +35,7 @@ from typing import Any
 import xxhash
 
 from marinbuild.config_walk import LEAF_TYPES, children, describe_leaf, is_placeholder, join_path
-from marinbuild.graph import Node, StepGraph
+from marinbuild.graph import StepGraph, StepNode
 from marinbuild.identity import source_digest
 from marinbuild.staleness import Change, diff_payloads
 from marinbuild.steps import Step
@@ -145,7 +145,7 @@ def step_drift(step: Step, info: Mapping[str, Any]) -> list[str]:
         current = plain_fields(step.config)
         changed = [p for p in sorted(set(stored) | set(current)) if stored.get(p, _ABSENT) != current.get(p, _ABSENT)]
         for path in changed[:5]:
-            old, new = _show(stored.get(path, _ABSENT)), _show(current.get(path, _ABSENT))
+            old, new = _shown_value(stored.get(path, _ABSENT)), _shown_value(current.get(path, _ABSENT))
             notes.append(f"plain field {path} changed since the stored run ({old} -> {new}); {_ADVICE}")
         if len(changed) > 5:
             notes.append(f"{len(changed) - 5} more plain fields changed since the stored run; {_ADVICE}")
@@ -176,8 +176,8 @@ def drift_notes(
     digest equals its digest now go unread; without it every info JSON is read.
     """
     nodes = [graph.nodes[n] for n in names]
-    doubtful: list[Node] = []
-    undigested: list[Node] = []
+    doubtful: list[StepNode] = []
+    undigested: list[StepNode] = []
     for node in nodes:
         record = statuses.get(node.output_path) if statuses is not None else None
         if record is None:
@@ -186,7 +186,7 @@ def drift_notes(
             undigested.append(node)
         elif record.drift != drift_digest(code_record(node.step)):
             doubtful.append(node)
-    unchecked: list[Node] = []
+    unchecked: list[StepNode] = []
     if storage.keeps_summary and len(undigested) > UNCHECKED_READ_LIMIT:
         unchecked = undigested  # a request each: a run of this version records the digest
     else:
@@ -209,7 +209,7 @@ def drift_notes(
     return Drift(out, tuple(n.name for n in unchecked), len(paths))
 
 
-def root_changes(storage: Storage, graph: StepGraph, node: Node, old_payload: Mapping[str, Any]) -> list[str]:
+def root_changes(storage: Storage, graph: StepGraph, node: StepNode, old_payload: Mapping[str, Any]) -> list[str]:
     """The changes that make ``node`` differ from the run with ``old_payload``, followed upstream.
 
     A changed dependency is replaced by what changed in it (found by comparing the
@@ -222,7 +222,7 @@ def root_changes(storage: Storage, graph: StepGraph, node: Node, old_payload: Ma
 
 
 def _roots(
-    storage: Storage, graph: StepGraph, node: Node, old: Mapping[str, Any], seen: set[str], top: bool
+    storage: Storage, graph: StepGraph, node: StepNode, old: Mapping[str, Any], seen: set[str], top: bool
 ) -> list[str]:
     out: list[str] = []
     for change in diff_payloads(old, node.payload) + _code_change(old, node.payload):
@@ -258,13 +258,13 @@ def _line(name: str, change: Change) -> str:
     if change.kind == "code":
         what = "command" if str(change.new).startswith("cmd:") or str(change.old).startswith("cmd:") else "function source"
         return f"{name}: {what} changed (hash_code)"
-    return f"{name}: {change.path} {_show(change.old)} -> {_show(change.new)}"
+    return f"{name}: {change.path} {_shown_value(change.old)} -> {_shown_value(change.new)}"
 
 
 _ABSENT = "<absent>"
 
 
-def _show(value: Any) -> str:
+def _shown_value(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, sort_keys=True)

@@ -32,11 +32,11 @@ from marinbuild.store.storage import Storage
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["Node", "StepGraph", "build_graph"]
+__all__ = ["StepGraph", "StepNode", "build_graph"]
 
 
 @dataclass(frozen=True)
-class Node:
+class StepNode:
     """One step in the graph, with what planning and running need to know about it."""
 
     step: Step
@@ -60,12 +60,12 @@ class StepGraph:
     """All steps by name, the declared ones in order, and the graph networkx plans with.
 
     ``order`` is a topological order that follows the Marinfile. ``dag`` is the steps as a
-    frozen ``networkx.DiGraph``: nodes are step names carrying their :class:`Node` as
+    frozen ``networkx.DiGraph``: nodes are step names carrying their :class:`StepNode` as
     ``"node"``, edges run from a dependency to its dependant, nodes are inserted in
     ``order``.
     """
 
-    nodes: Mapping[str, Node]
+    nodes: Mapping[str, StepNode]
     declared: tuple[str, ...]
     order: tuple[str, ...]
     prefix: str
@@ -103,7 +103,7 @@ def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
     # for it serve whichever node it was merged into. Every dependency's ref is known
     # before its dependants are hashed (topological order).
     ref_of: dict[Step, str] = {}
-    nodes: dict[str, Node] = {}
+    nodes: dict[str, StepNode] = {}
     for s in order:
         if s.hash_code:
             payload = identity_payload(s.name, s.config, ref_of, scans[s], code_digest(s))
@@ -136,10 +136,10 @@ def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
     return StepGraph(nodes=nodes, declared=names, order=tuple(nodes), prefix=prefix)
 
 
-def _node(step: Step, identity: str, payload: Mapping[str, Any], deps: tuple[str, ...], output_path: str) -> Node:
+def _node(step: Step, identity: str, payload: Mapping[str, Any], deps: tuple[str, ...], output_path: str) -> StepNode:
     # As in step(): a frozen dataclass's __init__ sets its fields one object.__setattr__ at a
     # time; filling the instance dict at once costs a third, once per step on every plan.
-    node = object.__new__(Node)
+    node = object.__new__(StepNode)
     node.__dict__.update(step=step, identity=identity, payload=payload, deps=deps, output_path=output_path)
     return node
 
@@ -260,7 +260,7 @@ def _strictly_inside(path: str, prefix: str) -> bool:
     return posixpath.normpath(rest).startswith(base) and posixpath.normpath(rest) + "/" != base
 
 
-def _check_output_paths(nodes: Mapping[str, Node]) -> None:
+def _check_output_paths(nodes: Mapping[str, StepNode]) -> None:
     """Two steps never share an output, nor does one lie inside another's (which it would clear)."""
     owner: dict[str, str] = {}
     for name, node in nodes.items():

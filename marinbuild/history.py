@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from marinbuild.graph import Node, StepGraph
+from marinbuild.graph import StepGraph, StepNode
 from marinbuild.staleness import describe_changes, diff_payloads
 from marinbuild.store.markers import read_info
 from marinbuild.store.storage import Storage
@@ -47,16 +47,16 @@ class RunIndex:
         """Whether any step's output was found at all."""
         return bool(self._by_name)
 
-    def outputs(self, node: Node) -> list[str]:
+    def outputs(self, node: StepNode) -> list[str]:
         """Output paths of every identity of the step found under the prefix, its own included if present."""
         return list(self._by_name.get(node.name, []))
 
-    def others(self, node: Node) -> list[str]:
+    def others(self, node: StepNode) -> list[str]:
         """Output paths of the step's other identities."""
         return [p for p in self._by_name.get(node.name, []) if p != node.output_path]
 
 
-def earlier_info(storage: Storage, node: Node, index: RunIndex) -> dict[str, Any] | None:
+def earlier_info(storage: Storage, node: StepNode, index: RunIndex) -> dict[str, Any] | None:
     """The info JSON of this identity's own earlier run, else the most recent other identity's."""
     own = read_info(storage, node.output_path)
     if own is not None:

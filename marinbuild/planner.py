@@ -5,7 +5,7 @@ and returns decisions; it never touches storage. A step that is up to date is no
 descended into: its identity already covers its ancestors, whose outputs may be gone.
 
 The plan is a ``networkx.DiGraph`` (:attr:`Plan.graph`): its nodes are the planned steps'
-names carrying their :class:`~marinbuild.graph.Node` as ``"node"``, its edges run from a
+names carrying their :class:`~marinbuild.graph.StepNode` as ``"node"``, its edges run from a
 dependency to its dependant, and :attr:`Plan.order` is a topological order of it.
 Selection by pattern, the closure of chosen targets and the descendants of a forced step
 are networkx queries on the step graph. networkx is imported only when one is asked: a dry
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from marinbuild.errors import TargetError
-from marinbuild.graph import Node, StepGraph
+from marinbuild.graph import StepGraph, StepNode
 from marinbuild.staleness import Action, Decision, decide
 from marinbuild.store.markers import FAILED, RUNNING, StatusRecord
 
@@ -59,7 +59,7 @@ class Plan:
     def graph(self) -> nx.DiGraph:
         """The planned steps as a read-only ``networkx.DiGraph``, edges from a dependency to its dependant.
 
-        Nodes are step names carrying their :class:`~marinbuild.graph.Node` as ``"node"``,
+        Nodes are step names carrying their :class:`~marinbuild.graph.StepNode` as ``"node"``,
         inserted in plan order. Built on first use (networkx is imported then).
         """
         if len(self.order) == len(self.steps.nodes):
@@ -74,7 +74,7 @@ class Plan:
         sub.add_edges_from((d, n) for n in self.order for d in nodes[n].deps if d in members)
         return nx.freeze(sub)
 
-    def node(self, name: str) -> Node:
+    def node(self, name: str) -> StepNode:
         """The step ``name``'s graph node (identity, output path, dependencies)."""
         return self.steps.nodes[name]
 

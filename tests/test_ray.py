@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from marinbuild.backends.ray.backend import LeaseFence, TaskSpec, execute
+from marinbuild.backends.ray.backend import LeaseFence, TaskSpec, execute_task
 from marinbuild.backends.ray.cluster import TOKEN_SHARE, RayNode, place, placement_of
 from marinbuild.errors import ResourceError
 from marinbuild.resources import Cores, Custom, Gpus, Memory, Request, Slices, Token, as_request
@@ -410,7 +410,7 @@ def test_a_retry_after_a_recorded_outcome_does_not_run_again(tmp_path):
     def must_not_run(cfg):  # type: ignore[no-untyped-def]
         raise AssertionError("ran twice")
 
-    result = execute(_spec(tmp_path, out, "tok", must_not_run))
+    result = execute_task(_spec(tmp_path, out, "tok", must_not_run))
     assert result.ok and result.ended == 100.0
 
 
@@ -423,7 +423,7 @@ def test_a_retry_after_a_lost_attempt_clears_a_fresh_output_and_runs(tmp_path):
     def work(cfg):  # type: ignore[no-untyped-def]
         (out / "done.txt").write_text("ok")
 
-    result = execute(_spec(tmp_path, out, "tok", work))
+    result = execute_task(_spec(tmp_path, out, "tok", work))
     assert result.ok and result.attempt == 2
     assert sorted(p.name for p in out.iterdir()) == [".marinbuild", "done.txt", "logs"]
     assert status_of(str(out))["status"] == "SUCCESS"
@@ -443,11 +443,11 @@ def test_the_task_records_nothing_once_the_lease_names_another_runner(tmp_path):
         (out / "done.txt").write_text("ok")
 
     spec = replace(_spec(tmp_path, out, "tok", taken_over_meanwhile), lease=fence)
-    result = execute(spec)
+    result = execute_task(spec)
     assert not result.ok and not result.recorded and result.error == "lease lost while running"
     assert status_of(str(out))["status"] == "RUNNING"  # no SUCCESS from a runner that lost the lease
 
-    again = execute(replace(spec, token="tok2"))
+    again = execute_task(replace(spec, token="tok2"))
     assert not again.recorded and again.error == "lease lost before the step started"
     assert status_of(str(out))["owner"].endswith("tok/1")  # untouched
 

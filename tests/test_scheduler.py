@@ -21,7 +21,7 @@ from marinbuild.backends.base import Grant, Job, Outcome
 from marinbuild.execution.reporting import NullReporter
 from marinbuild.execution.scheduler import RunOptions, Scheduler
 from marinbuild.execution.step_records import RunContext
-from marinbuild.graph import Node, build_graph
+from marinbuild.graph import StepNode, build_graph
 from marinbuild.planner import make_plan, select
 from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, read_statuses
 from marinbuild.store.storage import Storage
@@ -166,7 +166,7 @@ class Pool:
         self.need = need
         self.lock = threading.Lock()
 
-    def try_acquire(self, node: Node) -> Grant | None:
+    def try_acquire(self, node: StepNode) -> Grant | None:
         n = self.need.get(node.name, 1)
         with self.lock:
             if n > self.free:
@@ -178,7 +178,7 @@ class Pool:
         with self.lock:
             self.free += grant.allocation
 
-    def refusal(self, node: Node) -> str | None:
+    def refusal(self, node: StepNode) -> str | None:
         return "needs more units than the pool has" if self.need.get(node.name, 1) > 3 else None
 
 
@@ -267,7 +267,7 @@ class FlakyClaims:
         self.released: list[str] = []
         self.on_lost: Callable[[str, str], None] | None = None
 
-    def try_claim(self, node: Node) -> tuple[str, str]:
+    def try_claim(self, node: StepNode) -> tuple[str, str]:
         if node.name in self.lost_names:
             return "done", "finished by the runner that took it over"
         if node.name == self.name:
@@ -280,10 +280,10 @@ class FlakyClaims:
         assert self.on_lost is not None
         self.on_lost(self.name, "another runner took it over")
 
-    def lost(self, node: Node) -> bool:
+    def lost(self, node: StepNode) -> bool:
         return node.name in self.lost_names
 
-    def release(self, node: Node) -> None:
+    def release(self, node: StepNode) -> None:
         self.released.append(node.name)
 
     def watch(self, on_lost: Callable[[str, str], None]) -> None:

@@ -19,7 +19,7 @@ from marinbuild.errors import MarinbuildError, UserError
 from marinbuild.project import open_project
 from marinbuild.resolve import resolve_config
 
-__all__ = ["FAILED_LINE", "call_step", "main"]
+__all__ = ["FAILED_LINE", "call_step", "worker_main"]
 
 FAILED_LINE = "marinbuild: step failed: "
 """Starts the last line a failing step leaves on stderr: the runner quotes the rest as its error."""
@@ -38,7 +38,7 @@ def call_step(file: str, name: str, prefix: str | None) -> None:
     node.step.fn(resolve_config(node.step.config, node.output_path, outputs))
 
 
-def main(argv: list[str] | None = None) -> int:
+def worker_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m marinbuild.backends.worker")
     parser.add_argument("--file", default="Marinfile.py")
     parser.add_argument("--step", required=True)
@@ -58,4 +58,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(worker_main())

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from marinbuild.planner import Plan
     from marinbuild.project import Project
 
-__all__ = ["drift_lines", "estimate_lines", "estimates", "format_duration", "format_hours", "why_extras"]
+__all__ = ["drift_lines", "estimate_lines", "estimates", "format_hours", "rough_duration", "why_extras"]
 
 
 def drift_lines(project: Project, plan: Plan) -> list[str]:
@@ -55,10 +55,10 @@ def estimates(project: Project, plan: Plan) -> dict[str, Estimate | None]:
     return estimates_for(project.storage, project.graph, plan.to_run())
 
 
-def format_duration(seconds: float) -> str:
+def rough_duration(seconds: float) -> str:
     """``42 s``, ``12m05s``, ``3h02m``.
 
-    >>> format_duration(42.4), format_duration(725), format_duration(10920)
+    >>> rough_duration(42.4), rough_duration(725), rough_duration(10920)
     ('42 s', '12m05s', '3h02m')
     """
     if seconds < 60:
@@ -92,13 +92,13 @@ def estimate_lines(found: Mapping[str, Estimate | None], columns: Callable[[list
         if e is None:
             rows.append((name, "no history", "", "", ""))
         else:
-            rows.append((name, format_duration(e.duration_s), format_hours(e.usage.accelerator_hours),
+            rows.append((name, rough_duration(e.duration_s), format_hours(e.usage.accelerator_hours),
                          format_hours(e.usage.core_hours), str(e.runs)))
     total_s = sum(e.duration_s for e in with_history.values())
     total_acc = sum(e.usage.accelerator_hours for e in with_history.values())
     total_core = sum(e.usage.core_hours for e in with_history.values())
     missing = len(found) - len(with_history)
-    rows.append(("total", format_duration(total_s), format_hours(total_acc), format_hours(total_core),
+    rows.append(("total", rough_duration(total_s), format_hours(total_acc), format_hours(total_core),
                  f"{missing} without history" if missing else ""))
     return ["estimates from earlier runs of the same step (median; durations summed as if run one after another):",
             *("  " + line for line in columns(rows))]

@@ -205,11 +205,11 @@ def _is_number(text: str) -> bool:
 
 
 def _print_table(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> None:
-    from marinbuild.cli.plan_notes import format_duration
+    from marinbuild.cli.plan_notes import rough_duration
 
     headers = [_terminal_safe(c) for c, _ in columns]
     cells = [
-        [format_duration(r["duration_s"]) if c == "duration_s" and r.get(c) is not None else _cell(r.get(c)) for c in headers]
+        [rough_duration(r["duration_s"]) if c == "duration_s" and r.get(c) is not None else _cell(r.get(c)) for c in headers]
         for r in rows
     ]
     if not sys.stdout.isatty():

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from marinbuild.capacity import Capacity
 from marinbuild.execution.allocator import Allocation, Allocator, check_fits, shortage
-from marinbuild.graph import Node, StepGraph
+from marinbuild.graph import StepGraph, StepNode
 from marinbuild.resources import Request, WTime, as_request
 from marinbuild.store.storage import Storage
 
@@ -82,13 +82,13 @@ class ResourceAdmission:
         groups = any(r.group for r in requests.values())
         self._estimator = _estimator(prefix) if groups else None
 
-    def _wtime(self, node: Node) -> WTime | None:
+    def _wtime(self, node: StepNode) -> WTime | None:
         wtime = self.requests[node.name].wtime
         if wtime is not None and self._estimator is not None:
             wtime = self._estimator.resolve(wtime)
         return wtime
 
-    def refusal(self, node: Node) -> str | None:
+    def refusal(self, node: StepNode) -> str | None:
         """Why the step must not start at all in this run (its soft limit exceeds the time left)."""
         if self._deadline is None:
             return None
@@ -101,11 +101,11 @@ class ResourceAdmission:
             return "not started: --walltime is used up"
         return None
 
-    def waits_on(self, node: Node) -> str:
+    def waits_on(self, node: StepNode) -> str:
         """What the step's request lacks now, in a word or two ("cores", "memory", "a GPU")."""
         return shortage(self.requests[node.name], self.allocator.free)
 
-    def try_acquire(self, node: Node) -> Grant | None:
+    def try_acquire(self, node: StepNode) -> Grant | None:
         pinned = node.step.resources is not None
         counted = None
         if pinned or self.jobs is None:
@@ -159,10 +159,10 @@ class RayAdmission:
         self.local = local
         self.on_ray = frozenset(on_ray)
 
-    def refusal(self, node: Node) -> str | None:
+    def refusal(self, node: StepNode) -> str | None:
         return self.local.refusal(node)
 
-    def try_acquire(self, node: Node) -> Grant | None:
+    def try_acquire(self, node: StepNode) -> Grant | None:
         if node.name not in self.on_ray:
             return self.local.try_acquire(node)
         from marinbuild.backends.base import Grant  # the run machinery: `plan` only sizes requests

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from marinbuild.backends.deadlines import Deadline, deadlines
 from marinbuild.backends.local.containment import kill_step_group, kill_token, step_token
 from marinbuild.errors import MarinbuildError, StorageError
-from marinbuild.graph import Node
+from marinbuild.graph import StepNode
 from marinbuild.store.conditional import conditional_store
 from marinbuild.store.lease import Heartbeat, Lease, LeaseRecord, LeaseSettings, Owner, lease_path, owner_alive
 from marinbuild.store.markers import StatusRecord, read_status
@@ -80,7 +80,7 @@ class LeaseClaims:
         """Call ``on_lost(step_name, reason)``, from the heartbeat thread, when a lease is lost."""
         self._on_lost = on_lost
 
-    def try_claim(self, node: Node) -> tuple[str, str]:
+    def try_claim(self, node: StepNode) -> tuple[str, str]:
         # The status is read once the lease is held, not also before: a step finished
         # elsewhere is rare, and a read before would cost every step a round trip.
         lease = self._lease_of(node)
@@ -105,7 +105,7 @@ class LeaseClaims:
         self._heartbeat.start()
         return "go", attempt.why if attempt.took_over is not None else ""
 
-    def lost(self, node: Node) -> bool:
+    def lost(self, node: StepNode) -> bool:
         """True unless this runner holds the step's lease, checked in the store right now."""
         with self._guard:
             if node.name in self._lost:
@@ -118,7 +118,7 @@ class LeaseClaims:
         except Exception:
             return True  # ownership cannot be confirmed, so nothing may be committed
 
-    def release(self, node: Node) -> None:
+    def release(self, node: StepNode) -> None:
         """Let the lease go (deleted only if still ours); a store error leaves it to expire."""
         lease = self._forget(node.name)
         if lease is None:
@@ -141,7 +141,7 @@ class LeaseClaims:
             except Exception:
                 pass
 
-    def _lease_of(self, node: Node) -> Lease:
+    def _lease_of(self, node: StepNode) -> Lease:
         with self._guard:
             lease = self._leases.get(node.name)
             if lease is None:
@@ -156,7 +156,7 @@ class LeaseClaims:
             self._lost.pop(name, None)
             return self._leases.pop(name, None)
 
-    def _finished_elsewhere(self, node: Node) -> str | None:
+    def _finished_elsewhere(self, node: StepNode) -> str | None:
         record = read_status(self.storage, node.output_path)
         stale = self._stale.get(node.output_path)
         # Compared by time: the record to redo may come from the status summary, which holds fewer fields.

@@ -124,10 +124,10 @@ class LaunchThread:
                 traceback.print_exc(file=sys.stderr)
 
 
-def _forget_after_fork() -> None:
+def _forget_launch_thread() -> None:
     # A forked child has no launch thread.
     LaunchThread._shared = None
     LaunchThread._shared_lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_forget_after_fork)
+os.register_at_fork(after_in_child=_forget_launch_thread)

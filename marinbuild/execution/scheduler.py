@@ -45,31 +45,31 @@ from marinbuild.execution.admission import JOBS_WAIT, LEASE_WAIT
 from marinbuild.execution.launch_thread import LaunchThread, PendingStart
 from marinbuild.execution.reporting import Failure, Reporter, Summary
 from marinbuild.execution.step_records import DependencyBusy, RunContext, commit, prepare, record_failure
-from marinbuild.graph import Node
+from marinbuild.graph import StepNode
 from marinbuild.planner import Plan
 
 __all__ = ["Admission", "Claims", "Grant", "RunOptions", "Scheduler"]
 
 
 class Admission(Protocol):
-    def try_acquire(self, node: Node) -> Grant | None:
+    def try_acquire(self, node: StepNode) -> Grant | None:
         """Reserve the step's resources all at once, or nothing (None)."""
 
     def release(self, grant: Grant, duration: float | None = None) -> None:
         """Give back what :meth:`try_acquire` reserved; ``duration`` of a successful run."""
 
-    def refusal(self, node: Node) -> str | None:
+    def refusal(self, node: StepNode) -> str | None:
         """Why the step must not start at all in this run, or None."""
 
 
 class Claims(Protocol):
-    def try_claim(self, node: Node) -> tuple[str, str]:
+    def try_claim(self, node: StepNode) -> tuple[str, str]:
         """``("go", "")`` to run, ``("done", why)`` when finished elsewhere, ``("wait", why)``."""
 
-    def lost(self, node: Node) -> bool:
+    def lost(self, node: StepNode) -> bool:
         """True when this runner no longer holds the step's claim (never commit SUCCESS then)."""
 
-    def release(self, node: Node) -> None:
+    def release(self, node: StepNode) -> None:
         """Give up the claim after the step's outcome is recorded."""
 
     def watch(self, on_lost: Callable[[str, str], None]) -> None:
@@ -162,24 +162,24 @@ def _captured(work: Callable[[], Any]) -> Any:
 
 
 class _Unlimited:
-    def try_acquire(self, node: Node) -> Grant | None:
+    def try_acquire(self, node: StepNode) -> Grant | None:
         return Grant()
 
     def release(self, grant: Grant, duration: float | None = None) -> None:
         pass
 
-    def refusal(self, node: Node) -> str | None:
+    def refusal(self, node: StepNode) -> str | None:
         return None
 
 
 class _NoClaims:
-    def try_claim(self, node: Node) -> tuple[str, str]:
+    def try_claim(self, node: StepNode) -> tuple[str, str]:
         return "go", ""
 
-    def lost(self, node: Node) -> bool:
+    def lost(self, node: StepNode) -> bool:
         return False
 
-    def release(self, node: Node) -> None:
+    def release(self, node: StepNode) -> None:
         pass
 
     def watch(self, on_lost: Callable[[str, str], None]) -> None:
@@ -198,7 +198,7 @@ class RunOptions:
 
 @dataclass
 class _Active:
-    node: Node
+    node: StepNode
     job: Job
     info: dict[str, Any]
     grant: Grant
@@ -217,7 +217,7 @@ class Scheduler:
         options: RunOptions = RunOptions(),
         admission: Admission | None = None,
         claims: Claims | None = None,
-        backend_for: Callable[[Node], Backend] | None = None,
+        backend_for: Callable[[StepNode], Backend] | None = None,
     ) -> None:
         self.plan = plan
         self.ctx = ctx
@@ -354,7 +354,7 @@ class Scheduler:
             heapq.heappush(self._ready, item)
         self._tell_waiting(short_of)
 
-    def _waits_on(self, node: Node) -> str:
+    def _waits_on(self, node: StepNode) -> str:
         waits_on = getattr(self.admission, "waits_on", None)
         return (waits_on(node) if waits_on is not None else "") or "resources"
 
@@ -369,7 +369,7 @@ class Scheduler:
             if tell is not None:
                 tell(counts)
 
-    def _claim(self, node: Node, grant: Grant) -> _Claimed:
+    def _claim(self, node: StepNode, grant: Grant) -> _Claimed:
         """Claim the step and prepare it (RUNNING marker and all); runs on a store thread."""
         try:
             verdict, why = self.claims.try_claim(node)
@@ -393,7 +393,7 @@ class Scheduler:
             return _Claimed("unprepared", self._give_up(node, _describe(e)))
         return _Claimed("go", why, job, info)
 
-    def _claimed(self, node: Node, grant: Grant, result: _Claimed | BaseException) -> None:
+    def _claimed(self, node: StepNode, grant: Grant, result: _Claimed | BaseException) -> None:
         """Act on a claim, on the loop: start the step, or say why it waits, was done, or failed."""
         name = node.name
         self._starting.pop(name, None)
@@ -429,7 +429,7 @@ class Scheduler:
             assert result.job is not None and result.info is not None
             self._launch(node, grant, result.job, result.info)
 
-    def _launch(self, node: Node, grant: Grant, job: Job, info: dict[str, Any]) -> None:
+    def _launch(self, node: StepNode, grant: Grant, job: Job, info: dict[str, Any]) -> None:
         name = node.name
         starting = getattr(self.reporter, "step_starting", None)
         if starting is not None:
@@ -469,12 +469,12 @@ class Scheduler:
         active = self.running.pop(name)
         self._not_started(active.node, active.grant, event.error)
 
-    def _not_started(self, node: Node, grant: Grant, error: str) -> None:
+    def _not_started(self, node: StepNode, grant: Grant, error: str) -> None:
         """A step that failed before it started: its marker says FAILED, its grant and claim go back."""
         self.admission.release(grant)
         self._failed(node.name, self._give_up(node, error), "")
 
-    def _give_up(self, node: Node, error: str) -> str:
+    def _give_up(self, node: StepNode, error: str) -> str:
         """Write the FAILED marker of a step that never started and let its claim go; the error to report."""
         try:
             record_failure(self.ctx, node, error)

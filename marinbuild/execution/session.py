@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from marinbuild.backends.tpu.cluster import Cluster
     from marinbuild.execution.output_stream import OutputFollower
     from marinbuild.execution.scheduler import Admission
-    from marinbuild.graph import Node
+    from marinbuild.graph import StepNode
     from marinbuild.resources import Request
 
 __all__ = [
@@ -505,10 +505,10 @@ def _backends(
     echo: Callable[[str], None],
     print_output: bool = True,
     tally: dict[str, dict[str, Any]] | None = None,
-) -> tuple[Backend, Callable[[Node], Backend] | None, Admission]:
+) -> tuple[Backend, Callable[[StepNode], Backend] | None, Admission]:
     """The backend of every step: local by default, TPU slices over SSH, Ray where placed."""
     runner: Backend = _local_runner(planned)
-    backend_for: Callable[[Node], Backend] | None = None
+    backend_for: Callable[[StepNode], Backend] | None = None
     if planned.cluster is not None:
         output = echo if print_output else (lambda line: None)
         backend_for = _tpu_backend_for(planned, runner, settings.sync, echo, output)
@@ -541,9 +541,9 @@ def _retrying(
     planned: PlannedRun,
     settings: RunSettings,
     backend: Backend,
-    backend_for: Callable[[Node], Backend] | None,
+    backend_for: Callable[[StepNode], Backend] | None,
     tally: dict[str, dict[str, Any]] | None = None,
-) -> tuple[Backend, Callable[[Node], Backend]]:
+) -> tuple[Backend, Callable[[StepNode], Backend]]:
     """Every backend wrapped in the one retry loop, with each step's budgets by cause."""
     from marinbuild.backends.retrying import RetryBudgets, with_retries
 
@@ -570,7 +570,7 @@ def _tpu_backend_for(
     sync: bool,
     echo: Callable[[str], None],
     output: Callable[[str], None] | None = None,
-) -> Callable[[Node], Backend]:
+) -> Callable[[StepNode], Backend]:
     """Steps holding TPU slices go to the SSH gang backend; the rest run locally."""
     try:
         from marinbuild.backends.tpu.backend import TpuDispatch

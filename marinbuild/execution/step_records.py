@@ -39,7 +39,7 @@ from marinbuild.config_walk import LEAF_TYPES, MAPPING, RECORD, SET, children, d
 from marinbuild.drift import code_record
 from marinbuild.errors import LeaseLost, MarinbuildError, StorageError
 from marinbuild.execution.accounting import held_by
-from marinbuild.graph import Node
+from marinbuild.graph import StepNode
 from marinbuild.pyenv.launch import DECLARED_ENV_EXTRA, ENV_EXTRA
 from marinbuild.pyenv.spec import EnvSpec, environment_of
 from marinbuild.redact import redact_env
@@ -116,7 +116,7 @@ class RunContext:
         }
 
 
-def prepare(ctx: RunContext, node: Node, extra_env: Mapping[str, str], cores: tuple[int, ...] = (),
+def prepare(ctx: RunContext, node: StepNode, extra_env: Mapping[str, str], cores: tuple[int, ...] = (),
             timeout: float | None = None) -> tuple[Job, dict[str, Any]]:
     """Check the dependencies, write the RUNNING marker and build the job; returns the job and the info to record.
 
@@ -195,7 +195,7 @@ _EARLIER = "earlier_output"
 """Info key (dropped before the info is written) listing the aside folders a success removes."""
 
 
-def _prepare_output(ctx: RunContext, node: Node) -> tuple[str | None, list[str]]:
+def _prepare_output(ctx: RunContext, node: StepNode) -> tuple[str | None, list[str]]:
     """Start over, clear or continue the step's output folder; the log's first line and the aside folders.
 
     A step rerun over a finished output has the earlier contents set aside (never deleted
@@ -277,7 +277,7 @@ def step_environment(s: Step, out: str, extra_env: Mapping[str, str]) -> dict[st
     return env
 
 
-def check_dependencies(ctx: RunContext, node: Node) -> dict[str, float]:
+def check_dependencies(ctx: RunContext, node: StepNode) -> dict[str, float]:
     """Right before a step starts: every dependency still holds ``SUCCESS`` and nobody redoes it.
 
     The plan was made from statuses read earlier; meanwhile another runner may have begun
@@ -305,7 +305,7 @@ def check_dependencies(ctx: RunContext, node: Node) -> dict[str, float]:
                 raise DependencyBusy(f"dependency {dep} is being redone: leased by {holder}")
         ctx._watches.pop(out, None)
         if record is None or record.mismatch or record.status != SUCCESS:
-            raise DependencyChanged(f"dependency {dep} is no longer done: {_describe(record, status_path(out))}; run it again")
+            raise DependencyChanged(f"dependency {dep} is no longer done: {_describe_status(record, status_path(out))}; run it again")
         seen[dep] = record.time
     return seen
 
@@ -323,7 +323,7 @@ _DEPENDENCY_LEASES = LeaseSettings()
 """Expiry for a dependency's lease that states none; a lease's own expiry wins."""
 
 
-def _describe(record: StatusRecord | None, path: str) -> str:
+def _describe_status(record: StatusRecord | None, path: str) -> str:
     if record is None:
         return f"no status at {path}"
     if record.mismatch:
@@ -407,7 +407,7 @@ def _dependencies_changed(ctx: RunContext, info: dict[str, Any]) -> str | None:
     for out, dep in outputs.items():
         record = now.get(out)
         if record is None or record.status != SUCCESS or record.time != seen[dep]:
-            state = "redone meanwhile" if record is not None and record.status == SUCCESS else _describe(record, status_path(out))
+            state = "redone meanwhile" if record is not None and record.status == SUCCESS else _describe_status(record, status_path(out))
             return f"dependency {dep} changed while this step ran ({state}); its output may mix both: run it again"
     return None
 
@@ -440,7 +440,7 @@ def _stored(what: str, fn: Callable[[], T]) -> T:
         raise StorageError(f"cannot {what}: {_storage_problem(e)}") from e
 
 
-def record_failure(ctx: RunContext, node: Node, error: str) -> None:
+def record_failure(ctx: RunContext, node: StepNode, error: str) -> None:
     """Mark a step FAILED that could not even start (its claim is still held); best effort.
 
     When even that cannot be written (the store is full or read-only) the status is left
@@ -503,7 +503,7 @@ def _describe_fn(fn: Any) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def _local_log_file(node: Node) -> str:
+def _local_log_file(node: StepNode) -> str:
     folder = os.path.join(tempfile.gettempdir(), "marinbuild-logs", f"{node.name.replace('/', '_')}-{node.identity}")
     return os.path.join(folder, "step.log")
 

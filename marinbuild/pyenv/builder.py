@@ -42,12 +42,12 @@ __all__ = [
     "CACHE_ENV",
     "MANIFEST",
     "EnvBuildError",
+    "builder_main",
     "cache_root",
     "ensure",
     "env_key",
     "find_uv",
     "interpreter_tag",
-    "main",
     "runner_site_dirs",
 ]
 
@@ -149,7 +149,7 @@ def find_uv(cache: Path | None = None, install: bool = True) -> str:
     if not install:
         raise EnvBuildError("uv is not installed here")
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(target.parent / ".uv.lock"):
+    with _flocked(target.parent / ".uv.lock"):
         if not local.is_file():
             done = subprocess.run(
                 [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
@@ -162,7 +162,7 @@ def find_uv(cache: Path | None = None, install: bool = True) -> str:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def _flocked(path: Path) -> Iterator[None]:
     """An exclusive flock on ``path``: held by one process (and one thread) at a time."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -222,7 +222,7 @@ def ensure(
         _touch(final)
         return final
     root.mkdir(parents=True, exist_ok=True)
-    with _locked(root / f"{key}.lock"):
+    with _flocked(root / f"{key}.lock"):
         if is_ready(final):  # built by whoever held the lock before us
             _touch(final)
             return final
@@ -311,7 +311,7 @@ def _site_packages(folder: Path) -> Path:
     return found[0]
 
 
-def main(argv: list[str] | None = None) -> int:
+def builder_main(argv: list[str] | None = None) -> int:
     """``python builder.py ensure REQUIREMENTS_JSON``: print the environment's folder.
 
     How a remote host builds (or finds) its environment; exit 3 with the resolver's last
@@ -334,4 +334,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(builder_main())

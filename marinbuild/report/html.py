@@ -127,7 +127,7 @@ def _hours(h: float) -> str:
     return f"{h:.4f}" if h < 0.01 else f"{h:.2f}"
 
 
-def _seconds(s: float | None) -> str:
+def _seconds_text(s: float | None) -> str:
     if s is None:
         return ""
     if s < 60:
@@ -149,7 +149,7 @@ def _totals(records: Sequence[StepRecord]) -> str:
         ("steps", str(len(records))),
         *((s.lower(), str(n)) for s, n in sorted(by_status.items())),
         ("attempts", f"{len(attempts)}" + (f" ({bad} not successful)" if bad else "")),
-        ("time held", _seconds(usage.hours * 3600)),
+        ("time held", _seconds_text(usage.hours * 3600)),
         ("accelerator-hours", _hours(usage.accelerator_hours)),
         ("TPU chip-hours", _hours(usage.chip_hours)),
         *((("TPU chip-hours provisioned", _hours(provisioned.chip_hours)),) if provisioned.hours else ()),
@@ -222,7 +222,7 @@ def _timeline(attempts: Sequence[AttemptRecord]) -> str:
     for i in range(ticks + 1):
         tx = _LABEL_W + round(i * _TL_WIDTH / ticks)
         out.append(f'<line class="tick" x1="{tx}" y1="18" x2="{tx}" y2="{height}"/>'
-                   f'<text class="ticklabel" x="{tx}" y="12">+{_e(_seconds(i * span / ticks))}</text>')
+                   f'<text class="ticklabel" x="{tx}" y="12">+{_e(_seconds_text(i * span / ticks))}</text>')
     previous = None
     for i, lane in enumerate(lanes):
         y = 24 + i * _LANE_H
@@ -235,7 +235,7 @@ def _timeline(attempts: Sequence[AttemptRecord]) -> str:
             x = _LABEL_W + ((a.started or start) - start) * scale
             w = max(2.0, (_end(a) - (a.started or start)) * scale)
             mark = _MARKED.get(a.kind, "")
-            tip = f"{a.step} attempt {a.number}: {a.kind}, {_seconds(a.duration_s)} on {a.host} ({a.backend})"
+            tip = f"{a.step} attempt {a.number}: {a.kind}, {_seconds_text(a.duration_s)} on {a.host} ({a.backend})"
             if a.message:
                 tip += f" — {a.message}"
             out.append(
@@ -285,7 +285,7 @@ def _table(records: Sequence[StepRecord]) -> str:
             _e(r.resources),
             _e(_held_text(r.held)),
             _e(f"{len(r.attempts)}" + (f" ({detail})" if detail else "")),
-            _e(_seconds(r.duration)),
+            _e(_seconds_text(r.duration)),
             _e(_hours(usage.accelerator_hours)),
             _e(_hours(usage.core_hours)),
             _e((r.error or "").splitlines()[0] if r.error else ""),
@@ -295,7 +295,7 @@ def _table(records: Sequence[StepRecord]) -> str:
     attempts = sum(len(r.attempts) for r in records)
     foot = (
         f'<tr class="totals"><td>total</td><td></td><td></td><td></td><td>{attempts}</td>'
-        f"<td>{_e(_seconds(total.hours * 3600))}</td><td>{_e(_hours(total.accelerator_hours))}</td>"
+        f"<td>{_e(_seconds_text(total.hours * 3600))}</td><td>{_e(_hours(total.accelerator_hours))}</td>"
         f"<td>{_e(_hours(total.core_hours))}</td><td></td><td></td></tr>"
     )
     header = "".join(f"<th>{_e(h)}</th>" for h in head)

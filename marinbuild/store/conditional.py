@@ -166,7 +166,7 @@ _thread_locks_guard = threading.Lock()
 
 
 @contextlib.contextmanager
-def _locked(path: str) -> Iterator[None]:
+def _path_locked(path: str) -> Iterator[None]:
     with _thread_locks_guard:
         mutex = _thread_locks.setdefault(path, threading.Lock())
     with mutex:
@@ -218,7 +218,7 @@ class LocalConditionalStore:
         return _settle(lambda: self._swap(path, expected, text), lambda: self._read(path), text, f"replace {path}")
 
     def _swap(self, path: str, expected: str, text: str) -> str | None:
-        with _locked(path):
+        with _path_locked(path):
             now = self._read(path)
             if now is None or now.version != expected:
                 return None
@@ -236,7 +236,7 @@ class LocalConditionalStore:
     def _delete(self, path: str, expected: str) -> bool:
         if not os.path.exists(path):
             return False
-        with _locked(path):
+        with _path_locked(path):
             now = self._read(path)
             if now is None or now.version != expected:
                 return False

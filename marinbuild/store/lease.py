@@ -333,7 +333,7 @@ class LeaseRecord:
         owner = _parse_owner(raw["owner"])
         if owner is None:
             return None
-        return cls(owner, _wall_time(raw.get("acquired")), _wall_time(raw.get("renewed")), _count(raw.get("beat")),
+        return cls(owner, _wall_time(raw.get("acquired")), _wall_time(raw.get("renewed")), _lease_count(raw.get("beat")),
                    _expiry(raw.get("expiry")), _parse_step(raw.get("step")))
 
     def describe(self) -> str:
@@ -373,7 +373,7 @@ def _wall_time(value: object) -> float:
     return t if math.isfinite(t) and 0 <= t <= _LATEST_WALL else 0.0
 
 
-def _count(value: object) -> int:
+def _lease_count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 62 else 0
 
 

@@ -192,7 +192,7 @@ def retrying(what: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
     def wrap(fn: Callable[P, T]) -> Callable[P, T]:
         @functools.wraps(fn)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-            target = _describe(args)
+            target = _path_of_call(args)
             return call_with_retries(lambda: fn(*args, **kwargs), f"{what} {target}".strip())
 
         return wrapper
@@ -200,6 +200,6 @@ def retrying(what: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
     return wrap
 
 
-def _describe(args: tuple[Any, ...]) -> str:
+def _path_of_call(args: tuple[Any, ...]) -> str:
     # The first string argument after ``self`` is the path in every storage method.
     return next((a for a in args[1:] if isinstance(a, str)), "")

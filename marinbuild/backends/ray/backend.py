@@ -63,7 +63,7 @@ from marinbuild.backends.final_records import RecordedOutcome, record
 from marinbuild.backends.local.backend import _describe_exit
 from marinbuild.backends.local.containment import TOKEN_VAR, kill_token
 from marinbuild.backends.ray.cluster import Placement, require_ray
-from marinbuild.graph import Node, StepGraph
+from marinbuild.graph import StepGraph, StepNode
 from marinbuild.pyenv.launch import runtime_env_of, spec_of
 from marinbuild.store.lease import DEFAULT_EXPIRY, LeaseRecord, Owner, lease_path
 from marinbuild.store.markers import (
@@ -78,7 +78,7 @@ from marinbuild.store.markers import (
 )
 from marinbuild.store.storage import Storage
 
-__all__ = ["DEFAULT_RETRIES", "LeaseFence", "RayBackend", "TaskLease", "TaskResult", "TaskSpec", "execute", "ship_project_code"]
+__all__ = ["DEFAULT_RETRIES", "LeaseFence", "RayBackend", "TaskLease", "TaskResult", "TaskSpec", "execute_task", "ship_project_code"]
 
 DEFAULT_RETRIES = 3
 """Times Ray reruns a step whose worker or node was lost, unless the step sets
@@ -245,7 +245,7 @@ class RayBackend:
         self,
         graph: StepGraph,
         placements: Mapping[str, Placement | None],
-        fallback: Callable[[Node], Backend],
+        fallback: Callable[[StepNode], Backend],
         lease_for: Callable[[Job], TaskLease | None] | None = None,
         fresh_output: bool = False,
     ) -> None:
@@ -255,9 +255,9 @@ class RayBackend:
         self.fallback = fallback
         self.lease_for = lease_for
         self.fresh_output = fresh_output
-        self.task = self.ray.remote(execute)
+        self.task = self.ray.remote(execute_task)
 
-    def backend_for(self, node: Node) -> Backend:
+    def backend_for(self, node: StepNode) -> Backend:
         """This backend for steps placed on Ray, the fallback's choice for the rest (TPU steps on SSH)."""
         return self if node.name in self.placements else self.fallback(node)
 
@@ -399,7 +399,7 @@ class _RayRun:
 # The task side: runs inside a Ray worker.
 
 
-def execute(spec: TaskSpec) -> TaskResult:
+def execute_task(spec: TaskSpec) -> TaskResult:
     """Run one step in this Ray worker and record its outcome beside the work."""
     storage = Storage.for_prefix(spec.prefix)
     out = spec.output_path
@@ -414,9 +414,9 @@ def execute(spec: TaskSpec) -> TaskResult:
                 started=earlier.time - duration,
                 ended=earlier.time,
                 error=earlier.error,
-                attempt=_attempt(earlier.owner),
+                attempt=_attempt_of_owner(earlier.owner),
             )
-        attempt = _attempt(earlier.owner) + 1
+        attempt = _attempt_of_owner(earlier.owner) + 1
         if spec.fresh_output:
             _clear_outputs(storage, out)
     owner = f"{socket.gethostname()}:{os.getpid()} {spec.token}/{attempt}"
@@ -461,7 +461,7 @@ def _token(owner: str | None) -> str | None:
     return owner.rsplit(" ", 1)[1].split("/", 1)[0]
 
 
-def _attempt(owner: str | None) -> int:
+def _attempt_of_owner(owner: str | None) -> int:
     try:
         return int((owner or "").rsplit("/", 1)[1])
     except (IndexError, ValueError):

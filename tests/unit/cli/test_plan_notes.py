@@ -16,7 +16,7 @@ from marinbuild.store.markers import SUCCESS, info_path, info_text, read_statuse
 
 
 def test_durations_and_hours_read_at_a_glance() -> None:
-    assert [plan_notes.format_duration(s) for s in (4.25, 42.4, 725, 10920)] == ["4.2 s", "42 s", "12m05s", "3h02m"]
+    assert [plan_notes.rough_duration(s) for s in (4.25, 42.4, 725, 10920)] == ["4.2 s", "42 s", "12m05s", "3h02m"]
     assert [format_hours(h) for h in (0, 0.00123, 1.254, 320.4)] == ["0", "0.0012", "1.25", "320"]
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from marinbuild.execution.claims import LeaseClaims, lease_output
-from marinbuild.graph import Node, build_graph
+from marinbuild.graph import StepNode, build_graph
 from marinbuild.steps import step, versioned
 from marinbuild.store.lease import LeaseSettings, Owner, lease_path
 from marinbuild.store.markers import SUCCESS, read_status, write_status
@@ -28,7 +28,7 @@ def storage(tmp_path: Path) -> Storage:
 
 
 @pytest.fixture
-def node(storage: Storage) -> Node:
+def node(storage: Storage) -> StepNode:
     return build_graph([step("s", _fn, {"n": versioned(1)})], storage.prefix).nodes["s"]
 
 
@@ -43,13 +43,13 @@ def _other(storage: Storage, **kw: object) -> LeaseClaims:
     return LeaseClaims(storage, SETTINGS, Owner.current(), **kw)  # type: ignore[arg-type]
 
 
-def test_first_claim_goes_and_writes_the_lease(claims: LeaseClaims, node: Node, storage: Storage) -> None:
+def test_first_claim_goes_and_writes_the_lease(claims: LeaseClaims, node: StepNode, storage: Storage) -> None:
     assert claims.try_claim(node) == ("go", "")
     assert storage.exists(lease_path(node.output_path))
     assert not claims.lost(node)
 
 
-def test_a_second_runner_waits_while_the_lease_is_held(claims: LeaseClaims, node: Node, storage: Storage) -> None:
+def test_a_second_runner_waits_while_the_lease_is_held(claims: LeaseClaims, node: StepNode, storage: Storage) -> None:
     assert claims.try_claim(node)[0] == "go"
     other = _other(storage)
     try:
@@ -61,7 +61,7 @@ def test_a_second_runner_waits_while_the_lease_is_held(claims: LeaseClaims, node
         other.close()
 
 
-def test_release_lets_another_runner_claim(claims: LeaseClaims, node: Node, storage: Storage) -> None:
+def test_release_lets_another_runner_claim(claims: LeaseClaims, node: StepNode, storage: Storage) -> None:
     claims.try_claim(node)
     claims.release(node)
     assert not storage.exists(lease_path(node.output_path))
@@ -74,7 +74,7 @@ def test_release_lets_another_runner_claim(claims: LeaseClaims, node: Node, stor
 
 
 def test_success_written_elsewhere_is_done_and_gives_the_lease_back(
-    claims: LeaseClaims, node: Node, storage: Storage
+    claims: LeaseClaims, node: StepNode, storage: Storage
 ) -> None:
     write_status(storage, node.output_path, SUCCESS, name="s", identity=node.identity, owner="elsewhere:1")
     verdict, why = claims.try_claim(node)
@@ -82,12 +82,12 @@ def test_success_written_elsewhere_is_done_and_gives_the_lease_back(
     assert not storage.exists(lease_path(node.output_path))
 
 
-def test_success_for_another_identity_does_not_count(claims: LeaseClaims, node: Node, storage: Storage) -> None:
+def test_success_for_another_identity_does_not_count(claims: LeaseClaims, node: StepNode, storage: Storage) -> None:
     write_status(storage, node.output_path, SUCCESS, name="s", identity="someone-else")
     assert claims.try_claim(node)[0] == "go"
 
 
-def test_stale_success_of_a_forced_run_is_not_done(node: Node, storage: Storage) -> None:
+def test_stale_success_of_a_forced_run_is_not_done(node: StepNode, storage: Storage) -> None:
     write_status(storage, node.output_path, SUCCESS, name="s", identity=node.identity)
     record = read_status(storage, node.output_path)
     assert record is not None
@@ -98,7 +98,7 @@ def test_stale_success_of_a_forced_run_is_not_done(node: Node, storage: Storage)
         forced.close()
 
 
-def test_lost_when_the_lease_file_is_gone(claims: LeaseClaims, node: Node, storage: Storage) -> None:
+def test_lost_when_the_lease_file_is_gone(claims: LeaseClaims, node: StepNode, storage: Storage) -> None:
     claims.try_claim(node)
     storage.remove(lease_path(node.output_path))
     assert claims.lost(node)
@@ -113,7 +113,7 @@ def test_close_lets_every_lease_go(storage: Storage) -> None:
     assert not any(storage.exists(lease_path(n.output_path)) for n in nodes.values())
 
 
-def test_a_folder_where_the_lease_belongs_fails_the_step(claims: LeaseClaims, node: Node) -> None:
+def test_a_folder_where_the_lease_belongs_fails_the_step(claims: LeaseClaims, node: StepNode) -> None:
     Path(lease_path(node.output_path)).mkdir(parents=True)
     with pytest.raises(IsADirectoryError):
         claims.try_claim(node)

@@ -16,7 +16,7 @@ from marinbuild.backends.base import Grant, Job, Outcome
 from marinbuild.execution.reporting import NullReporter, Summary
 from marinbuild.execution.scheduler import RunOptions, Scheduler
 from marinbuild.execution.step_records import RunContext
-from marinbuild.graph import Node, StepGraph, build_graph
+from marinbuild.graph import StepGraph, StepNode, build_graph
 from marinbuild.planner import make_plan
 from marinbuild.steps import Step, step
 from marinbuild.store.markers import FAILED, SUCCESS, read_status
@@ -121,7 +121,7 @@ class OneGrant:
     def __init__(self) -> None:
         self.busy = False
 
-    def try_acquire(self, node: Node) -> Grant | None:
+    def try_acquire(self, node: StepNode) -> Grant | None:
         if self.busy:
             return None
         self.busy = True
@@ -130,7 +130,7 @@ class OneGrant:
     def release(self, grant: Grant, duration: float | None = None) -> None:
         self.busy = False
 
-    def refusal(self, node: Node) -> str | None:
+    def refusal(self, node: StepNode) -> str | None:
         return "not today" if node.name == "never" else None
 
 
@@ -150,7 +150,7 @@ class Claims:
         self.asked: dict[str, int] = {}
         self.released: list[str] = []
 
-    def try_claim(self, node: Node) -> tuple[str, str]:
+    def try_claim(self, node: StepNode) -> tuple[str, str]:
         self.asked[node.name] = self.asked.get(node.name, 0) + 1
         if node.name == "elsewhere":
             return "done", "finished by another runner meanwhile"
@@ -158,10 +158,10 @@ class Claims:
             return "wait", "leased by another runner"
         return "go", ""
 
-    def lost(self, node: Node) -> bool:
+    def lost(self, node: StepNode) -> bool:
         return False
 
-    def release(self, node: Node) -> None:
+    def release(self, node: StepNode) -> None:
         self.released.append(node.name)
 
     def watch(self, on_lost: Callable[[str, str], None]) -> None:

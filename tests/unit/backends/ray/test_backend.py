@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from marinbuild.backends.ray.backend import LeaseFence, _attempt, _token
+from marinbuild.backends.ray.backend import LeaseFence, _attempt_of_owner, _token
 from marinbuild.store.lease import LeaseRecord, Owner, lease_path
 from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, log_path, read_status, write_status
 from marinbuild.store.storage import Storage
@@ -21,14 +21,14 @@ from tests.helpers import REPO
 
 TASK = r"""
 import dataclasses, json, sys
-from marinbuild.backends.ray.backend import TaskSpec, execute, LeaseFence
+from marinbuild.backends.ray.backend import TaskSpec, execute_task, LeaseFence
 from marinbuild.store.lease import Owner
 args = json.loads(sys.argv[1])
 fence = args.pop("fence", None)
 if fence is not None:
     fence = LeaseFence(fence["prefix"], fence["path"], Owner(**fence["owner"]))
 fn = (lambda cfg: (_ for _ in ()).throw(ValueError("bad config"))) if args.pop("failing_fn", False) else None
-result = execute(TaskSpec(**args, lease=fence, fn=fn))
+result = execute_task(TaskSpec(**args, lease=fence, fn=fn))
 print(json.dumps(dataclasses.asdict(result)))
 """
 
@@ -123,5 +123,5 @@ def test_fence_check_reads_the_lease(tmp_path: Path) -> None:
 
 
 def test_owner_words() -> None:
-    assert _token("host:12 abc/3") == "abc" and _attempt("host:12 abc/3") == 3
-    assert _token("host:12") is None and _token(None) is None and _attempt("garbage") == 1
+    assert _token("host:12 abc/3") == "abc" and _attempt_of_owner("host:12 abc/3") == 3
+    assert _token("host:12") is None and _token(None) is None and _attempt_of_owner("garbage") == 1
