@@ -124,10 +124,11 @@ step("stuck", cmd="exec sleep 3072", progress_timeout="0.5", max_retries_hang=1)
 
 
 def test_a_silent_gang_is_torn_down_as_a_hang_on_every_host_and_retried(fleet: FakeFleet, tmp_path: Path) -> None:
+    # Hosts 2 and 3: tests elsewhere kill what runs attempt 1 on hosts 0 and 1 to play a preemption.
     # Attempt 1 wedges silently on both hosts; attempt 2 touches each host's own progress file.
     command = ('if [ "$MARINBUILD_ATTEMPT" = 1 ]; then exec sleep 3073; fi; '
                'touch "$MARINBUILD_PROGRESS"; test -f "$MARINBUILD_PROGRESS"')
-    result = run_job(fleet, tmp_path, [("pair", "v4-16", [0, 1])], command, progress_timeout=1.0)
+    result = run_job(fleet, tmp_path, [("pair", "v4-16", [2, 3])], command, progress_timeout=1.0)
     assert result.status == "SUCCESS", result.error
     assert [a.classification for a in result.attempts] == ["HANG", "SUCCESS"]
     hung = result.attempts[0]
@@ -145,7 +146,7 @@ def test_a_gang_whose_hosts_show_progress_only_through_their_files_is_not_killed
     fleet: FakeFleet, tmp_path: Path
 ) -> None:
     command = 'for i in $(seq 12); do touch "$MARINBUILD_PROGRESS"; sleep 0.3; done'
-    result = run_job(fleet, tmp_path, [("one", "v4-8", [0])], command, progress_timeout=2.0)
+    result = run_job(fleet, tmp_path, [("one", "v4-8", [3])], command, progress_timeout=2.0)
     assert result.status == "SUCCESS", result.error
     assert [a.classification for a in result.attempts] == ["SUCCESS"]
 
@@ -159,7 +160,7 @@ step("wedged", cmd='if [ "$MARINBUILD_ATTEMPT" = 1 ]; then exec sleep 3076; fi; 
      resources=ResourceConfig.with_tpu("v4-16"))
 """)
     cluster = project / "cluster.toml"
-    cluster.write_text('progress_timeout = "1s"\n' + fleet.cluster_toml([("a", "v4-16", [0, 1])]))
+    cluster.write_text('progress_timeout = "1s"\n' + fleet.cluster_toml([("a", "v4-16", [2, 3])]))
     result = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=QUICK)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "retries wedged: failures 0/0 · preemptions 0/100 · hangs 1/2" in result.stdout
