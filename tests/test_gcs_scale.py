@@ -24,6 +24,7 @@ import marinbuild
 from marinbuild.cli.app import app
 from marinbuild.drift import code_record, drift_digest
 from marinbuild.project import open_project, probe
+from marinbuild.store.attempt_ledger import LEDGER, iso_time
 from marinbuild.store.index import INDEX_DIR, entry_names
 from marinbuild.store.lease import LeaseRecord, Owner, lease_path
 from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, StatusRecord, status_path, write_status
@@ -301,3 +302,70 @@ def test_an_output_or_marker_deleted_by_hand_is_planned_to_run_within_the_budget
     assert storage.read_text(status_path(nodes["b"].output_path)) is not None
     plan = marinbuild.plan(file=file, prefix=gcs_prefix)
     assert plan.counts() == {"skip": 4}
+
+
+CHURN = """
+from marinbuild import step
+
+flaky = step("flaky", cmd='test "$MARINBUILD_ATTEMPT" != 1')
+steady = step("steady", cmd="true")
+broken = step("broken", cmd="false")
+"""
+
+
+def test_retries_by_cause_come_with_the_summary_not_from_each_ledger(
+    gcs_emulator: Emulator, gcs_prefix: str, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MARINBUILD_RETRY_BASE_DELAY", "0.01")
+    marinfile = write_marinfile(project, CHURN)
+    summary = marinbuild.run(file=str(marinfile), prefix=gcs_prefix, max_retries_failure=1)
+    assert not summary.ok and {n for n, r in summary.steps.items() if r.outcome.value == "failed"} == {"broken"}
+
+    rows, requests = count(gcs_emulator, lambda: status_rows(marinfile, gcs_prefix))
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["flaky"]["retries"]["failure"] == {"used": 1, "max": 1}
+    assert by_name["steady"]["retries"]["failure"] == {"used": 0, "max": 1}
+    assert by_name["broken"]["retries"]["failure"] == {"used": 1, "max": 1}
+    assert set(by_name["flaky"]["retries"]) == {"failure", "preemption", "hang", "infra", "provisioning"}
+    assert by_name["flaky"]["retries"]["provisioning"]["max"] is None
+    # The two listings and the FAILED marker (its error is in the marker only): no ledger read.
+    assert requests <= 3 + 1, requests
+    from typer.testing import CliRunner
+
+    shown = CliRunner().invoke(app, ["status", "-f", str(marinfile), "--prefix", gcs_prefix]).output
+    assert "failures 1/1 · preemptions 0/100 · hangs 0/2" in shown, shown
+
+    # A marker and entry of an earlier version carry no counts: unknown, still no ledger read.
+    proj = open_project(str(marinfile), gcs_prefix)
+    storage, nodes = proj.storage, proj.graph.nodes
+    marker = status_path(nodes["steady"].output_path)
+    stored = json.loads(storage.read_text(marker) or "{}")
+    assert stored.pop("retries") == "f0.1_p0.100_h0.2_i0.2_v0.3600.0"
+    storage.write_atomic(marker, json.dumps(stored))
+    index = Storage.join(gcs_prefix, INDEX_DIR)
+    storage.remove_many([Storage.join(index, n, "e") for n in storage.list_names(index) if n.startswith("steady")])
+    old = StatusRecord(SUCCESS, stored["time"], duration=stored["duration"], drift=stored["drift"])
+    storage.write_many({p: "" for p in entry_names(storage, [(nodes["steady"].output_path, nodes["steady"].identity, old)])})
+    rows, requests = count(gcs_emulator, lambda: status_rows(marinfile, gcs_prefix))
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["steady"]["status"] == SUCCESS and by_name["steady"]["retries"] is None
+    assert by_name["flaky"]["retries"]["failure"] == {"used": 1, "max": 1} and requests <= 3 + 1, requests
+    shown = CliRunner().invoke(app, ["status", "-f", str(marinfile), "--prefix", gcs_prefix]).output
+    assert any(line.startswith("steady") and "unknown" in line for line in shown.splitlines()), shown
+
+    # Running under another host's live lease: the retries of that run so far, from its ledger;
+    # a ledger that tells only of an earlier run says nothing of this one.
+    now = time.time()
+    lease = LeaseRecord(Owner("elsewhere", 1, "", "other"), now, now, expiry=3600)
+    ledger = {"step": "flaky", "retries": {"failure": {"used": 1, "max": 3}, "preemption": {"used": 2, "max": 100}},
+              "attempts": [{"attempt": 3, "started_at": iso_time(now + 1)}]}
+    earlier = {"step": "steady", "retries": {"failure": {"used": 1, "max": 3}},
+               "attempts": [{"attempt": 1, "started_at": iso_time(now - 60)}]}
+    for name, text in (("flaky", json.dumps(ledger)), ("steady", json.dumps(earlier))):
+        out = nodes[name].output_path
+        write_status(storage, out, RUNNING, name=name, identity=nodes[name].identity)
+        storage.write_many({lease_path(out): lease.to_json(), Storage.join(out, LEDGER): text})
+    by_name = {r["name"]: r for r in status_rows(marinfile, gcs_prefix)}
+    assert by_name["flaky"]["status"] == RUNNING and by_name["flaky"]["lease"]
+    assert by_name["flaky"]["retries"] == {"failure": {"used": 1, "max": 3}, "preemption": {"used": 2, "max": 100}}
+    assert by_name["steady"]["status"] == RUNNING and by_name["steady"]["retries"] is None

@@ -115,6 +115,9 @@ class Outcome:
     """More fields for this attempt's ledger entry (the TPU backend: every host's exit code)."""
     fatal: bool = False
     """No retry can help (a refused host key): the loop stops whatever the budget."""
+    retries: Mapping[str, Any] | None = None
+    """Set by the retry loop on a step's last outcome: what the run used of each retry budget
+    (``{"failure": {"used": 1, "max": 3}, ...}``), recorded in the step's final status marker."""
 
     @property
     def kind(self) -> Cause:

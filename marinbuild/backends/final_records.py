@@ -14,6 +14,7 @@ from typing import Any
 from marinbuild.backends.base import Outcome
 from marinbuild.drift import drift_digest
 from marinbuild.store.markers import FAILED, SUCCESS, info_path, info_text, write_status
+from marinbuild.store.retry_counts import encode_retries
 from marinbuild.store.storage import Storage
 
 __all__ = ["RecordedOutcome", "record"]
@@ -45,4 +46,5 @@ def record(
     status = SUCCESS if outcome.ok else FAILED
     write_status(storage, output, status, error=error, duration=outcome.duration, owner=owner,
                  name=info.get("name"), identity=info.get("identity"),
-                 drift=drift_digest(info) if outcome.ok else None)
+                 drift=drift_digest(info) if outcome.ok else None,
+                 retries=encode_retries(outcome.retries))

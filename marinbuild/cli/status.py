@@ -45,17 +45,24 @@ def status_command(
 
         # A lease whose runner exited on this machine is no one's: plan runs the step again.
         leases = {p: lease for p, lease in leases.items() if lease is None or owner_alive(lease.owner) is not False}
-    from marinbuild.report.records import read_retries
+    from marinbuild.store.retry_counts import decode_retries
 
-    ran = [p for p, rec in records.items() if rec.mismatch is None and rec.status != UNREADABLE]
-    retries = read_retries(project.storage, ran)  # one batch: what each step's last run used of its budgets
+    # What each step's last run used of its budgets, from its final marker or summary entry:
+    # a ledger read per step would cost a request each on gs:// (unknown for older markers).
+    retries = {p: decode_retries(rec.retries) for p, rec in records.items() if rec.retries}
     from marinbuild.store.attempt_ledger import read_progress_notes
 
     running = [p for p, rec in records.items() if rec.status == "RUNNING" and rec.mismatch is None]
-    progress = read_progress_notes(project.storage, running) if running else {}  # when each last moved
+    retries.update(_running_retries(project.storage, running, leases))
+    # Notes exist only for steps whose hangs are watched or that wait for TPU slices: a read
+    # per running step of any other kind would cost a request each on gs:// for nothing.
+    kinds = {graph.nodes[n].output_path: graph.nodes[n].step for n in names}
+    watched = [p for p in running if p in kinds and (kinds[p].progress_timeout is not None or _on_tpu(kinds[p]))]
+    progress = read_progress_notes(project.storage, watched) if watched else {}  # when each last moved
     from marinbuild.store.provisioning_note import read_provisioning_notes
 
-    waiting = read_provisioning_notes(project.storage, running) if running else {}  # TPU slices still to come
+    on_tpu = [p for p in running if p in kinds and _on_tpu(kinds[p])]
+    waiting = read_provisioning_notes(project.storage, on_tpu) if on_tpu else {}  # TPU slices still to come
     rows: list[dict[str, Any]] = []
     for n in names:
         node = graph.nodes[n]
@@ -103,7 +110,8 @@ def _print_status(rows: list[dict[str, Any]], prefix: str = "", wide: bool = Tru
         if with_retries:
             from marinbuild.report.records import describe_retries
 
-            row.append(describe_retries(r.get("retries")))
+            unknown = r["status"] in ("SUCCESS", "FAILED") and not r.get("retries")
+            row.append("unknown" if unknown else describe_retries(r.get("retries")))
         if with_error:
             row.append((r["error"] or "").splitlines()[0] if r["error"] else "")
         cells.append(tuple(row))
@@ -141,6 +149,30 @@ def _cut(error: str) -> str:
     from marinbuild.cli.plan_view import REASON_WIDTH
 
     return error if len(error) <= REASON_WIDTH else f"{error[:REASON_WIDTH - 14].rstrip()}… (--json)"
+
+
+_RUNNING_LEDGERS = 50
+"""Running steps whose ledger ``status`` reads for the retries of their run so far; beyond,
+their ``retries`` stay unknown until the run ends (a request per step on gs:// otherwise)."""
+
+
+def _running_retries(storage: Any, running: list[str], leases: dict[str, Any]) -> dict[str, Any]:
+    """Retries by cause of the runs under way (live leases only), while they are few; see :data:`_RUNNING_LEDGERS`."""
+    since = {p: leases[p].acquired for p in running if leases.get(p) is not None and leases[p].acquired}
+    if not since or len(since) > _RUNNING_LEDGERS:
+        return {}
+    from marinbuild.store.attempt_ledger import read_current_retries
+    from marinbuild.store.retry_counts import decode_retries, encode_retries
+
+    found = read_current_retries(storage, since)
+    # Through the marker's code and back: a hand-edited ledger shows as unknown, never raw.
+    return {p: decode_retries(encode_retries(r)) for p, r in found.items()}
+
+
+def _on_tpu(step: Any) -> bool:
+    from marinbuild.resources import as_request
+
+    return as_request(step.resources).slices is not None
 
 
 def _progress(note: dict[str, Any] | None) -> dict[str, Any] | None:

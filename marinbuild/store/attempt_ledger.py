@@ -29,7 +29,7 @@ from marinbuild.store.errors import StorageError
 from marinbuild.store.storage import Storage
 
 __all__ = ["LEDGER", "PROGRESS_NOTE", "AttemptLedger", "ended_progress_note", "iso_time", "read_attempts",
-           "read_progress_notes", "write_progress_note"]
+           "read_current_retries", "read_progress_notes", "write_progress_note"]
 
 LEDGER = "attempts.json"
 PROGRESS_NOTE = ".marinbuild/progress.json"
@@ -80,6 +80,37 @@ def read_progress_notes(storage: Storage, outputs: list[str]) -> dict[str, dict[
         if isinstance(note, dict) and not note.get("ended") and isinstance(note.get("last_moved"), (int, float)):
             out[paths[path]] = note
     return out
+
+
+def read_current_retries(storage: Storage, since: Mapping[str, float]) -> dict[str, dict[str, Any]]:
+    """What each run under way has used of its retry budgets so far, by output path (one batch read).
+
+    ``since`` maps each running output to when its run took the step (its lease's ``acquired``).
+    The ledger's ``retries`` speak for that run only once it holds an attempt started since:
+    before its first retry the ledger still tells of an earlier run, and the output is left out.
+    """
+    paths = {Storage.join(p, LEDGER): p for p in since}
+    out: dict[str, dict[str, Any]] = {}
+    for path, text in storage.read_many(list(paths)).items():
+        try:
+            ledger = json.loads(text)
+        except ValueError:
+            continue
+        retries = ledger.get("retries") if isinstance(ledger, dict) else None
+        attempts = ledger.get("attempts") if isinstance(ledger, dict) else None
+        if not isinstance(retries, dict) or not isinstance(attempts, list):
+            continue
+        started = [_parse_iso(a.get("started_at")) for a in attempts if isinstance(a, dict)]
+        if any(t is not None and t >= since[paths[path]] for t in started):
+            out[paths[path]] = retries
+    return out
+
+
+def _parse_iso(value: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(value).timestamp() if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 class AttemptLedger:

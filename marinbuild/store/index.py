@@ -27,6 +27,10 @@ believed when nothing can be wrong with it:
   with a RUNNING entry (or two entries), which is not believed: the marker is read.
 * a RUNNING entry is believed only while a live lease backs it; otherwise the marker is read.
 
+A SUCCESS entry also holds, as ``rRETRIES`` right before ``CHECK``, what the run used of each
+retry budget (:mod:`marinbuild.store.retry_counts`; entries of earlier versions lack it), so
+that ``status`` shows retries by cause without reading each step's attempt ledger.
+
 Stores where a read is a round trip keep the summary (``Storage.keeps_summary``); on local
 disk every marker is read directly and no entries are written.
 
@@ -52,6 +56,7 @@ from dataclasses import dataclass
 import xxhash
 
 from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, StatusRecord, inputs_digest
+from marinbuild.store.retry_counts import valid_retries_code
 from marinbuild.store.storage import Storage
 
 __all__ = ["INDEX_DIR", "Entry", "StatusIndex", "entry_names", "forget", "index_of", "write_marker"]
@@ -60,6 +65,8 @@ INDEX_DIR = ".marinbuild/index"
 """The summary's folder, under the prefix."""
 
 _SEP = "@"
+_RETRIES = "r"
+"""Leads the part of a SUCCESS entry that holds its retries by cause, before ``CHECK``."""
 
 
 @dataclass(frozen=True)
@@ -74,30 +81,39 @@ class Entry:
     check: str = ""
     drift: str | None = None
     inputs: str | None = None
+    retries: str | None = None
+    """The SUCCESS marker's retries by cause (:mod:`marinbuild.store.retry_counts`), so that
+    ``status`` reads no attempt ledger."""
 
     @property
     def name(self) -> str:
         parts = [_escape(self.key), self.identity, self.status]
         if self.status == SUCCESS:
             parts += [repr(self.time), "-" if self.duration is None else repr(self.duration), self.drift or "-"]
-            parts += [self.inputs, self.check] if self.inputs else [self.check]
+            parts += [self.inputs] if self.inputs else []
+            parts += [_RETRIES + self.retries, self.check] if self.retries else [self.check]
         return _SEP.join(parts)
 
     @property
     def sound(self) -> bool:
         """Whether a SUCCESS entry's check matches its fields (a hand edit breaks it)."""
         return self.status != SUCCESS or self.check == _check(
-            self.key, self.identity, self.time, self.duration, self.drift, self.inputs)
+            self.key, self.identity, self.time, self.duration, self.drift, self.inputs, self.retries)
 
     @classmethod
     def success(cls, key: str, identity: str, time: float, duration: float | None, drift: str | None = None,
-                inputs: str | None = None) -> Entry:
-        return cls(key, identity, SUCCESS, time, duration, _check(key, identity, time, duration, drift, inputs), drift,
-                   inputs)
+                inputs: str | None = None, retries: str | None = None) -> Entry:
+        check = _check(key, identity, time, duration, drift, inputs, retries)
+        return cls(key, identity, SUCCESS, time, duration, check, drift, inputs, retries)
 
     @classmethod
     def parse(cls, name: str) -> Entry | None:
         parts = name.split(_SEP)
+        retries = None
+        if len(parts) > 6 and parts[2] == SUCCESS and parts[-2].startswith(_RETRIES):
+            retries = valid_retries_code(parts.pop(-2)[len(_RETRIES):])  # never a digest: those are hex
+            if retries is None:
+                return None
         if len(parts) == 3 and parts[2] in (RUNNING, FAILED):
             return cls(_unescape(parts[0]), parts[1], parts[2])
         # Six parts: written before entries held a drift digest; eight: with a digest of inputs.
@@ -111,15 +127,17 @@ class Entry:
                 return None
             drift = parts[5] if len(parts) >= 7 and parts[5] != "-" else None
             inputs = parts[6] if len(parts) == 8 else None
-            return cls(_unescape(parts[0]), parts[1], SUCCESS, time, duration, parts[-1], drift, inputs)
+            return cls(_unescape(parts[0]), parts[1], SUCCESS, time, duration, parts[-1], drift, inputs, retries)
         return None
 
 
 def _check(key: str, identity: str, time: float, duration: float | None, drift: str | None = None,
-           inputs: str | None = None) -> str:
+           inputs: str | None = None, retries: str | None = None) -> str:
     fields = f"{key}\0{identity}\0{time!r}\0{duration!r}" + (f"\0{drift}" if drift is not None else "")
     if inputs is not None:
         fields += f"\0inputs\0{inputs}"
+    if retries is not None:
+        fields += f"\0retries\0{retries}"
     return xxhash.xxh3_64_hexdigest(fields.encode())[:12]
 
 
@@ -180,7 +198,7 @@ class StatusIndex:
         if entry.identity != identity or not entry.sound or entry.status == FAILED:
             return None  # a FAILED step's error is in its marker only
         return StatusRecord(entry.status, entry.time, duration=entry.duration, identity=identity, drift=entry.drift,
-                            inputs_digest=entry.inputs)
+                            inputs_digest=entry.inputs, retries=entry.retries)
 
     def without_success(self, output: str) -> bool:
         """Whether this process's last listing shows ``output`` with entries and none of them SUCCESS.
@@ -223,7 +241,7 @@ class StatusIndex:
         else:
             if record.status == SUCCESS:
                 entry = Entry.success(key, record.identity, record.time, record.duration, record.drift,
-                                      _inputs_of(record))
+                                      _inputs_of(record), record.retries)
             else:
                 entry = Entry(key, record.identity, FAILED)
             running = self.path(Entry(key, record.identity, RUNNING))
@@ -284,7 +302,8 @@ def entry_names(storage: Storage, items: Iterable[tuple[str, str, StatusRecord]]
         if key is None:
             continue
         if record.status == SUCCESS:
-            entry = Entry.success(key, identity, record.time, record.duration, record.drift, _inputs_of(record))
+            entry = Entry.success(key, identity, record.time, record.duration, record.drift, _inputs_of(record),
+                                  record.retries)
         else:
             entry = Entry(key, identity, record.status)
         out.append(index.path(entry))

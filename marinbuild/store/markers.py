@@ -32,6 +32,7 @@ from typing import Any
 
 import xxhash
 
+from marinbuild.store.retry_counts import valid_retries_code
 from marinbuild.store.storage import Storage
 
 __all__ = [
@@ -82,6 +83,9 @@ class StatusRecord:
     """A digest of what the run recorded outside its identity (command, function source,
     plain fields; see :mod:`marinbuild.drift`): ``plan`` reads the info JSON only
     where the digest it computes now differs."""
+    retries: str | None = None
+    """For a final status: what the run used of each retry budget, as a short code
+    (:mod:`marinbuild.store.retry_counts`), so that ``status`` reads no attempt ledger."""
     inputs: tuple[tuple[str, float], ...] | None = None
     """For ``SUCCESS``: the ``SUCCESS`` time of each dependency the run read, by step name (stored as
     an object); a dependency with another ``SUCCESS`` now was rerun since (:mod:`marinbuild.input_times`)."""
@@ -160,11 +164,12 @@ def parse_status(text: str, path: str) -> StatusRecord:
         name=_text(raw.get("name")),
         identity=_text(raw.get("identity")),
         drift=_digest(raw.get("drift")),
+        retries=valid_retries_code(raw.get("retries")),
         inputs=_inputs(raw.get("inputs")) if "inputs" in raw else None,
     )
 
 
-_PLAIN_FIELDS = frozenset({"status", "time", "error", "duration", "owner", "name", "identity", "drift"})
+_PLAIN_FIELDS = frozenset({"status", "time", "error", "duration", "owner", "name", "identity", "drift", "retries"})
 _SHORT_TEXT = 200
 _STATUS_LEN = 40
 _HEX_DIGEST = re.compile(r"[0-9a-f]{1,32}")
@@ -186,13 +191,16 @@ def _plain_record(raw: dict[str, Any], status: str) -> StatusRecord | None:
         return None
     if drift is not None and (type(drift) is not str or _HEX_DIGEST.fullmatch(drift) is None):
         return None
+    retries = raw.get("retries")
+    if retries is not None and valid_retries_code(retries) is None:
+        return None
     if len(status) > _STATUS_LEN or not status.isprintable():
         return None
     texts = (raw.get("error"), raw.get("owner"), raw.get("name"), raw.get("identity"))
     for text in texts:
         if text is not None and (type(text) is not str or len(text) > _SHORT_TEXT or not text.isprintable()):
             return None
-    return StatusRecord(status, when, texts[0], duration, texts[1], texts[2], texts[3], drift)
+    return StatusRecord(status, when, texts[0], duration, texts[1], texts[2], texts[3], drift, retries=retries)
 
 
 def _finite(value: Any, default: float | None) -> float | None:

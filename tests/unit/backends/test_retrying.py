@@ -149,6 +149,7 @@ def test_the_loop_retries_by_cause_and_writes_the_ledger_with_the_last_outcome(t
     assert [a["cause"] for a in ledger["attempts"]] == ["preemption", "infra", "preemption", "success"]
     assert ledger["retries"]["preemption"] == {"used": 2, "max": 2}
     assert ledger["retries"]["infra"] == {"used": 1, "max": 1}
+    assert outcome.retries == ledger["retries"]  # for the step's final status marker
 
 
 def test_a_spent_budget_names_the_cause_in_the_error(tmp_path: Path, monkeypatch) -> None:

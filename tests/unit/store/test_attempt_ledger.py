@@ -12,6 +12,7 @@ from marinbuild.store.attempt_ledger import (
     ended_progress_note,
     iso_time,
     read_attempts,
+    read_current_retries,
     read_progress_notes,
     write_progress_note,
 )
@@ -58,3 +59,17 @@ def test_a_note_that_cannot_be_written_is_no_error(tmp_path: Path) -> None:
 
 def test_times_are_utc_with_milliseconds() -> None:
     assert iso_time(1.2345) == "1970-01-01T00:00:01.234+00:00"
+
+
+def test_the_retries_of_a_run_under_way_count_only_once_it_recorded_an_attempt(tmp_path: Path) -> None:
+    storage = Storage.for_prefix(str(tmp_path))
+    retried, fresh, bad, none = (str(tmp_path / n) for n in ("retried", "fresh", "bad", "none"))
+    counts = {"failure": {"used": 1, "max": 3}}
+    for out, started in ((retried, 110.0), (fresh, 90.0)):
+        ledger = AttemptLedger(out, "step", head={"retries": counts})
+        ledger.append({"attempt": 1, "class": "FAILED", "started_at": iso_time(started)})
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / LEDGER).write_text("{not json")
+    since = {retried: 100.0, fresh: 100.0, bad: 100.0, none: 100.0}
+    # fresh: its ledger tells of a run before this one took the step; bad and none say nothing.
+    assert read_current_retries(storage, since) == {retried: counts}

@@ -36,6 +36,7 @@ def test_entry_names_round_trip(key: str) -> None:
         Entry(key, "id1", FAILED),
         Entry.success(key, "id1", 1700000000.25, 3.5, "d1g"),
         Entry.success(key, "id1", 1.0, None),
+        Entry.success(key, "id1", 1.0, 2.0, "d1g", retries="f1.3_p4.100_h0.2_i0.2_v2.3600.0"),
     ):
         assert "/" not in entry.name
         parsed = Entry.parse(entry.name)
@@ -47,6 +48,20 @@ def test_an_edited_success_entry_is_not_sound() -> None:
     entry = Entry.success("k", "id", 1.0, 2.0)
     edited = Entry.parse(entry.name.replace("@1.0@", "@5.0@"))
     assert edited is not None and not edited.sound
+
+
+def test_a_success_entry_carries_its_retries_by_cause_and_an_edit_of_them_is_caught(storage: Storage) -> None:
+    out = _out(storage)
+    _write(storage, out, StatusRecord(RUNNING, 1.0, identity="abc"))
+    _write(storage, out, StatusRecord(SUCCESS, 2.0, duration=1.0, identity="abc", retries="f1.3_h0.2"))
+    (name,) = _entries(storage)
+    assert "@rf1.3_h0.2@" in name
+    index = StatusIndex(storage)
+    believed = index.believed(index.read(), out, "abc")
+    assert believed is not None and believed.retries == "f1.3_h0.2"
+    edited = Entry.parse(name.replace("@rf1.3_", "@rf0.3_"))
+    assert edited is not None and not edited.sound  # the check covers the counts
+    assert Entry.parse(name.replace("@rf1.3_h0.2@", "@rf1;3@")) is None
 
 
 @pytest.mark.parametrize("name", ["junk", "k@id@WHAT", "k@id@SUCCESS@nan@-@-@c", "k@id@SUCCESS@x@-@-@c", "k@id@SUCCESS@1.0"])
