@@ -73,15 +73,19 @@ def test_the_thread_passes_lines_on_and_close_flushes_every_step(tmp_path: Path)
 
 
 def test_a_failing_terminal_does_not_stop_the_follower(tmp_path: Path) -> None:
+    tried: list[str] = []
+
     def emit(step: str, line: str) -> None:
+        tried.append(line)
         raise BrokenPipeError
 
     log = tmp_path / "s.log"
     f = OutputFollower(emit, interval=3600)
     f.follow("s", str(log))
-    log.write_text("x\n")
+    log.write_text("x\ny\n")
     f.finish("s")
     f.close()
+    assert tried == ["x", "y"]  # the second line was still offered after the first one failed
 
 
 def test_log_size_and_tail(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ import json
 from marinbuild.execution.reporting import (
     Failure,
     JsonReporter,
-    NullReporter,
     PlainReporter,
     Summary,
     json_step_lines,
@@ -58,13 +57,6 @@ def test_plain_reporter_lines() -> None:
     assert out.getvalue().splitlines() == [
         "start a  /o/a", "wait  b: cores", "done  a (1.2 s)", "FAIL  c: exit 3 (log: /log)", "FAIL  d: lost",
     ]
-
-
-def test_null_reporter_says_nothing() -> None:
-    r = NullReporter()
-    r.run_started(1, 0)
-    r.step_started("a", "/o")
-    r.run_finished(Summary())
 
 
 def test_json_step_lines() -> None:
