@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,6 +33,12 @@ def expected_test_file(module: Path) -> Path:
     return UNIT / rel.parent / f"test_{rel.stem}.py"
 
 
+def _has_tests(path: Path) -> bool:
+    tree = ast.parse(path.read_text())
+    return any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name.startswith("test")
+               for n in ast.walk(tree))
+
+
 def test_the_check_finds_modules() -> None:
     modules = list(PACKAGE.rglob("*.py"))
     assert len(modules) > 20
@@ -48,6 +55,8 @@ def test_every_module_over_100_lines_has_a_unit_test_file() -> None:
         wanted = expected_test_file(module)
         if not wanted.is_file():
             missing.append(f"{module.relative_to(REPO)} ({_lines(module)} lines) has no {wanted.relative_to(REPO)}")
+        elif not _has_tests(wanted):
+            missing.append(f"{wanted.relative_to(REPO)} (for {module.relative_to(REPO)}) defines no test")
     assert not missing, "modules over 100 lines without a unit-test file:\n" + "\n".join(missing)
 
 
