@@ -10,7 +10,6 @@ do not end the run alone.
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import tempfile
@@ -23,7 +22,6 @@ pytest_plugins = ["tests.fixtures_ssh"]
 WORKERS = 4
 """Parallel workers for a whole-suite run; measured on the 2-core CI machine (see README)."""
 
-_SSH_FIXTURES = frozenset({"fleet", "ssh_fleet"})
 _RAY_FIXTURES = frozenset({"ray_cluster", "ray_token_cluster"})
 _RAY_MODULES = frozenset({"test_ray.py", "test_never_twice_ray.py"})
 
@@ -34,6 +32,7 @@ LONGEST_FIRST = (
     "tests/test_run.py::test_sigkill_of_the_tool_mid_step",
     "tests/test_gcs_scale.py::",
     "tests/test_tpu_provisioning.py::",
+    "tests/test_ssh_gang.py::",
     "tests/test_gcs.py::test_six_runners",
     "tests/test_storage_layer.py::test_lease_io_ends_at_its_deadline",
     "tests/test_never_twice.py::",
@@ -66,27 +65,17 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 def _group_of(item: pytest.Item) -> str | None:
     """The worker group of a test that must not run beside others of its kind.
 
-    * ``ssh``: the fake TPU hosts. Every worker's fleet uses the same loopback addresses and
-      host numbers (``FAKE_HOST_ID``), tests kill "host N's" processes by that number, and TPU
-      hygiene commands touch machine-wide files such as ``/tmp/libtpu_lockfile``.
-    * ``ray``: Ray clusters; one worker starts them once for every Ray test, and a driver
-      started without an address may find another worker's cluster.
+    ``ray``: Ray clusters; one worker starts them once for every Ray test, and a driver
+    started without an address may find another worker's cluster.
+
+    Tests on fake TPU hosts need no group: each worker starts its own hosts (on the same
+    loopback addresses, other ports), and a test that kills "host N's" processes names the
+    host by its ``HOME`` too, which is the worker's own.
     """
     names = set(getattr(item, "fixturenames", ()))
-    if names & _SSH_FIXTURES or _starts_a_fleet(item.path):
-        return "ssh"
     if names & _RAY_FIXTURES or item.path.name in _RAY_MODULES:
         return "ray"
     return None
-
-
-@functools.cache
-def _starts_a_fleet(path: Path) -> bool:
-    """Whether a test module starts fake hosts of its own (``start_fleet``), beside the session's."""
-    try:
-        return "start_fleet(" in path.read_text(errors="replace")
-    except OSError:
-        return False
 
 
 def _rank(item: pytest.Item) -> int:

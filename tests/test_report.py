@@ -78,7 +78,7 @@ def test_report_renders_dag_timeline_and_hours_in_headless_chromium(project, fle
     def preempt() -> None:
         wait_for(lambda: (tpu_out / "started").exists(), timeout=90)
         victim.set_preempted(True)
-        for pid in pids_with_env(f"FAKE_HOST_ID={victim.index}", "MARINBUILD_ATTEMPT=1"):
+        for pid in pids_with_env(f"FAKE_HOST_ID={victim.index}", f"HOME={victim.home}", "MARINBUILD_ATTEMPT=1"):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 

@@ -242,7 +242,7 @@ def test_nothing_of_a_successful_step_is_left_running(fleet: FakeFleet, tmp_path
     result = run_job(fleet, tmp_path, [("one", "v4-8", [host])], "(exec sleep 3021) & echo started")
     assert result.status == "SUCCESS", result.error
     assert live_processes_matching("sleep 3021") == []
-    assert pids_with_env(f"FAKE_HOST_ID={host}", "MARINBUILD_ATTEMPT=1") == []
+    assert pids_with_env(f"FAKE_HOST_ID={host}", f"HOME={fleet.hosts[host].home}", "MARINBUILD_ATTEMPT=1") == []
 
 
 def test_unresolvable_host_fails_fast_and_a_refusing_host_is_infra_on_its_own_budget(

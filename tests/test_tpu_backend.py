@@ -104,7 +104,7 @@ def test_preemption_is_retried_and_both_attempts_recorded(fleet: FakeFleet, tmp_
     def preempt() -> None:
         wait_for(lambda: len(list(out.glob("started_*"))) == 2)
         victim.set_preempted(True)
-        for pid in pids_with_env(f"FAKE_HOST_ID={victim.index}", "MARINBUILD_ATTEMPT=1"):
+        for pid in pids_with_env(f"FAKE_HOST_ID={victim.index}", f"HOME={victim.home}", "MARINBUILD_ATTEMPT=1"):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
