@@ -52,7 +52,8 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 
 # JSONEncoder.encode builds a new C encoder on every call, which costs more than encoding a
 # typical payload; this one is built once. It is the encoder _CANONICAL would build, without
-# the circular-reference markers: payloads are trees made by _Encoder below.
+# the circular-reference markers: payloads are trees made by _Encoder below. It is json's private
+# constructor: tests/unit/test_identity.py holds its output to json.dumps on payloads of every shape.
 _make_c_encoder = getattr(json.encoder, "c_make_encoder", None)
 _C_CANONICAL = (
     _make_c_encoder(None, _CANONICAL.default, json.encoder.encode_basestring, None, ":", ",", True, False, False)

@@ -30,9 +30,44 @@ from marinbuild.store.storage import Storage
 if TYPE_CHECKING:
     from marinbuild.store.conditional import ConditionalStore
 
-__all__ = ["FsspecStorage", "single_attempt"]
+__all__ = ["FsspecStorage", "check_gcsfs_retries", "single_attempt"]
 
 _single_attempt_classes: dict[type, type] = {}
+_RETRIED = ("_request", "_get_file_request", "_get_file_concurrent")
+"""The gcsfs methods wrapped in its own retry loop (``gcsfs.retry.retry_request``)."""
+
+
+def check_gcsfs_retries(cls: type) -> None:
+    """Refuse, when a GCS store is opened, a gcsfs whose request retries are not what
+    :func:`single_attempt` removes: one line naming what changed, never a silent double retry.
+
+    marinbuild retries each store request itself, within the deadlines of :mod:`marinbuild.store.retry`;
+    gcsfs wraps these methods in a retry loop of its own, which would multiply every wait. Undoing
+    that reaches into gcsfs's private methods, so their shape is checked before use.
+    """
+    problems = [f"{cls.__name__}.{name}" for name in _RETRIED if not _retried_by_gcsfs(getattr(cls, name, None))]
+    if problems:
+        import gcsfs
+
+        raise UserError(
+            f"gcsfs {getattr(gcsfs, '__version__', '?')} no longer retries requests in the way marinbuild turns off "
+            f"({', '.join(problems)} not wrapped by gcsfs.retry.retry_request); install the gcsfs version of "
+            "marinbuild's gcs extra: pip install 'marinbuild[gcs]'"
+        )
+
+
+def _retried_by_gcsfs(method: object) -> bool:
+    """Whether ``method`` is a function wrapped (by the ``decorator`` package) in gcsfs's retry_request."""
+    if method is None or not callable(getattr(method, "__wrapped__", None)):
+        return False
+    for cell in getattr(method, "__closure__", None) or ():
+        try:
+            held = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if getattr(held, "__name__", None) == "retry_request" and str(getattr(held, "__module__", "")).startswith("gcsfs"):
+            return True
+    return False
 
 
 def single_attempt(cls: type) -> type:
@@ -72,6 +107,7 @@ class FsspecStorage(Storage):
         except ValueError as e:  # "Protocol not known"
             raise UserError(f"prefix {prefix!r}: {e}") from None
         if _is_gcs(fs):
+            check_gcsfs_retries(type(fs))
             fs = single_attempt(type(fs))(*fs.storage_args, **fs.storage_options)
         return cls(prefix, fs)
 

@@ -121,3 +121,40 @@ def test_source_digest_and_code_digest() -> None:
     assert code_digest(step("f", _fn, {})) == f"fn:{digest}"
     with pytest.raises(IdentityError, match="needs the function's source"):
         code_digest(step("b", len, {}))
+
+
+_SHAPES = [
+    {},
+    {"a": 1},
+    {"b": [], "a": {}},
+    {"z": {"y": {"x": [1, [2, [3, {"w": None}]]]}}},
+    {"nums": [0, -1, 2**70, -(2**70), 1.5, -0.0, 1e300, 5e-324, 0.1 + 0.2, 3.0]},
+    {"flags": [True, False, None]},
+    {"text": ["", "é", "日本", "\u0000\x1f", '"quoted"', "back\\slash", "\n\t\r", "\u2028", "🙂"]},
+    {"é": 1, "A": 2, "a": 3, "": 4, "10": 5, "9": 6},
+    {"nested": [{"b": 1, "a": 2}, {"d": [], "c": {"f": 1, "e": 2}}]},
+    {"tuple": (1, 2), "big": list(range(50))},
+]
+
+
+@pytest.mark.parametrize("payload", _SHAPES, ids=[str(i) for i in range(len(_SHAPES))])
+def test_the_c_encoder_writes_what_the_standard_one_writes(payload) -> None:
+    import json
+
+    from marinbuild import identity
+
+    standard = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    assert identity._C_CANONICAL is not None  # CPython: the fast path is what is tested
+    assert identity.canonical_json(payload) == standard
+
+
+@pytest.mark.parametrize("payload", [{"x": float("nan")}, {"x": float("inf")}, {"x": {1, 2}}, {1: "a", "b": 2}])
+def test_the_c_encoder_refuses_what_the_standard_one_refuses(payload) -> None:
+    import json
+
+    from marinbuild import identity
+
+    with pytest.raises((ValueError, TypeError)) as standard:
+        json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    with pytest.raises(standard.type):
+        identity.canonical_json(payload)

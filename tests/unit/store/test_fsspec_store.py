@@ -146,3 +146,29 @@ def test_list_holding_names_the_entries_that_hold_the_file() -> None:
 def test_glob_literal_puts_each_special_character_in_a_class() -> None:
     assert _glob_literal("plain/path-1/") == "plain/path-1/"
     assert _glob_literal("a*b?c[d{e\\f") == "a[*]b[?]c[[]d[{]e[\\]f"
+
+
+def test_the_installed_gcsfs_retries_as_single_attempt_undoes() -> None:
+    from gcsfs.core import GCSFileSystem
+
+    from marinbuild.store.fsspec_store import check_gcsfs_retries
+
+    check_gcsfs_retries(GCSFileSystem)  # the gcsfs of the gcs extra: nothing to refuse
+    single = single_attempt(GCSFileSystem)
+    assert single._request is GCSFileSystem._request.__wrapped__  # type: ignore[attr-defined]
+
+
+def test_a_gcsfs_that_changed_its_retries_is_refused_in_one_line() -> None:
+    from gcsfs.core import GCSFileSystem
+
+    from marinbuild.errors import UserError
+    from marinbuild.store.fsspec_store import check_gcsfs_retries
+
+    class Changed(GCSFileSystem):  # type: ignore[misc]
+        async def _request(self, *args, **kwargs):  # type: ignore[no-untyped-def]  # retried some other way now
+            return None
+
+    with pytest.raises(UserError) as refused:
+        check_gcsfs_retries(Changed)
+    assert "Changed._request" in str(refused.value) and "\n" not in str(refused.value)
+    assert "_get_file_request" not in str(refused.value)  # only what changed is named
