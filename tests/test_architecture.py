@@ -1,8 +1,13 @@
-"""The layout's rules (docs/architecture.md), checked on the source: who may import what."""
+"""The layout's rules (docs/architecture.md), checked on the source: who may import what, and names.
+
+Imports are read with ``ast`` everywhere in a module: at the top, inside functions, and under
+``if TYPE_CHECKING:`` (a type-only import is still a dependency a reader must follow).
+"""
 
 from __future__ import annotations
 
 import ast
+import collections
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "marinbuild"
@@ -25,15 +30,53 @@ CORE = ["steps.py", "config_walk.py", "identity.py", "graph.py", "staleness.py",
         "units.py", "tpu_types.py", "errors.py"]
 EDGES = ("marinbuild.execution", "marinbuild.backends", "marinbuild.cli")
 
+PACKAGES = ("store", "execution", "backends", "report", "pyenv", "cli")
+"""The packages of marinbuild; every other module at the top level belongs to the core."""
+FACADE = ("__init__.py", "__main__.py", "api.py")
+"""The public face above every layer: it may import any of them, and none imports it back."""
+LAYERS = ("store", "core", "pyenv", "backends", "execution", "report", "cli")
+"""Lowest first: a package imports only packages at or below its own layer."""
+
 
 def _imports(path: Path) -> list[str]:
+    """Every module ``path`` imports, wherever the import statement stands."""
     names: list[str] = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             names.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.append(node.module)
+            if node.module == "marinbuild":  # `from marinbuild import x` may name a module
+                names.extend(f"marinbuild.{alias.name}" for alias in node.names)
     return names
+
+
+def _package_of(module: str) -> str | None:
+    """The layer a ``marinbuild.…`` module belongs to; None for the facade and other libraries."""
+    parts = module.split(".")
+    if parts[0] != "marinbuild":
+        return None
+    if len(parts) == 1 or parts[1] in ("api", "__main__"):
+        return None
+    return parts[1] if parts[1] in PACKAGES else "core"
+
+
+def _where(path: Path) -> str:
+    rel = path.relative_to(PACKAGE)
+    return "facade" if rel.as_posix() in FACADE else (rel.parts[0] if len(rel.parts) > 1 else "core")
+
+
+def _package_edges() -> dict[tuple[str, str], list[str]]:
+    edges: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = _where(path)
+        if source == "facade":
+            continue
+        for name in _imports(path):
+            target = _package_of(name)
+            if target is not None and target != source:
+                edges[(source, target)].append(f"{path.relative_to(PACKAGE).as_posix()} imports {name}")
+    return edges
 
 
 def test_optional_and_interface_packages_are_imported_only_where_they_belong():
@@ -48,14 +91,58 @@ def test_optional_and_interface_packages_are_imported_only_where_they_belong():
 
 
 def test_the_planning_core_does_not_import_the_edges():
+    missing = [m for m in CORE if not (PACKAGE / m).exists()]
+    assert missing == [], f"renamed or removed core modules: update CORE and docs/architecture.md: {missing}"
     wrong = []
     for module in CORE:
-        path = PACKAGE / module
-        if not path.exists():
-            continue
-        for name in _imports(path):
+        for name in _imports(PACKAGE / module):
             if name.startswith(EDGES):
                 wrong.append(f"{module} imports {name}")
+    assert wrong == []
+
+
+def test_every_package_and_the_facade_exist():
+    missing = [p for p in PACKAGES if not (PACKAGE / p / "__init__.py").exists()]
+    missing += [f for f in FACADE if not (PACKAGE / f).exists()]
+    assert missing == []
+    found = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert found == set(PACKAGES), "a new package must be given its layer in LAYERS and docs/architecture.md"
+
+
+def test_no_package_imports_a_package_above_it():
+    rank = {layer: i for i, layer in enumerate(LAYERS)}
+    upward = [why for (a, b), whys in sorted(_package_edges().items()) if rank[b] > rank[a] for why in whys]
+    assert upward == []
+
+
+def test_no_cycle_between_packages():
+    edges = _package_edges()
+    graph: dict[str, set[str]] = collections.defaultdict(set)
+    for a, b in edges:
+        graph[a].add(b)
+    cycles = []
+    for a, b in edges:
+        # b reaches a again: a cycle through the edge a -> b
+        seen, todo = {b}, [b]
+        while todo:
+            for nxt in graph[todo.pop()]:
+                if nxt == a:
+                    cycles.append(f"{a} -> {b} ({edges[(a, b)][0]}) and back")
+                    todo = []
+                    break
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+    assert cycles == []
+
+
+def test_nothing_imports_the_facade():
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if _where(path) == "facade":
+            continue
+        wrong += [f"{path.relative_to(PACKAGE).as_posix()} imports {n}" for n in _imports(path)
+                  if n in ("marinbuild.api", "marinbuild.__main__")]
     assert wrong == []
 
 
@@ -63,7 +150,53 @@ def test_nothing_but_the_cli_imports_the_cli():
     wrong = []
     for path in sorted(PACKAGE.rglob("*.py")):
         where = path.relative_to(PACKAGE).as_posix()
-        if where.startswith("cli/") or where in ("__main__.py", "api.py"):
+        if where.startswith("cli/") or where in FACADE:
             continue
         wrong += [f"{where} imports {n}" for n in _imports(path) if n.startswith("marinbuild.cli")]
     assert wrong == []
+
+
+def test_only_the_store_asks_whether_it_is_local():
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        if where.startswith("store/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and node.attr == "is_local":
+                wrong.append(f"{where}:{node.lineno}")
+    assert wrong == []
+
+
+def test_no_two_classes_or_functions_share_a_name():
+    defined: dict[str, list[str]] = collections.defaultdict(list)
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                defined[node.name].append(path.relative_to(PACKAGE).as_posix())
+    clashes = {name: where for name, where in sorted(defined.items()) if len(where) > 1}
+    assert clashes == {}
+
+
+def test_each_cli_command_lives_in_its_own_module_and_none_imports_the_app():
+    app = ast.parse((PACKAGE / "cli" / "app.py").read_text())
+    registered: list[tuple[str, str]] = []
+    for node in ast.walk(app):
+        # app.command("name")(module.function) or app.add_typer(module.typer_app, name="name")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Call) and isinstance(node.func.func, ast.Attribute) \
+                and node.func.func.attr == "command" and isinstance(node.args[0], ast.Attribute):
+            name = node.func.args[0].value if node.func.args and isinstance(node.func.args[0], ast.Constant) else None
+            registered.append((str(name), ast.unparse(node.args[0].value)))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_typer":
+            name = next(k.value.value for k in node.keywords if k.arg == "name" and isinstance(k.value, ast.Constant))
+            registered.append((str(name), ast.unparse(node.args[0].value)))
+    assert len(registered) >= 9
+    assert [(n, m) for n, m in registered if n != m] == [], "command NAME is registered from module cli/NAME.py"
+    for _name, module in registered:
+        assert (PACKAGE / "cli" / f"{module}.py").exists()
+    defined_in_app = [n.name for n in app.body if isinstance(n, ast.FunctionDef) and any(
+        "command" in ast.unparse(d) for d in n.decorator_list)]
+    assert defined_in_app == []
+    for path in sorted((PACKAGE / "cli").glob("*.py")):
+        if path.name != "app.py":
+            assert "marinbuild.cli.app" not in _imports(path), path.name

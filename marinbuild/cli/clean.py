@@ -31,7 +31,7 @@ def clean_command(
     verbose: VerboseOpt = False,
 ) -> None:
     """Delete the targets' current outputs, or (--orphans) outputs of old identities; running ones are left alone."""
-    from marinbuild.store.clean import plan_clean, remove_output
+    from marinbuild.clean import plan_clean, remove_output
     from marinbuild.store.index import forget
 
     if not dry:

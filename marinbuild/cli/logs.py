@@ -62,11 +62,12 @@ def logs_command(
             sys.stdout.write("\n")
     sys.stdout.flush()
     if follow:
-        if not project.storage.is_local:
+        target = shown[-1][0] if shown else files[-1]
+        on_disk = project.storage.local_file(target.path)
+        if on_disk is None:
             err.print("marinbuild: note: -f follows logs on a local prefix only; a remote log is uploaded when its run ends", markup=False)
             return
-        target = shown[-1][0] if shown else files[-1]
-        _follow(project, output, target.path, attempt)
+        _follow(project, output, on_disk, attempt)
 
 
 def _output_with_logs(project: Project, name: str) -> str:

@@ -250,6 +250,7 @@ def plan_run(
     check_plan_fits(to_check, capacity)
     return replace(planned, requests=requests, capacity=capacity, placements=placements, fields=fields)
 
+
 def _created_slices(
     project: Project, cluster: Cluster, requests: dict[str, Request], to_run: Sequence[str], capacity: Capacity,
     allow_cross_region: bool,
@@ -274,7 +275,6 @@ def _created_slices(
         }
         check_regions(cluster.gcp.zone, cluster.gcp.region, graph.prefix, inputs, bucket_locations)
     return requests, capacity
-
 
 
 def backend_choice(settings: RunSettings, project: Project) -> BackendChoice:
@@ -528,8 +528,8 @@ def _backends(
 def _local_runner(planned: PlannedRun) -> Backend:
     """The local backend, running steps in their Python environments and container images."""
     from marinbuild.backends.container import InContainers
+    from marinbuild.backends.environments import WithEnvironments
     from marinbuild.backends.local.backend import LocalBackend
-    from marinbuild.pyenv.launch import WithEnvironments
 
     path, prefix = planned.project.marinfile.path, planned.project.graph.prefix
     runner: Backend = WithEnvironments(LocalBackend(), path, prefix)

@@ -25,22 +25,19 @@ import json
 import os
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 from marinbuild.backends.base import HELD_EXTRA, Job, Outcome
+from marinbuild.backends.environments import DECLARED_ENV_EXTRA, ENV_EXTRA
 from marinbuild.backends.final_records import RecordedOutcome, record
 from marinbuild.config_walk import LEAF_TYPES, MAPPING, RECORD, SET, children, describe_leaf, is_namedtuple
 from marinbuild.drift import code_record
 from marinbuild.errors import LeaseLost, MarinbuildError, StorageError
 from marinbuild.execution.accounting import held_by
 from marinbuild.graph import StepNode
-from marinbuild.pyenv.launch import DECLARED_ENV_EXTRA, ENV_EXTRA
 from marinbuild.pyenv.spec import EnvSpec, environment_of
 from marinbuild.redact import redact_env
 from marinbuild.resolve import render_command, resolve_config
@@ -55,14 +52,13 @@ from marinbuild.store.markers import (
     RUNNING,
     SUCCESS,
     StatusRecord,
-    log_path,
     read_statuses,
     status_path,
     write_status,
 )
 from marinbuild.store.mirror import ensure_mirrored
-from marinbuild.store.step_logs import start_run_log
-from marinbuild.store.storage import Storage, unlink_quietly
+from marinbuild.store.step_logs import begin_step_log, staged_log
+from marinbuild.store.storage import Storage, overlapped
 
 __all__ = [
     "DependencyBusy",
@@ -129,18 +125,15 @@ def prepare(ctx: RunContext, node: StepNode, extra_env: Mapping[str, str], cores
     storage = ctx.storage
     seen = check_dependencies(ctx, node)
     status_file = status_path(out)
-    if storage.is_local and os.path.isdir(status_file):
+    on_disk = storage.local_file(status_file)
+    if on_disk is not None and os.path.isdir(on_disk):
         raise StorageError(f"{status_file} is a folder, not a status file; move it away to run {s.name}")
     note, earlier = _prepare_output(ctx, node)
     _stored(f"create {out}", lambda: storage.makedirs(out))
     mirrors = {m.source: ensure_mirrored(m, storage) for m in find_mirrored(s.config)}
     config = resolve_config(s.config, out, ctx.outputs, mirrors)
     command = render_command(s.cmd, config, out, s.name) if s.cmd is not None else None
-    log_file = log_path(out) if storage.is_local else _local_log_file(node)
-    if storage.is_local:
-        start_run_log(log_file)  # this run's attempts start a new log; the last run's is kept beside it
-    else:
-        unlink_quietly(log_file)  # a staging copy, uploaded when its run ended
+    log_file = begin_step_log(storage, out)  # this run's attempts start a new log; the last run's is kept
     if note is not None:
         _first_line(log_file, note)
     env = step_environment(s, out, extra_env)
@@ -240,13 +233,8 @@ def _while_reading_attempts(storage: Storage, output: str, write: Callable[[], A
 
     On a remote store the two requests are in flight together, one round trip instead of two.
     """
-    if storage.is_local:
-        write()
-        return read_attempts(storage, output)
-    with ThreadPoolExecutor(1, thread_name_prefix="marinbuild-ledger") as pool:
-        reading = pool.submit(read_attempts, storage, output)
-        write()
-        return reading.result()
+    _, attempts = overlapped(storage, write, lambda: read_attempts(storage, output))
+    return attempts
 
 
 def _extra(s: Step, environment: EnvSpec | None) -> dict[str, Any]:
@@ -366,11 +354,7 @@ def commit(
     storage = ctx.storage
     try:
         beside: dict[str, str | bytes] = dict(outcome.records)
-        if not storage.is_local and os.path.exists(job.log_file):
-            if os.path.getsize(job.log_file) <= _LOG_WITH_INFO:
-                beside[log_path(job.output_path)] = Path(job.log_file).read_bytes()
-            else:
-                storage.put_file(job.log_file, log_path(job.output_path))  # streamed, not held in memory
+        beside.update(staged_log(storage, job.output_path, job.log_file, _LOG_WITH_INFO))
         record(storage, job.output_path, info, outcome, owner=_owner(), beside=beside)
     except (MarinbuildError, OSError) as e:
         error = f"could not record {'SUCCESS' if outcome.ok else 'the failure'} in {job.output_path}: {_storage_problem(e)}"
@@ -501,11 +485,6 @@ def to_jsonable(value: Any) -> Any:
 
 def _describe_fn(fn: Any) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
-
-
-def _local_log_file(node: StepNode) -> str:
-    folder = os.path.join(tempfile.gettempdir(), "marinbuild-logs", f"{node.name.replace('/', '_')}-{node.identity}")
-    return os.path.join(folder, "step.log")
 
 
 @functools.cache

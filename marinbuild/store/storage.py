@@ -21,6 +21,7 @@ import hashlib
 import itertools
 import os
 import posixpath
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -294,6 +295,17 @@ class Storage(Protocol):
         """``path`` as a file on this machine when the store is its disk (to follow, stat or
         hand to a process on the same disk); None for a remote store."""
         return path if self.is_local else None
+
+    def walkable(self, path: str) -> bool:
+        """Whether ``path`` may be entered as a folder of outputs: on local disk a real folder,
+        never a symbolic link to one (clean must not follow it out of the prefix); an object
+        store has no links, so any name may be listed."""
+        if not self.is_local:
+            return True
+        try:
+            return stat.S_ISDIR(os.lstat(path).st_mode)
+        except OSError:
+            return False
 
     def user_path(self, text: str) -> str:
         """A path as a user typed it, in the form this store's paths take (absolute on local disk)."""

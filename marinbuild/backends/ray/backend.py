@@ -59,12 +59,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from marinbuild.backends.base import Backend, Job, Outcome
+from marinbuild.backends.environments import runtime_env_of, spec_of
 from marinbuild.backends.final_records import RecordedOutcome, record
 from marinbuild.backends.local.backend import _describe_exit
 from marinbuild.backends.local.containment import TOKEN_VAR, kill_token
 from marinbuild.backends.ray.cluster import Placement, require_ray
 from marinbuild.graph import StepGraph, StepNode
-from marinbuild.pyenv.launch import runtime_env_of, spec_of
 from marinbuild.store.lease import DEFAULT_EXPIRY, LeaseRecord, Owner, lease_path
 from marinbuild.store.markers import (
     FAILED,
@@ -276,7 +276,7 @@ class RayBackend:
             workdir=job.workdir,
             env=dict(job.env),
             token=uuid.uuid4().hex,
-            log_file=job.log_file if storage.is_local else None,
+            log_file=storage.local_file(job.log_file),  # the node writes it in place only on a shared disk
             fn=job.fn,
             config=job.config,
             command=job.command,

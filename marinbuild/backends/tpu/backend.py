@@ -19,11 +19,11 @@ import weakref
 from collections.abc import Callable
 
 from marinbuild.backends.base import Job, Outcome
+from marinbuild.backends.environments import DECLARED_ENV_EXTRA, remote_prefix, spec_of
 from marinbuild.backends.tpu.cluster import Cluster, SshSettings
 from marinbuild.backends.tpu.on_demand import CreatedSlices, uses_created_slices
 from marinbuild.backends.tpu.retry_loop import TpuAttempts, TpuJob, TpuStep
 from marinbuild.backends.tpu.workdir_sync import PackedWorkdir, pack_workdir
-from marinbuild.pyenv.launch import DECLARED_ENV_EXTRA, remote_prefix, spec_of
 from marinbuild.store.step_logs import append_note
 
 __all__ = ["TpuDispatch"]

@@ -178,7 +178,7 @@ class AttemptLogs:
     def __init__(self, output_path: str, staging_dir: str | Path) -> None:
         self.storage = Storage.for_prefix(output_path)
         self.root = output_path
-        self.local = self.storage.is_local
+        self.in_place = self.storage.local_file(output_path)  # None: a store that cannot append
         self.staging = Path(staging_dir)
 
     @staticmethod
@@ -186,12 +186,12 @@ class AttemptLogs:
         return f"slice_{slice_index:02d}_worker_{worker_index:02d}.log"
 
     def open(self, slice_index: int, worker_index: int) -> IO[bytes]:
-        base = Path(self.root) / "logs" if self.local else self.staging / "logs"
+        base = Path(self.in_place) / "logs" if self.in_place is not None else self.staging / "logs"
         base.mkdir(parents=True, exist_ok=True)
         return (base / self.name(slice_index, worker_index)).open("ab")
 
     def publish(self) -> None:
-        if self.local:
+        if self.in_place is not None:
             return
         logs = self.staging / "logs"
         if logs.is_dir():

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from marinbuild.backends.base import Job
+from marinbuild.backends.environments import DECLARED_ENV_EXTRA
 from marinbuild.backends.tpu.backend import TpuDispatch
 from marinbuild.backends.tpu.cluster import parse_cluster
-from marinbuild.pyenv.launch import DECLARED_ENV_EXTRA
 
 
 def dispatch(tmp_path: Path, **top: object) -> TpuDispatch:

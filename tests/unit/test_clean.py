@@ -1,4 +1,4 @@
-"""Unit tests of marinbuild.store.clean: what ``clean`` removes, and what it leaves alone and why."""
+"""Unit tests of marinbuild.clean: what ``clean`` removes, and what it leaves alone and why."""
 
 from __future__ import annotations
 
@@ -8,10 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild.errors import UserError
-from marinbuild.graph import StepGraph, build_graph
-from marinbuild.steps import step, versioned
-from marinbuild.store.clean import (
+from marinbuild.clean import (
     check_prefix,
     containment_problem,
     find_orphans,
@@ -21,6 +18,9 @@ from marinbuild.store.clean import (
     plan_clean,
     remove_output,
 )
+from marinbuild.errors import UserError
+from marinbuild.graph import StepGraph, build_graph
+from marinbuild.steps import step, versioned
 from marinbuild.store.lease import LeaseRecord, Owner, lease_path
 from marinbuild.store.markers import SUCCESS, info_path, info_text, write_status
 from marinbuild.store.storage import Storage

@@ -1,4 +1,4 @@
-"""Unit tests of marinbuild.pyenv.launch: a step run inside its environment, locally, over SSH, on Ray."""
+"""Unit tests of marinbuild.backends.environments: a step run inside its environment, locally, over SSH, on Ray."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from marinbuild.backends.base import Job, Outcome
-from marinbuild.pyenv.builder import CACHE_ENV, env_key
-from marinbuild.pyenv.launch import (
+from marinbuild.backends.environments import (
     ENV_EXTRA,
     EnvFailure,
     WithEnvironments,
@@ -23,6 +22,7 @@ from marinbuild.pyenv.launch import (
     runtime_env_of,
     spec_of,
 )
+from marinbuild.pyenv.builder import CACHE_ENV, env_key
 from marinbuild.pyenv.spec import EnvSpec
 
 

@@ -25,7 +25,6 @@ import json
 import os
 import posixpath
 import re
-import stat
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
@@ -150,16 +149,6 @@ def _normalized(path: str) -> str:
     return f"{scheme}://{posixpath.normpath(rest)}" if scheme else os.path.normpath(path)
 
 
-def _is_real_folder(storage: Storage, path: str) -> bool:
-    """A folder, not a symlink to one (object stores have no links: a prefix with entries)."""
-    if storage.is_local:
-        try:
-            return stat.S_ISDIR(os.lstat(path).st_mode)
-        except OSError:
-            return False
-    return bool(storage.list_names(path))
-
-
 def find_orphans(
     storage: Storage, graph: StepGraph, marinfile: str | None = None, any_shape: bool = False
 ) -> tuple[list[str], list[Skipped]]:
@@ -187,7 +176,7 @@ def find_orphans(
             folder, sub, level = stack.pop()
             for entry in storage.list_names(folder):
                 path = Storage.join(folder, entry)
-                if entry.startswith(".") or not _is_real_folder(storage, path):
+                if entry.startswith(".") or not storage.walkable(path):
                     continue
                 shaped = _OUTPUT_DIR.match(entry)
                 if shaped and MARKER_DIR in storage.list_names(path):
@@ -201,7 +190,7 @@ def find_orphans(
                 if shaped is None or shaped.group(1) not in bases:
                     continue
                 path = Storage.join(folder, entry)
-                if _is_real_folder(storage, path) and MARKER_DIR in storage.list_names(path):
+                if storage.walkable(path) and MARKER_DIR in storage.list_names(path):
                     rel = folder[len(prefix) + 1:]
                     candidates.append((path, f"{rel}/{shaped.group(1)}" if rel else shaped.group(1)))
         if marinfile is not None:
@@ -241,7 +230,7 @@ def _written_by(storage: Storage, prefix: str, marinfile: str, depth: int, known
             if match is not None:
                 if path not in known:
                     shaped.append((path, f"{sub}{match.group(1)}"))
-            elif level + 1 < depth and (not storage.is_local or _is_real_folder(storage, path)):
+            elif level + 1 < depth and storage.walkable(path):
                 stack.append((path, f"{sub}{entry}/", level + 1))
     if not shaped:
         return []
@@ -297,7 +286,7 @@ def plan_clean(
         for path in chosen:
             if not storage.exists(path):
                 continue
-            if storage.is_local and not _is_real_folder(storage, path):
+            if not storage.walkable(path):
                 skipped.append(Skipped(path, "it is not a folder"))
                 continue
             record = read_status(storage, path, identity_at.get(path))
