@@ -97,10 +97,6 @@ def run_command(
     """Run the targets and whatever they need that is not up to date."""
     # Every option is a field of RunParameters: one added here fails until the library takes it too.
     params = RunParameters.of(**locals())
-    if not params.dry:
-        from marinbuild.store.storage import check_writable_prefix
-
-        check_writable_prefix(params.prefix)  # one line before the Marinfile loads, even with nothing to do
     quiet = params.quiet
     voice = RunVoice(
         reporter=_reporter(quiet, params.json),

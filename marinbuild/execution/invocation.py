@@ -171,6 +171,10 @@ def invoke(
     globs (the command line's output paths). A dry run starts nothing: its summary lists the
     steps it would run as not started.
     """
+    if not params.dry:
+        from marinbuild.store.storage import check_writable_prefix
+
+        check_writable_prefix(params.prefix)  # one line before the Marinfile loads, even with nothing to do
     project = load(params.file, steps, params.prefix)
     targets, force, force_all = list(params.targets), list(params.force), params.force_all
     review = None
