@@ -189,3 +189,14 @@ def test_prepare_prefix_refuses_a_file_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(UserError, match="not a folder"):
         prepare_prefix(Storage.for_prefix(str(tmp_path / "file" / "p")))
+
+
+def test_walkable_is_a_real_folder_on_disk_never_a_link(tmp_path: Path) -> None:
+    local = Storage.for_prefix(str(tmp_path))
+    (tmp_path / "real").mkdir()
+    (tmp_path / "file").write_text("")
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    assert local.walkable(str(tmp_path / "real"))
+    assert not local.walkable(str(tmp_path / "link")) and not local.walkable(str(tmp_path / "file"))
+    assert not local.walkable(str(tmp_path / "missing"))
+    assert Storage.for_prefix("memory://walk").walkable("memory://walk/anything")  # no links on an object store
