@@ -44,7 +44,10 @@ def record(
         info["error"] = error
     storage.write_many({info_path(output): info_text(info), **(beside or {})})
     status = SUCCESS if outcome.ok else FAILED
+    seen = info.get("dependency_status_times")
+    # What the run read of each dependency: a dependency rerun since makes the step stale.
+    inputs = tuple(sorted(seen.items())) if outcome.ok and isinstance(seen, dict) and seen else None
     write_status(storage, output, status, error=error, duration=outcome.duration, owner=owner,
                  name=info.get("name"), identity=info.get("identity"),
-                 drift=drift_digest(info) if outcome.ok else None,
+                 drift=drift_digest(info) if outcome.ok else None, inputs=inputs,
                  retries=encode_retries(outcome.retries))
