@@ -120,6 +120,15 @@ def marin_habits(args: list[str], note: Callable[[str], None]) -> list[str]:
     return out
 
 
+def _plain_help_off_a_terminal() -> None:
+    """``--help`` into a pipe or a file is click's plain text: rich's panels cut long option
+    names (``--lease-heartbe``) to fit 80 columns, and a script reading the help needs them whole."""
+    if sys.stdout.isatty():
+        return
+    for typer_app in (app, *(g.typer_instance for g in app.registered_groups if g.typer_instance is not None)):
+        typer_app.rich_markup_mode = None
+
+
 def command_line(argv: list[str] | None = None) -> None:
     """Entry point of the ``marinbuild`` console script (``argv``: instead of ``sys.argv[1:]``).
 
@@ -130,6 +139,7 @@ def command_line(argv: list[str] | None = None) -> None:
     # at the default thresholds the cyclic collector ran 256 times over a 10,000-step plan,
     # a sixth of its time. Collections stay, only rarer.
     gc.set_threshold(100_000, 50, 50)
+    _plain_help_off_a_terminal()
     try:
         args = _bare_jobs(list(sys.argv[1:] if argv is None else argv))
         args = marin_habits(args, lambda line: err.print(line, markup=False))

@@ -29,7 +29,7 @@ def _run_command():
 
 
 def _help_flags() -> set[str]:
-    env = {**os.environ, "COLUMNS": "400", "TERM": "dumb"}
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # 80 columns: names must still be whole
     shown = subprocess.run([sys.executable, "-m", "marinbuild", "run", "--help"], capture_output=True, text=True, env=env, timeout=60)
     assert shown.returncode == 0, shown.stderr
     return set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", shown.stdout)) - {"--help"}
