@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,6 +11,9 @@ from marinbuild.cli.exits import handles_errors
 from marinbuild.cli.options import FileOpt, PrefixOpt, TargetsArg, VerboseOpt, step_targets
 from marinbuild.cli.printing import err
 from marinbuild.errors import UserError
+
+if TYPE_CHECKING:
+    from marinbuild.project import Project
 
 __all__ = ["report_command"]
 
@@ -21,9 +24,11 @@ def report_command(
     file: FileOpt = "Marinfile.py",
     prefix: PrefixOpt = None,
     output: Annotated[str, typer.Option("-o", "--output", help="The HTML file to write.")] = "report.html",
+    metrics: Annotated[str | None, typer.Option("--metrics", help="A JSON file inside each output whose keys become columns and plots (default: the Marinfile's METRICS).")] = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Write an HTML report of the targets and what they need: DAG by status, timeline of attempts, hours held."""
+    """Write an HTML report of the targets and what they need: the sweep's table and metric plots, DAG by status,
+    timeline of attempts, hours held, provenance and failed steps' logs."""
     from marinbuild.planner import closure, select
     from marinbuild.project import open_project
     from marinbuild.report.html import render_report
@@ -33,12 +38,23 @@ def report_command(
     graph = project.graph
     needed = closure(graph, select(graph, step_targets(project, targets)))
     names = [n for n in graph.order if n in needed]
-    records = collect(project, names)
+    metrics_file = metrics if metrics is not None else metrics_of(project)
+    records = collect(project, names, metrics_file, log_tails=True)
     title = f"marinbuild report: {os.path.basename(os.path.dirname(project.marinfile.path)) or 'steps'}"
     text = render_report(records, title, graph.prefix)
     _write_whole(output, text)
     attempts = sum(len(r.attempts) for r in records)
     err.print(f"marinbuild: wrote {output} ({len(records)} steps, {attempts} attempts)", markup=False)
+
+
+def metrics_of(project: Project) -> str | None:
+    """The metrics file the Marinfile names (``METRICS = "metrics.json"``), if any."""
+    named = project.marinfile.default("METRICS")
+    if named is None:
+        return None
+    if not isinstance(named, str) or not named or named.startswith("/") or ".." in named.split("/"):
+        raise UserError(f"METRICS in the Marinfile must name a file inside each output, like 'metrics.json', not {named!r}")
+    return named
 
 
 def _write_whole(path: str, text: str) -> None:

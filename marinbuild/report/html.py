@@ -1,8 +1,12 @@
 """The run report: one self-contained HTML file (inline CSS, SVG and script; it loads nothing).
 
-Four parts, all drawn here from :class:`~marinbuild.report.records.StepRecord` values:
+Its parts, drawn from :class:`~marinbuild.report.records.StepRecord` values:
 
 * the totals (steps by status, attempts, hours held);
+* the sweep: the versioned fields that differ, status, hours and metrics of every step in a
+  table sorted by clicking a header, a plot per metric against each numeric field that
+  varies, each step's provenance, and the end of each failed step's log
+  (:mod:`marinbuild.report.sweep`);
 * the step graph coloured by status, laid out by topological generations (a column per
   generation, dependencies to the left), edges as curves;
 * a timeline with a bar per attempt from its start to its end, in lanes grouped by the
@@ -10,8 +14,9 @@ Four parts, all drawn here from :class:`~marinbuild.report.records.StepRecord` v
   failed, preempted, cancelled and timed-out attempts are coloured and marked;
 * a table per step: resources, what it held, attempts, duration, accelerator- and core-hours.
 
-The small script only links the parts (clicking a node or a bar marks the step's row) and
-marks the document ``data-ready``; everything is readable without it.
+The small script links the parts (clicking a node, a bar or a point marks the step's
+rows), sorts the sweep table by the header clicked, and marks the document ``data-ready``;
+everything is readable without it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 
 from marinbuild.execution.accounting import Usage
 from marinbuild.report.records import AttemptRecord, StepRecord, describe_retries
+from marinbuild.report.sweep import failed_logs_html, metric_plots_html, provenance_html, sweep_table_html
 
 __all__ = ["dag_layout", "render_report", "timeline_lanes"]
 
@@ -105,16 +111,33 @@ def render_report(records: Sequence[StepRecord], title: str, prefix: str) -> str
         f"<h1>{_e(title)}</h1>",
         f'<p class="meta">prefix {_e(prefix)} · made {_e(time.strftime("%Y-%m-%d %H:%M:%S %Z"))}</p>',
         _totals(records),
+        '<h2>Sweep</h2>',
+        '<p class="hint">Click a column\'s header to sort by it.</p>',
+        sweep_table_html(records),
+        *_plots_section(records),
         '<h2>Steps</h2>',
         _dag(records),
         '<h2>Timeline</h2>',
         _timeline(attempts),
         '<h2>Per step</h2>',
         _table(records),
+        '<h2>Provenance</h2>',
+        provenance_html(records),
+        *_failed_section(records),
         f"<script>{_SCRIPT}</script>",
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"
+
+
+def _plots_section(records: Sequence[StepRecord]) -> list[str]:
+    plots = metric_plots_html(records)
+    return ['<h2>Metrics</h2>', f'<div id="plots">{plots}</div>'] if plots else []
+
+
+def _failed_section(records: Sequence[StepRecord]) -> list[str]:
+    logs = failed_logs_html(records)
+    return ['<h2>Failed steps</h2>', f'<div id="failed-logs">{logs}</div>'] if logs else []
 
 
 def _e(text: object) -> str:
@@ -325,24 +348,55 @@ table{border-collapse:collapse;margin-top:8px}
 th,td{border-bottom:1px solid #eeeeee;padding:4px 10px;text-align:left;vertical-align:top}
 th{background:#fafafa}tfoot td{font-weight:bold;border-top:2px solid #bdbdbd}
 tr.picked td{background:#fff9c4}
+#sweep th.sortable{cursor:pointer;user-select:none}
+#sweep th[aria-sort=ascending]::after{content:" \\25B2"}#sweep th[aria-sort=descending]::after{content:" \\25BC"}
+#sweep th.kind-config{color:#00838f}#sweep th.kind-metric{color:#6a1b9a}
+.hint{color:#757575;font-size:12px;margin:0}
+#plots{display:flex;flex-wrap:wrap;gap:12px}
+.plot{border:1px solid #eee;border-radius:6px}.plot .axis{stroke:#616161}
+.plot .tick{fill:#757575;font-size:11px}.plot .plot-title{text-anchor:middle;font-weight:bold}
+.plot .axis-title{text-anchor:middle;fill:#424242}.plot .point{fill:#6a1b9a;fill-opacity:.75;cursor:pointer}
+.failed-log pre{background:#263238;color:#eceff1;padding:8px;border-radius:6px;overflow-x:auto;max-height:360px}
+.failed-log .error{color:#c62828}
 .status-SUCCESS{color:#2e7d32}.status-FAILED{color:#c62828}.status-RUNNING{color:#1565c0}.status-NONE{color:#9e9e9e}
 """
 
 _SCRIPT = """
 (function(){
   function pick(step){
-    document.querySelectorAll('#steps tr.picked').forEach(function(r){r.classList.remove('picked');});
-    document.querySelectorAll('#steps tr').forEach(function(r){
+    document.querySelectorAll('tr.picked').forEach(function(r){r.classList.remove('picked');});
+    document.querySelectorAll('#steps tr, #sweep tr').forEach(function(r){
       if(r.getAttribute('data-step')===step){r.classList.add('picked');r.scrollIntoView({block:'nearest'});}
     });
   }
-  document.querySelectorAll('#dag .node, #timeline .bar').forEach(function(el){
+  document.querySelectorAll('#dag .node, #timeline .bar, .plot .point').forEach(function(el){
     el.addEventListener('click',function(){pick(el.getAttribute('data-step'));});
   });
+  // The sweep table sorts by the header clicked: numbers as numbers, empty cells last either way.
+  var sweep=document.getElementById('sweep');
+  if(sweep){
+    sweep.querySelectorAll('th.sortable').forEach(function(th){
+      th.addEventListener('click',function(){
+        var col=+th.getAttribute('data-col'), num=th.getAttribute('data-type')==='num';
+        var down=th.getAttribute('aria-sort')==='ascending';
+        sweep.querySelectorAll('th').forEach(function(h){h.removeAttribute('aria-sort');});
+        th.setAttribute('aria-sort',down?'descending':'ascending');
+        var body=sweep.tBodies[0], rows=Array.prototype.slice.call(body.rows);
+        rows.sort(function(a,b){
+          var x=a.cells[col].getAttribute('data-value'), y=b.cells[col].getAttribute('data-value');
+          if(x===''||y===''){return x===y?0:(x===''?1:-1);}
+          var c=num?(parseFloat(x)-parseFloat(y)):x.localeCompare(y);
+          return down?-c:c;
+        });
+        rows.forEach(function(r){body.appendChild(r);});
+      });
+    });
+  }
   var counts=document.createElement('p');
   counts.id='rendered';
   counts.textContent=document.querySelectorAll('#dag .node').length+' steps, '+
-    document.querySelectorAll('#timeline .bar').length+' attempts drawn';
+    document.querySelectorAll('#timeline .bar').length+' attempts drawn, '+
+    document.querySelectorAll('.plot').length+' plots';
   document.body.appendChild(counts);
   document.body.setAttribute('data-ready','1');
 })();

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from marinbuild.execution.accounting import Usage, attempt_usage, parse_time, provisioned_usage
 from marinbuild.store.attempt_ledger import LEDGER
-from marinbuild.store.markers import UNREADABLE, info_path
+from marinbuild.store.markers import FAILED, UNREADABLE, info_path, log_path, read_texts
 from marinbuild.store.storage import Storage
 
 if TYPE_CHECKING:
@@ -66,6 +66,10 @@ class StepRecord:
     error: str | None = None
     retries: Mapping[str, Any] | None = None
     """What the step's last run used of each retry budget: ``{"failure": {"used": 1, "max": 3}, ...}``."""
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    """From the info JSON: ``command`` or ``function``, ``git_commit``, ``host``, ``user``, ``start_time``, ``end_time``."""
+    log_tail: str | None = None
+    """The last lines of a failed step's log, when asked for (``collect(..., log_tails=True)``)."""
 
     @property
     def usage(self) -> Usage:
@@ -97,8 +101,19 @@ def flatten(value: Any, path: str = "", out: dict[str, Any] | None = None) -> di
     return out
 
 
-def collect(project: Project, names: Sequence[str], metrics_file: str | None = None) -> list[StepRecord]:
-    """The stored record of each named step (its current identity), in the order given."""
+PROVENANCE = ("command", "function", "git_commit", "host", "user", "start_time", "end_time")
+"""The info JSON's fields that say where and how a step's run was made."""
+LOG_TAIL = 20
+"""Lines of a failed step's log kept by ``collect(..., log_tails=True)``."""
+
+
+def collect(
+    project: Project, names: Sequence[str], metrics_file: str | None = None, log_tails: bool = False
+) -> list[StepRecord]:
+    """The stored record of each named step (its current identity), in the order given.
+
+    ``log_tails``: also the last :data:`LOG_TAIL` lines of each failed step's log (one batch).
+    """
     from marinbuild.execution.admission import describe_request, requests_of
     from marinbuild.project import probe
 
@@ -109,6 +124,9 @@ def collect(project: Project, names: Sequence[str], metrics_file: str | None = N
     infos = _read_json(storage, [info_path(p) for p in ran])
     ledgers = _read_json(storage, [Storage.join(p, LEDGER) for p in ran])
     metrics = _read_json(storage, [Storage.join(p, metrics_file) for p in ran]) if metrics_file else {}
+    failed = [p for p in ran if statuses[p].status == FAILED and not statuses[p].mismatch]
+    # A log holding bytes that are not UTF-8 is left out rather than failing the report.
+    logs = read_texts(storage, [log_path(p) for p in failed])[0] if log_tails and failed else {}
     requests = requests_of(graph, names)
     out: list[StepRecord] = []
     for node in nodes:
@@ -135,9 +153,15 @@ def collect(project: Project, names: Sequence[str], metrics_file: str | None = N
                 metrics=flatten(found) if isinstance(found, (dict, list)) else {},
                 error=rec.error if usable and rec is not None and rec.status != "SUCCESS" else None,
                 retries=_retries_of(ledger) if usable else None,
+                provenance={k: info[k] for k in PROVENANCE if info.get(k) is not None} if usable else {},
+                log_tail=_last_lines(logs[log_path(path)]) if log_path(path) in logs else None,
             )
         )
     return out
+
+
+def _last_lines(text: str) -> str:
+    return "\n".join(text.splitlines()[-LOG_TAIL:])
 
 
 def _attempt(step: str, entry: Mapping[str, Any], held: Mapping[str, Any] | None) -> AttemptRecord:

@@ -1,0 +1,226 @@
+"""The report's answer to "which run won?": the sweep table, metric plots, provenance and failed logs.
+
+Drawn from :class:`~marinbuild.report.records.StepRecord` values as HTML fragments, all
+inline (the report loads nothing):
+
+* **the sweep table** (``#sweep``): one row per step, the versioned fields whose values
+  differ between the rows, status, duration and hours, and each metric of the metrics
+  file; every header sorts the rows when clicked (numbers as numbers, empty cells last);
+* **a plot per metric against each numeric field that varies**: inline SVG, a point per
+  step that has both (a log scale where the field spans two orders of magnitude and more,
+  as learning rates do);
+* **provenance**: each step's command or function, git commit, host and times;
+* **the tail of each failed step's log**.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from marinbuild.report.records import StepRecord
+
+__all__ = ["SweepColumn", "failed_logs_html", "metric_plots_html", "provenance_html", "sweep_columns", "sweep_table_html"]
+
+_PLOT_W, _PLOT_H, _M_LEFT, _M_RIGHT, _M_TOP, _M_BOTTOM = 380, 250, 62, 16, 26, 42
+
+
+@dataclass(frozen=True)
+class SweepColumn:
+    """One column of the sweep table: its header, its kind and each row's value."""
+
+    name: str
+    kind: str
+    """``step``, ``config`` (a versioned field), ``run`` (status, duration, hours) or ``metric``."""
+
+
+def _esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _numeric(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _varying_fields(records: Sequence[StepRecord]) -> list[str]:
+    """Versioned fields whose values differ between the records (all of them for a single record)."""
+    fields: dict[str, None] = {}
+    for r in records:
+        fields.update(dict.fromkeys(r.versioned))
+    if len(records) < 2:
+        return list(fields)
+    return [f for f in fields if len({json.dumps(r.versioned.get(f), sort_keys=True) for r in records}) > 1]
+
+
+def sweep_columns(records: Sequence[StepRecord]) -> list[SweepColumn]:
+    """The sweep table's columns: step, the fields that differ, the run's columns, the metrics."""
+    metrics: dict[str, None] = {}
+    for r in records:
+        metrics.update(dict.fromkeys(r.metrics))
+    return [
+        SweepColumn("step", "step"),
+        *(SweepColumn(f, "config") for f in _varying_fields(records)),
+        *(SweepColumn(c, "run") for c in ("status", "duration_s", "accelerator_hours", "core_hours")),
+        *(SweepColumn(m, "metric") for m in metrics),
+    ]
+
+
+def _column_value(r: StepRecord, column: SweepColumn) -> Any:
+    if column.kind == "step":
+        return r.name
+    if column.kind == "config":
+        return r.versioned.get(column.name)
+    if column.kind == "metric":
+        return r.metrics.get(column.name)
+    usage = r.usage
+    return {
+        "status": r.status,
+        "duration_s": round(r.duration, 3) if r.duration is not None else None,
+        "accelerator_hours": round(usage.accelerator_hours, 6),
+        "core_hours": round(usage.core_hours, 6),
+    }[column.name]
+
+
+def _cell_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def sweep_table_html(records: Sequence[StepRecord]) -> str:
+    """The sweep table; each header sorts the rows by its column when clicked (the report's script)."""
+    columns = sweep_columns(records)
+    numeric = {
+        c.name: all(_numeric(_column_value(r, c)) is not None for r in records if _column_value(r, c) is not None)
+        and any(_column_value(r, c) is not None for r in records)
+        for c in columns
+    }
+    head = "".join(
+        f'<th class="sortable kind-{c.kind}" data-col="{i}" data-type="{"num" if numeric[c.name] else "text"}" '
+        f'title="sort by {_esc(c.name)}">{_esc(c.name)}</th>'
+        for i, c in enumerate(columns)
+    )
+    rows = []
+    for r in records:
+        cells = []
+        for c in columns:
+            value = _column_value(r, c)
+            key = "" if value is None else repr(float(value)) if numeric[c.name] else _cell_text(value)
+            text = _cell_text(value)
+            if c.name == "status":
+                text = f'<span class="status status-{_esc(value)}">{_esc(value)}</span>'
+            else:
+                text = _esc(text)
+            cells.append(f'<td data-value="{_esc(key)}">{text}</td>')
+        rows.append(f'<tr data-step="{_esc(r.name)}">{"".join(cells)}</tr>')
+    return f'<table id="sweep"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def metric_plots_html(records: Sequence[StepRecord]) -> str:
+    """One SVG plot per metric against each numeric versioned field that varies; empty when there is none."""
+    fields = [f for f in _varying_fields(records) if sum(_numeric(r.versioned.get(f)) is not None for r in records) >= 2]
+    metrics: dict[str, None] = {}
+    for r in records:
+        metrics.update((m, None) for m, v in r.metrics.items() if _numeric(v) is not None)
+    plots = [_one_plot(records, m, f) for m in metrics for f in fields]
+    return "".join(p for p in plots if p)
+
+
+def _axis_of(values: Sequence[float]) -> tuple[float, float, bool]:
+    """Low and high ends of an axis over ``values``, and whether it is logarithmic."""
+    low, high = min(values), max(values)
+    log = low > 0 and high / low >= 100
+    if log:
+        return math.log10(low), math.log10(high), True
+    if low == high:
+        low, high = low - 1, high + 1
+    return low, high, False
+
+
+def _place_on(value: float, axis: tuple[float, float, bool], length: float) -> float:
+    low, high, log = axis
+    v = math.log10(value) if log else value
+    span = high - low or 1.0
+    return (v - low) / span * length
+
+
+def _one_plot(records: Sequence[StepRecord], metric: str, field: str) -> str:
+    points = [
+        (r.name, x, y)
+        for r in records
+        if (x := _numeric(r.versioned.get(field))) is not None and (y := _numeric(r.metrics.get(metric))) is not None
+    ]
+    if not points:
+        return ""
+    x_axis = _axis_of([x for _, x, _ in points])
+    y_axis = _axis_of([y for _, _, y in points])
+    inner_w, inner_h = _PLOT_W - _M_LEFT - _M_RIGHT, _PLOT_H - _M_TOP - _M_BOTTOM
+    out = [
+        f'<text class="plot-title" x="{_PLOT_W / 2:.0f}" y="16">{_esc(metric)} vs {_esc(field)}</text>',
+        f'<line class="axis" x1="{_M_LEFT}" y1="{_M_TOP + inner_h}" x2="{_M_LEFT + inner_w}" y2="{_M_TOP + inner_h}"/>',
+        f'<line class="axis" x1="{_M_LEFT}" y1="{_M_TOP}" x2="{_M_LEFT}" y2="{_M_TOP + inner_h}"/>',
+    ]
+    xs = [x for _, x, _ in points]
+    ys = [y for _, _, y in points]
+    for value, anchor in ((min(xs), "start"), (max(xs), "end")):
+        px = _M_LEFT + _place_on(value, x_axis, inner_w)
+        out.append(f'<text class="tick" x="{px:.1f}" y="{_M_TOP + inner_h + 14}" text-anchor="{anchor}">{_esc(_cell_text(value))}</text>')
+    for value in (min(ys), max(ys)):
+        py = _M_TOP + inner_h - _place_on(value, y_axis, inner_h)
+        out.append(f'<text class="tick" x="{_M_LEFT - 4}" y="{py + 4:.1f}" text-anchor="end">{_esc(_cell_text(value))}</text>')
+    scale = " (log scale)" if x_axis[2] else ""
+    out.append(f'<text class="axis-title" x="{_M_LEFT + inner_w / 2:.0f}" y="{_PLOT_H - 8}">{_esc(field)}{scale}</text>')
+    for name, x, y in points:
+        px = _M_LEFT + _place_on(x, x_axis, inner_w)
+        py = _M_TOP + inner_h - _place_on(y, y_axis, inner_h)
+        out.append(
+            f'<circle class="point" data-step="{_esc(name)}" cx="{px:.1f}" cy="{py:.1f}" r="4.5">'
+            f"<title>{_esc(name)}: {_esc(field)}={_esc(_cell_text(x))}, {_esc(metric)}={_esc(_cell_text(y))}</title></circle>"
+        )
+    return (
+        f'<svg class="plot" data-metric="{_esc(metric)}" data-field="{_esc(field)}" width="{_PLOT_W}" height="{_PLOT_H}" '
+        f'viewBox="0 0 {_PLOT_W} {_PLOT_H}" role="img">{"".join(out)}</svg>'
+    )
+
+
+def _when_text(seconds: Any) -> str:
+    n = _numeric(seconds)
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(n)) if n else ""
+
+
+def provenance_html(records: Sequence[StepRecord]) -> str:
+    """Each step's command or function, git commit, host and times, from its info JSON."""
+    rows = []
+    for r in records:
+        p: Mapping[str, Any] = r.provenance
+        what = p.get("command") or p.get("function") or ""
+        rows.append(
+            f'<tr data-step="{_esc(r.name)}"><td>{_esc(r.name)}</td><td><code>{_esc(what)}</code></td>'
+            f'<td>{_esc(str(p.get("git_commit") or "")[:12])}</td><td>{_esc(p.get("host") or "")}</td>'
+            f'<td>{_esc(_when_text(p.get("start_time")))}</td><td>{_esc(_when_text(p.get("end_time")))}</td></tr>'
+        )
+    head = "".join(f"<th>{h}</th>" for h in ("step", "command or function", "git commit", "host", "started", "ended"))
+    return f'<table id="provenance"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def failed_logs_html(records: Sequence[StepRecord]) -> str:
+    """The end of each failed step's log; empty when no step failed."""
+    parts = [
+        f'<div class="failed-log" data-step="{_esc(r.name)}"><h3>{_esc(r.name)}</h3>'
+        f'<p class="error">{_esc((r.error or "").splitlines()[0] if r.error else "")}</p>'
+        f"<pre>{_esc(r.log_tail)}</pre></div>"
+        for r in records
+        if r.status == "FAILED" and r.log_tail is not None
+    ]
+    return "".join(parts)

@@ -1,0 +1,59 @@
+"""Unit tests of marinbuild.report.sweep: the sweep table's columns and sort keys, and the metric plots."""
+
+from __future__ import annotations
+
+import re
+
+from marinbuild.report.records import StepRecord
+from marinbuild.report.sweep import (
+    failed_logs_html,
+    metric_plots_html,
+    provenance_html,
+    sweep_columns,
+    sweep_table_html,
+)
+
+
+def _record(name: str, lr: float, loss: float | None, status: str = "SUCCESS", **extra: object) -> StepRecord:
+    return StepRecord(
+        name=name, identity="0" * 16, output_path=f"/out/{name}", status=status, duration=1.5,
+        versioned={"lr": lr, "width": 64}, deps=(), resources="Cores(1)", held=None,
+        metrics={"loss": loss} if loss is not None else {}, **extra,  # type: ignore[arg-type]
+    )
+
+
+SWEEP = [_record("a", 0.001, 0.5), _record("b", 0.01, 0.2), _record("c", 0.1, None, "FAILED", log_tail="nan\nboom")]
+
+
+def test_columns_are_the_fields_that_differ_the_run_and_the_metrics() -> None:
+    columns = [(c.name, c.kind) for c in sweep_columns(SWEEP)]
+    assert columns == [("step", "step"), ("lr", "config"), ("status", "run"), ("duration_s", "run"),
+                       ("accelerator_hours", "run"), ("core_hours", "run"), ("loss", "metric")]
+
+
+def test_cells_carry_sort_keys_numbers_as_numbers_and_empty_for_none() -> None:
+    table = sweep_table_html(SWEEP)
+    assert '<th class="sortable kind-metric" data-col="6" data-type="num"' in table
+    assert '<th class="sortable kind-step" data-col="0" data-type="text"' in table
+    loss_keys = re.findall(r'<tr data-step="(\w)">(?:<td[^>]*>.*?</td>){6}<td data-value="([^"]*)">', table)
+    assert loss_keys == [("a", "0.5"), ("b", "0.2"), ("c", "")]
+
+
+def test_a_plot_per_metric_and_varying_numeric_field_with_a_point_per_step_that_has_both() -> None:
+    plots = metric_plots_html(SWEEP)
+    assert re.findall(r'<svg class="plot" data-metric="(\w+)" data-field="(\w+)"', plots) == [("loss", "lr")]
+    points = re.findall(r'<circle class="point" data-step="(\w)" cx="([\d.]+)" cy="([\d.]+)"', plots)
+    assert [p[0] for p in points] == ["a", "b"]
+    (_, ax, ay), (_, bx, by) = points
+    assert float(ax) < float(bx) and float(ay) < float(by)  # lower loss is drawn lower (SVG y grows down)
+    assert "(log scale)" not in plots  # 0.001 to 0.01: one order of magnitude
+    wide = [_record("a", 0.0001, 0.5), _record("b", 0.1, 0.2)]
+    assert "(log scale)" in metric_plots_html(wide)
+    assert metric_plots_html([_record("a", 0.1, None)]) == ""
+
+
+def test_provenance_and_failed_logs_are_escaped() -> None:
+    r = _record("a", 0.1, 0.5, provenance={"command": "echo '<b>'", "git_commit": "abcdef1234567890", "host": "box"})
+    shown = provenance_html([r])
+    assert "echo &#x27;&lt;b&gt;&#x27;" in shown and "abcdef123456<" in shown and "box" in shown
+    assert "nan\nboom" in failed_logs_html(SWEEP) and failed_logs_html(SWEEP[:2]) == ""
