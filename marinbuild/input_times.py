@@ -19,7 +19,7 @@ remote store, only for steps something changed under).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from marinbuild.graph import StepGraph
 from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, StatusRecord, inputs_digest
@@ -38,27 +38,29 @@ def rerun_inputs(
     downstream of a stale one is stale too (``upstream X rerun since this step ran``).
     """
     nodes = graph.nodes
-    wanted = set(names)
+    wanted = names if isinstance(names, (set, frozenset)) else set(names)
+    every = len(wanted) >= len(nodes)  # the usual plan: every step, no membership test per step
+    get = statuses.get
     stale: dict[str, str] = {}
     roots: dict[str, str] = {}  # stale step -> the rerun dependency at the bottom
     unsure: list[str] = []
     for name in graph.order:
-        if name not in wanted:
-            continue
         node = nodes[name]
-        if not node.deps:
+        deps = node.deps
+        if not deps or (not every and name not in wanted):
             continue
-        record = statuses.get(node.output_path)
+        record = get(node.output_path)
         if record is None or record.status != SUCCESS or record.mismatch:
             continue
         if record.inputs is None and record.inputs_digest is None:
             continue  # written before runs recorded their inputs: up to date, as it always was
-        upstream = next((d for d in node.deps if d in stale), None)
-        if upstream is not None:
-            roots[name] = roots[upstream]
-            stale[name] = f"upstream {roots[name]} rerun since this step ran"
-            continue
-        changed = _changed_dependency(node.deps, record, {d: statuses.get(nodes[d].output_path) for d in node.deps})
+        if stale:
+            upstream = next((d for d in deps if d in stale), None)
+            if upstream is not None:
+                roots[name] = roots[upstream]
+                stale[name] = f"upstream {roots[name]} rerun since this step ran"
+                continue
+        changed = _changed_dependency(deps, record, [get(nodes[d].output_path) for d in deps])
         if changed is _UNSURE:
             unsure.append(node.output_path)
         elif changed is not None:
@@ -71,25 +73,34 @@ _UNSURE = "\0unsure"
 
 
 def _changed_dependency(
-    deps: Iterable[str], record: StatusRecord, now: Mapping[str, StatusRecord | None]
+    deps: Sequence[str], record: StatusRecord, now: Sequence[StatusRecord | None]
 ) -> str | None:
-    """The first dependency whose output changed since ``record``'s run read it; None; or :data:`_UNSURE`."""
-    deps = list(deps)
+    """The first dependency whose output changed since ``record``'s run read it; None; or :data:`_UNSURE`.
+
+    ``now`` holds each dependency's status, in the order of ``deps``.
+    """
+    read = record.inputs
+    if read is not None and len(deps) == 1 == len(read) and read[0][0] == deps[0]:
+        current = now[0]  # the common case, one dependency: no list or dict made
+        if current is None or current.mismatch:
+            return None
+        if current.status in _BEGUN:
+            return deps[0]
+        return deps[0] if current.status == SUCCESS and current.time != read[0][1] else None
     done: list[tuple[str, float]] = []
-    for dep in deps:
-        current = now[dep]
+    for dep, current in zip(deps, now, strict=True):
         if current is None or current.mismatch:
             continue
         if current.status in _BEGUN:
             return dep  # a rerun of it began (and failed, or was interrupted): its output is rewritten
         if current.status == SUCCESS:
             done.append((dep, current.time))
-    if record.inputs is None:
+    if read is None:
         if len(done) == len(deps) and inputs_digest(done) == record.inputs_digest:
             return None
         return _UNSURE  # the summary cannot say which one: the marker can
-    read = dict(record.inputs)
-    return next((dep for dep, when in done if dep in read and when != read[dep]), None)
+    recorded = dict(read)
+    return next((dep for dep, when in done if dep in recorded and when != recorded[dep]), None)
 
 
 _BEGUN = frozenset({FAILED, RUNNING})
