@@ -124,7 +124,9 @@ def test_report_renders_dag_timeline_and_hours_in_headless_chromium(project, fle
     assert re.search(r'data-step="train/tpu" data-attempt="1"[^>]*>.*?<text class="mark"[^>]*>P</text>', html)
 
     # Per step: resources, attempts, hours held; totals at the foot.
-    rows = dict(re.findall(r'<tr data-step="([^"]+)">(.*?)</tr>', html))
+    per_step = re.search(r'<table id="steps">.*?</table>', html, re.S)
+    assert per_step is not None
+    rows = dict(re.findall(r'<tr data-step="([^"]+)">(.*?)</tr>', per_step.group(0)))
     cells = {k: re.findall(r"<td>(.*?)</td>", v) for k, v in rows.items()}
     assert cells["train/tpu"][3] == "1x v4-16 (8 chips)"
     assert cells["eval/flaky"][4] == "2 (2 failed)"
