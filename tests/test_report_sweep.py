@@ -105,3 +105,12 @@ def test_metrics_named_on_the_command_line_and_none_at_all(project: Path) -> Non
     assert len(re.findall(r'<svg class="plot"', named)) == 2
     assert f'<td data-value="{0.1!r}">0.1</td>' in named  # loss of lr0.01, as a number to sort by
     assert plan_json(project)["train/lr0.01"]["action"] == "skip"  # a report writes nothing beside the outputs
+
+
+def test_show_takes_the_marinfiles_metrics_too(project: Path) -> None:
+    _sweep(project, 'METRICS = "metrics.json"')
+    shown = marinbuild("show", "train/*", "--sort", "loss", cwd=project)
+    assert shown.returncode == 0, shown.stderr
+    header, *rows = shown.stdout.splitlines()
+    assert header.split()[-2:] == ["loss", "eval.acc"]
+    assert [r.split()[0] for r in rows] == ["train/lr0.01", "train/lr0.001", "train/lr0.0001", "train/lr0.1", "train/lr1.0"]

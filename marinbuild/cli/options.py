@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from marinbuild.errors import UserError
+
 if TYPE_CHECKING:
     from marinbuild.execution.session import Machine
     from marinbuild.project import Project
@@ -26,6 +28,7 @@ __all__ = [
     "TokenOpt",
     "VerboseOpt",
     "machine_of",
+    "metrics_of",
     "step_targets",
 ]
 
@@ -71,3 +74,13 @@ def step_targets(project: Project, targets: Sequence[str] | None) -> list[str]:
             t = by_output.get(path, t)
         out.append(t)
     return out
+
+
+def metrics_of(project: Project) -> str | None:
+    """The metrics file the Marinfile names (``METRICS = "metrics.json"``), if any."""
+    named = project.marinfile.default("METRICS")
+    if named is None:
+        return None
+    if not isinstance(named, str) or not named or named.startswith("/") or ".." in named.split("/"):
+        raise UserError(f"METRICS in the Marinfile must name a file inside each output, like 'metrics.json', not {named!r}")
+    return named

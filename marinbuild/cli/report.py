@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from marinbuild.cli.exits import handles_errors
-from marinbuild.cli.options import FileOpt, PrefixOpt, TargetsArg, VerboseOpt, step_targets
+from marinbuild.cli.options import FileOpt, PrefixOpt, TargetsArg, VerboseOpt, metrics_of, step_targets
 from marinbuild.cli.printing import err
 from marinbuild.errors import UserError
-
-if TYPE_CHECKING:
-    from marinbuild.project import Project
 
 __all__ = ["report_command"]
 
@@ -45,16 +42,6 @@ def report_command(
     _write_whole(output, text)
     attempts = sum(len(r.attempts) for r in records)
     err.print(f"marinbuild: wrote {output} ({len(records)} steps, {attempts} attempts)", markup=False)
-
-
-def metrics_of(project: Project) -> str | None:
-    """The metrics file the Marinfile names (``METRICS = "metrics.json"``), if any."""
-    named = project.marinfile.default("METRICS")
-    if named is None:
-        return None
-    if not isinstance(named, str) or not named or named.startswith("/") or ".." in named.split("/"):
-        raise UserError(f"METRICS in the Marinfile must name a file inside each output, like 'metrics.json', not {named!r}")
-    return named
 
 
 def _write_whole(path: str, text: str) -> None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from marinbuild.cli.exits import handles_errors
-from marinbuild.cli.options import FileOpt, PrefixOpt, VerboseOpt, step_targets
+from marinbuild.cli.options import FileOpt, PrefixOpt, VerboseOpt, metrics_of, step_targets
 from marinbuild.cli.printing import out
 from marinbuild.errors import UserError
 
@@ -39,7 +39,7 @@ def show_command(
     targets: Annotated[list[str] | None, typer.Argument(help="Step names or globs ('sweep/*'); none means every declared step.")] = None,
     file: FileOpt = "Marinfile.py",
     prefix: PrefixOpt = None,
-    metrics: Annotated[str | None, typer.Option("--metrics", help="A JSON file inside each output whose keys become columns (nested keys dotted).")] = None,
+    metrics: Annotated[str | None, typer.Option("--metrics", help="A JSON file inside each output whose keys become columns (nested keys dotted; default: the Marinfile's METRICS).")] = None,
     sort: Annotated[str | None, typer.Option("--sort", help="Sort the rows by this column (numbers as numbers; empty cells last).")] = None,
     reverse: Annotated[bool, typer.Option("--reverse", "-r", help="Sort in descending order.")] = False,
     all_fields: Annotated[bool, typer.Option("--all-fields", help="Every versioned field, not only those that differ between the rows.")] = False,
@@ -56,7 +56,7 @@ def show_command(
         raise UserError("--json and --csv exclude each other")
     project = open_project(file, prefix)
     names = select(project.graph, step_targets(project, targets))
-    records = collect(project, list(names), metrics)
+    records = collect(project, list(names), metrics if metrics is not None else metrics_of(project))
     columns, rows = table_of(records, all_fields)
     if sort is not None:
         rows = _sorted(rows, columns, sort, reverse)
