@@ -104,7 +104,13 @@ def attempt_usage(entry: Mapping[str, Any], fallback: Mapping[str, Any] | None =
     8.0
     >>> attempt_usage({"duration_s": 3600, "held": {"cores": 1, "gpus": 2}}).accelerator_hours
     2.0
+    >>> attempt_usage({"duration_s": 600, "cause": "provisioning", "held": {"tpu_chips": 16}}).chip_hours
+    0.0
     """
+    if entry.get("cause") == "provisioning":
+        # It got no hosts (its queued resource never turned ACTIVE): nothing ran or was held by
+        # the step; the queued resource's own hours are provisioned_usage's.
+        return Usage()
     own = entry.get("held")
     held: Mapping[str, Any] = own if isinstance(own, Mapping) else fallback or {}
     duration = entry.get("duration_s")

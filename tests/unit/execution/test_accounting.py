@@ -39,6 +39,14 @@ def test_attempt_usage_is_duration_times_what_was_held() -> None:
     assert attempt_usage({"duration_s": 3600, "held": {"cores": True, "gpus": "2"}}).core_hours == 0.0
 
 
+def test_an_attempt_that_got_no_hosts_held_nothing() -> None:
+    # A queued resource that went FAILED for capacity: the attempt waited, nothing ran on TPUs.
+    waited = {"duration_s": 3600, "cause": "provisioning", "held": {"cores": 0, "tpu_chips": 16}}
+    ran = {"duration_s": 1800, "cause": "success", "held": {"cores": 0, "tpu_chips": 16}}
+    assert attempt_usage(waited) == Usage()
+    assert (attempt_usage(waited) + attempt_usage(ran)).chip_hours == 8.0
+
+
 def test_usage_adds_and_renders() -> None:
     total = Usage(1, 2, 3, 4) + Usage(1, 1, 1, 1)
     assert total == Usage(2, 3, 4, 5)
