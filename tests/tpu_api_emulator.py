@@ -114,6 +114,8 @@ class TpuApiEmulator:
         self.waiting_s = waiting_s
         self.provisioning_s = provisioning_s
         self.failures_left = 0
+        self.unavailable_left = 0
+        self.unavailable_lost = False
         self.node_name = "{prefix}-{i}"
         """How multislice nodes are named (Google's API: ``PREFIX-i``)."""
         self.auto_preempt_after: float | None = None
@@ -158,11 +160,24 @@ class TpuApiEmulator:
         with self.lock:
             self.failures_left = n
 
+    def unavailable_next(self, n: int, *, lost: bool = False) -> None:
+        """The next ``n`` API requests are answered 503 UNAVAILABLE, as Google's API does now and
+        then: before acting, or (``lost``) after acting, as when an answer is lost on the way."""
+        with self.lock:
+            self.unavailable_left, self.unavailable_lost = n, lost
+
+    def _unavailable(self, *, acted: bool) -> None:
+        with self.lock:
+            if self.unavailable_left > 0 and self.unavailable_lost == acted:
+                self.unavailable_left -= 1
+                raise _ApiError(503, "UNAVAILABLE", "The service is currently unavailable.")
+
     def preempt(self, node: str) -> None:
         """Mark ``node`` (full or short name) PREEMPTED and stop its hosts' sshd."""
         with self.lock:
             n = self._node(node)
             n.state = "PREEMPTED"
+            self._suspend(self.queued.get(n.queued_resource), time.time())
             hosts = list(n.hosts)
         for h in hosts:
             h.stop()
@@ -237,8 +252,14 @@ class TpuApiEmulator:
             self.auto_preemptions_left -= 1
             node = self.nodes[qr.node_names[-1]]
             node.state = "PREEMPTED"
+            self._suspend(qr, now)
             for h in node.hosts:
                 h.stop()
+
+    def _suspend(self, qr: _QueuedResource | None, now: float) -> None:
+        # Google's API: a spot queued resource goes SUSPENDED when one of its nodes is preempted.
+        if qr is not None and qr.state == "ACTIVE" and "spot" in qr.body:
+            self._set(qr, "SUSPENDED", now)
 
     def _advance_all(self) -> None:
         now = time.time()
@@ -443,7 +464,9 @@ class TpuApiEmulator:
                     if path.startswith("/emulator/"):
                         out, code = emulator._control(self.command, path), 200
                     elif path.startswith("/v2/"):
+                        emulator._unavailable(acted=False)
                         out, code = emulator.handle(self.command, path[len("/v2/"):], query, body), 200
+                        emulator._unavailable(acted=True)
                     else:
                         raise _ApiError(404, "NOT_FOUND", f"no such path {path}")
                 except _ApiError as e:

@@ -274,7 +274,12 @@ class SliceProvider:
             self.current = self._read_nodes(spec)
         except BaseException as e:
             why = "cancelled" if isinstance(e, ProvisionCancelled | KeyboardInterrupt) else "not provisioned"
-            self._delete(record, why)
+            try:
+                self._delete(record, why)
+            except TpuApiError as d:
+                # What went wrong first decides the attempt (a cancel stays a cancel); what was
+                # made, if anything, is a leftover the next run or `marinbuild tpu down` deletes.
+                self.report(f"could not delete queued resource {spec.name}: {d}")
             raise
         record.active_at = self.clock()
         self.on_phase("ready", record.active_at, spec.name)
@@ -360,13 +365,18 @@ class SliceProvider:
         if self.current is None:
             return ()
         info = self.api.get(self.current.queued_resource)
-        if info is None or info.state != "ACTIVE":
-            return tuple(s.name for s in self.current.specs)
+        everything = tuple(s.name for s in self.current.specs)
+        if info is None:
+            return everything
         gone = []
         for s in self.current.specs:
             node = self.api.node(s.name)
             if node is None or node.state in _GONE_STATES:
                 gone.append(s.name)
+        # A spot queued resource goes SUSPENDING/SUSPENDED when one of its nodes is preempted:
+        # the nodes say which; when none does, the whole slice set is gone.
+        if info.state != "ACTIVE" and not gone:
+            return everything
         return tuple(gone)
 
     def discard(self, why: str = "preempted") -> None:

@@ -20,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import paramiko
+from paramiko.pkey import UnknownKeyType
 
 from marinbuild.backends.tpu.cluster import SshSettings, parse_host_entry
 from marinbuild.errors import MarinbuildError
@@ -180,13 +181,19 @@ def _trust_keys(client: paramiko.SSHClient, target: HostTarget) -> None:
     """Accept exactly ``target.trusted_host_keys`` for the host's address, in memory only."""
     name = target.hostname if target.port == 22 else f"[{target.hostname}]:{target.port}"
     keys = client.get_host_keys()
+    unreadable = ""
     for line in target.trusted_host_keys:
         try:
             key_type, data = line.split()[:2]
             key = paramiko.PKey.from_type_string(key_type, base64.b64decode(data))
-        except (ValueError, binascii.Error, paramiko.SSHException) as e:
-            raise HostKeyError(target.alias, f"the TPU API reports a host key that cannot be read ({e})") from None
+        except (ValueError, binascii.Error, paramiko.SSHException, UnknownKeyType) as e:
+            # Another kind of entry, or a type this client no longer reads (ssh-dss): it adds
+            # no trust, and the keys that can be read still decide.
+            unreadable = unreadable or f"{line.split()[0] if line.split() else line!r}: {e}"
+            continue
         keys.add(name, key.get_name(), key)
+    if unreadable and not keys.lookup(name):
+        raise HostKeyError(target.alias, f"the TPU API reports no host key that can be read ({unreadable})")
 
 
 class SshConnection:

@@ -15,6 +15,7 @@ credentials; otherwise the client finds Application Default Credentials as ``gcl
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,10 @@ __all__ = [
 LABEL_PREFIX = "marinbuild"
 """Label key (and key prefix) on every node marinbuild creates: how its leftovers are found."""
 _TIMEOUT_S = 60.0
+_TRIES = 5
+"""Calls answered "try again" (429, 500, 502, 503, 504, a deadline) are made this many times in all."""
+_RETRY_DELAY_S = 0.5
+"""The first wait before such a retry; each next one doubles (0.5 + 1 + 2 + 4 s in all)."""
 _NOT_LABEL = re.compile(r"[^a-z0-9_-]+")
 
 
@@ -159,14 +164,37 @@ class TpuApi:
         self.close()
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, retried while the API answers "try again"; NotFound passes through.
+
+        Google's APIs answer 503 or 429 now and then: giving up at once would end an attempt
+        (losing the queue position of a slice still waiting for capacity) or leave a queued
+        resource undeleted. A create retried after an answer that was lost on the way may meet
+        its own queued resource (ALREADY_EXISTS): that is success, the name being ours alone.
+        """
         from google.api_core import exceptions
 
-        try:
-            return fn(*args, timeout=_TIMEOUT_S, **kwargs)
-        except exceptions.NotFound:
-            raise
-        except Exception as e:
-            raise TpuApiError(f"TPU API: {what} in {self.parent} failed: {_why(e)}") from None
+        transient = (exceptions.TooManyRequests, exceptions.InternalServerError, exceptions.BadGateway,
+                     exceptions.ServiceUnavailable, exceptions.GatewayTimeout, exceptions.DeadlineExceeded)
+        delay = _RETRY_DELAY_S
+        for attempt in range(1, _TRIES + 1):
+            try:
+                return fn(*args, timeout=_TIMEOUT_S, **kwargs)
+            except exceptions.NotFound:
+                raise
+            except exceptions.Conflict as e:
+                if attempt > 1:
+                    return None
+                raise TpuApiError(f"TPU API: {what} in {self.parent} failed: {_why(e)}") from None
+            except transient as e:
+                if attempt == _TRIES:
+                    raise TpuApiError(
+                        f"TPU API: {what} in {self.parent} failed ({_TRIES} tries): {_why(e)}"
+                    ) from None
+                time.sleep(delay)
+                delay *= 2
+            except Exception as e:
+                raise TpuApiError(f"TPU API: {what} in {self.parent} failed: {_why(e)}") from None
+        raise AssertionError("unreachable")
 
     def create(self, spec: QueuedResourceSpec) -> None:
         """Ask for the queued resource; it starts queued, and :meth:`get` follows it."""
@@ -228,11 +256,10 @@ class TpuApi:
             return False
         if wait:
             try:
-                operation.result(timeout=wait)
+                self._call(f"waiting for the deletion of queued resource {name}",
+                           lambda timeout: operation.result(timeout=wait))
             except exceptions.NotFound:
                 return True
-            except Exception as e:
-                raise TpuApiError(f"TPU API: deleting queued resource {name} in {self.parent} failed: {_why(e)}") from None
         return True
 
     def node(self, name: str) -> NodeInfo | None:
@@ -272,7 +299,7 @@ class TpuApi:
         out: list[tuple[str, ...]] = []
         for worker in answer.guest_attributes:
             out.append(tuple(_key_line(item.key, item.value) for item in worker.query_value.items
-                             if item.key and item.value))
+                             if item.key and item.value and item.namespace in ("", "hostkeys")))
         return out
 
     def _info(self, qr: Any) -> QueuedResourceInfo:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from marinbuild.backends.tpu import tpu_api
 from marinbuild.backends.tpu.provision import (
     CapacityUnavailable,
     ProvisionCancelled,
@@ -17,7 +19,7 @@ from marinbuild.backends.tpu.provision import (
     prefix_id,
     public_key_line,
 )
-from marinbuild.backends.tpu.tpu_api import TpuApi, label_value
+from marinbuild.backends.tpu.tpu_api import TpuApi, TpuApiError, label_value
 from marinbuild.errors import ClusterConfigError
 from tests.tpu_api_emulator import TpuApiEmulator
 
@@ -69,6 +71,15 @@ def test_a_preempted_node_means_a_new_queued_resource_on_other_hosts(emulator: T
     assert all(h["deleted_at"] >= h["created_at"] for h in p.ledger())
 
 
+def test_a_suspended_spot_queued_resource_names_only_its_preempted_node(emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    p = provider(emulator, tmp_path, count=2, spot=True)
+    got = p.acquire(threading.Event())
+    emulator.preempt(got.specs[1].name)
+    assert emulator.states()[got.queued_resource][-1] == "SUSPENDED"
+    assert p.lost() == (got.specs[1].name,)
+    p.release()
+
+
 def test_capacity_failure_is_deleted_and_reported(emulator: TpuApiEmulator, tmp_path: Path) -> None:
     p = provider(emulator, tmp_path)
     emulator.fail_next(1)
@@ -92,6 +103,32 @@ def test_provision_timeout_and_cancel_delete_the_queued_resource(emulator: TpuAp
     with pytest.raises(ProvisionCancelled):
         q.acquire(cancel)
     assert emulator.queued_resource_names() == []
+
+
+def test_a_failed_clean_up_does_not_hide_the_first_error(emulator: TpuApiEmulator, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tpu_api, "_RETRY_DELAY_S", 0.01)
+    emulator.waiting_s = 60
+    lines: list[str] = []
+    p = provider(emulator, tmp_path)
+    p.report = lines.append
+    errors: list[BaseException] = []
+
+    def acquire() -> None:
+        try:
+            p.acquire(threading.Event())
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=acquire)
+    t.start()
+    while not emulator.queued_resource_names() and t.is_alive():
+        time.sleep(0.01)
+    emulator.unavailable_next(1000)  # the API goes away while the slice waits for capacity
+    t.join(30)
+    assert len(errors) == 1 and isinstance(errors[0], TpuApiError)
+    assert str(errors[0]).startswith("TPU API: reading queued resource"), errors[0]
+    assert any(line.startswith("could not delete queued resource") for line in lines), lines
 
 
 def test_labels_and_public_key(tmp_path: Path) -> None:

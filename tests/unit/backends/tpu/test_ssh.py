@@ -5,6 +5,7 @@ The connection tests use the session's fake hosts (real OpenSSH on loopback, tes
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import subprocess
 from pathlib import Path
@@ -83,6 +84,20 @@ def test_a_host_key_not_in_known_hosts_is_refused(fleet: FakeFleet, tmp_path: Pa
     target = resolve_target(fleet.hosts[0].entry, _settings(fleet, known_hosts=str(empty)))
     with pytest.raises(HostKeyError):
         SshConnection.connect(target)
+
+
+def test_host_keys_from_the_api_that_cannot_be_read_add_no_trust(fleet: FakeFleet, tmp_path: Path) -> None:
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    real = " ".join((fleet.root / "host_ed25519.pub").read_text().split()[:2])
+    # ssh-dss (a type paramiko no longer reads) and a value that is not base64 beside the real key.
+    unreadable = ("ssh-dss AAAAB3NzaC1kc3MAAACBAP1=", "ecdsa-sha2-nistp256 not*base64")
+    target = dataclasses.replace(resolve_target(fleet.hosts[0].entry, _settings(fleet, known_hosts=str(empty))),
+                                 trusted_host_keys=(*unreadable, real))
+    with SshConnection.connect(target) as conn:
+        assert conn.alive
+    with pytest.raises(HostKeyError, match="no host key that can be read"):
+        SshConnection.connect(dataclasses.replace(target, trusted_host_keys=unreadable))
 
 
 def test_unreachable_and_unknown_hosts_are_told_apart(fleet: FakeFleet) -> None:

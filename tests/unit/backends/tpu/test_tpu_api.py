@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from marinbuild.backends.tpu import tpu_api
 from marinbuild.backends.tpu.provision import ProvisionRequest
 from marinbuild.backends.tpu.tpu_api import QueuedResourceSpec, TpuApi, TpuApiError
 from tests.tpu_api_emulator import TpuApiEmulator
@@ -40,3 +41,43 @@ def test_api_errors_are_one_line(emulator: TpuApiEmulator, tmp_path: Path) -> No
     with pytest.raises(TpuApiError, match=r"^TPU API: creating queued resource .* failed: .*unknown acceleratorType") as e:
         p.acquire(threading.Event())
     assert "\n" not in str(e.value)
+
+
+def test_answers_that_say_try_again_are_retried(emulator: TpuApiEmulator, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tpu_api, "_RETRY_DELAY_S", 0.01)
+    cluster = cluster_for(emulator, tmp_path)
+    assert cluster.gcp is not None
+    api = TpuApi(cluster.gcp)
+    emulator.unavailable_next(2)
+    api.create(QueuedResourceSpec("mb-r-1", "v4-8", count=2, runtime_version="rt"))
+    emulator.unavailable_next(2)
+    assert [q.name for q in api.queued_resources()] == ["mb-r-1"]
+    emulator.unavailable_next(2)
+    assert api.get("mb-r-1") is not None
+    emulator.unavailable_next(2)
+    assert api.delete("mb-r-1") and api.get("mb-r-1") is None
+    # The answer to a create is lost after the API made it: the retry meets its own queued resource.
+    emulator.unavailable_next(1, lost=True)
+    api.create(QueuedResourceSpec("mb-r-2", "v4-8", count=2, runtime_version="rt"))
+    assert [q.name for q in api.queued_resources()] == ["mb-r-2"]
+    # A create meeting a queued resource it did not make is still refused.
+    with pytest.raises(TpuApiError, match="already exists"):
+        api.create(QueuedResourceSpec("mb-r-2", "v4-8", count=2, runtime_version="rt"))
+    # An API that keeps saying so: one line naming the call, after a bounded number of tries.
+    emulator.unavailable_next(100)
+    with pytest.raises(TpuApiError, match=r"^TPU API: listing queued resources .* failed \(5 tries\): .*unavailable") as e:
+        api.queued_resources()
+    assert "\n" not in str(e.value) and emulator.unavailable_left == 95
+
+
+def test_a_slice_waiting_for_capacity_outlasts_answers_that_say_try_again(
+        emulator: TpuApiEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tpu_api, "_RETRY_DELAY_S", 0.01)
+    p = provider(emulator, tmp_path)
+    emulator.unavailable_next(3)
+    got = p.acquire(threading.Event())
+    assert emulator.queued_resource_names() == [got.queued_resource]
+    emulator.unavailable_next(2)
+    p.release("step ended")
+    assert emulator.queued_resource_names() == []
