@@ -26,11 +26,13 @@ pytest_plugins = ["tests.fixtures_gcs"]
 
 FAST = {"MARINBUILD_RETRY_BASE_DELAY": "0.05"}
 
-# Each host writes what it was told, under a name saying which attempt and process it is.
+# Each host writes what it was told, under a name saying which attempt and process it is
+# (renamed into place whole: a test waiting for the file may preempt the host at once).
 RECORD = (
     'env | grep -E "^(MARINBUILD|MEGASCALE)_" | grep -v GANG_TOKEN | sort '
-    "> {output}/a$MARINBUILD_ATTEMPT-p$MARINBUILD_PROCESS_ID.env; "
-    'echo "$FAKE_HOST_ID" >> {output}/a$MARINBUILD_ATTEMPT-p$MARINBUILD_PROCESS_ID.env'
+    "> {output}/.a$MARINBUILD_ATTEMPT-p$MARINBUILD_PROCESS_ID.part; "
+    'echo "$FAKE_HOST_ID" >> {output}/.a$MARINBUILD_ATTEMPT-p$MARINBUILD_PROCESS_ID.part; '
+    "mv {output}/.a$MARINBUILD_ATTEMPT-p$MARINBUILD_PROCESS_ID.part {output}/a$MARINBUILD_ATTEMPT-p$MARINBUILD_PROCESS_ID.env"
 )
 
 
@@ -131,6 +133,29 @@ def test_two_preemptions_mean_two_new_slices(project: Path, emulator: TpuApiEmul
         coordinators.append(seen[0]["MEGASCALE_COORDINATOR_ADDRESS"])
         assert {s["MEGASCALE_COORDINATOR_ADDRESS"] for s in seen} == {coordinators[-1]}
     assert len(set(coordinators)) == 3  # new hosts each time, and values computed from them
+
+
+def test_a_preemption_the_api_reports_first_is_shown_as_one(project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
+    # The API marks the node PREEMPTED while its hosts still answer: only the TPU API watcher
+    # sees it, tears the gang down, and the attempt is shown and counted as a preemption.
+    cmd = RECORD + "; test $MARINBUILD_ATTEMPT -ge 2 || sleep 60"
+    cluster = setup(project, emulator, hosts, cmd, slices=2)
+    runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
+    try:
+        out = Path(plan_json(project, "--cluster", str(cluster))["train"]["output_path"])
+        wait_for(lambda: all((out / f"a1-p{p}.env").exists() for p in range(2)), timeout=60)
+        preempted = emulator.active_nodes()[-1]
+        emulator.preempt(preempted, stop_hosts=False)
+        stdout, stderr = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 0, stdout + stderr
+    _, attempts = attempts_of(project, cluster)
+    assert [a["class"] for a in attempts] == ["PREEMPTED", "SUCCESS"]
+    shown = stdout + stderr
+    assert "attempt 1: PREEMPTED: the TPU API reports node(s) " + preempted.split("/")[-1] + " preempted" in shown, shown
+    assert "attempt 1: CANCELLED" not in shown and "2 attempt(s): PREEMPTED, SUCCESS" in shown, shown
 
 
 def test_capacity_failures_are_outlasted_and_counted_apart(project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:

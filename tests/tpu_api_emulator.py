@@ -172,13 +172,14 @@ class TpuApiEmulator:
                 self.unavailable_left -= 1
                 raise _ApiError(503, "UNAVAILABLE", "The service is currently unavailable.")
 
-    def preempt(self, node: str) -> None:
-        """Mark ``node`` (full or short name) PREEMPTED and stop its hosts' sshd."""
+    def preempt(self, node: str, *, stop_hosts: bool = True) -> None:
+        """Mark ``node`` (full or short name) PREEMPTED and stop its hosts' sshd (``stop_hosts``;
+        without, the API says so before the VMs go, which only the API can tell)."""
         with self.lock:
             n = self._node(node)
             n.state = "PREEMPTED"
             self._suspend(self.queued.get(n.queued_resource), time.time())
-            hosts = list(n.hosts)
+            hosts = list(n.hosts) if stop_hosts else []
         for h in hosts:
             h.stop()
 

@@ -32,7 +32,7 @@ from marinbuild.backends.tpu.provision import (
     SliceProvider,
 )
 from marinbuild.backends.tpu.provision_plan import is_created_slice
-from marinbuild.backends.tpu.retry_loop import TpuStep
+from marinbuild.backends.tpu.retry_loop import TpuAttempt, TpuStep
 from marinbuild.backends.tpu.ssh import resolve_target
 from marinbuild.backends.tpu.tpu_api import TpuApi, TpuApiError
 from marinbuild.store.provisioning_note import write_provisioning_note
@@ -125,14 +125,28 @@ class CreatedSlices:
                 [dataclasses.replace(resolve_target(h, s.ssh), trusted_host_keys=got.host_keys.get(h, ())) for h in s.hosts]
                 for s in got.specs
             ]
-            attempt = step.attempt(job.attempt, gang_cancel, got.specs, targets)
+
+            def verdict(attempt: TpuAttempt) -> TpuAttempt:
+                # Decided before the attempt's line is printed, so that a gang the watcher tore
+                # down for a preemption is not shown as CANCELLED (or INFRA) first.
+                done.set()
+                watcher.join()
+                if cancel.is_set() or attempt.classification is Cause.SUCCESS:
+                    return attempt
+                if not preempted:
+                    lost = self._lost(provider)
+                    if lost:
+                        preempted.append(lost)
+                if not preempted:
+                    return attempt
+                why = f"the TPU API reports node(s) {', '.join(preempted[0])} preempted"
+                return dataclasses.replace(attempt, classification=Cause.PREEMPTED, fatal=False,
+                                           message=f"{why}; {attempt.message}" if attempt.message else why)
+
+            attempt = step.attempt(job.attempt, gang_cancel, got.specs, targets, verdict=verdict)
             outcome = step.outcome_of(attempt, got.specs)
             done.set()
             watcher.join()
-            if not cancel.is_set() and outcome.kind is not Cause.SUCCESS and not preempted:
-                lost = self._lost(provider)
-                if lost:
-                    preempted.append(lost)
             if preempted and not cancel.is_set():
                 nodes = ", ".join(preempted[0])
                 outcome = dataclasses.replace(

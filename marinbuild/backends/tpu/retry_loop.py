@@ -286,8 +286,12 @@ class TpuStep:
         cancel: threading.Event,
         slices: Sequence[SliceSpec] | None = None,
         targets: Sequence[Sequence[HostTarget]] | None = None,
+        verdict: Callable[[TpuAttempt], TpuAttempt] | None = None,
     ) -> TpuAttempt:
         """Run attempt ``number`` on every host of ``slices`` (default: the step's static slices).
+
+        ``verdict`` may reclassify the attempt before it is printed and recorded (created
+        slices: the TPU API saying a node was preempted outranks what the hosts saw).
 
         ``targets`` (per slice, per worker) replaces the addresses resolved from the slices'
         host lists, e.g. with host keys reported by the TPU API. Every ``MARINBUILD_*`` and
@@ -338,6 +342,8 @@ class TpuStep:
         ).run()
         self.answered.update(h.host for h in outcome.hosts if h.answered)
         attempt = self._attempt(number, outcome)
+        if verdict is not None:
+            attempt = verdict(attempt)
         self.attempts.append(attempt)
         self.logs.publish()
         self.console(f"{prefix}attempt {number}: {attempt.classification.value}: {attempt.message}")
