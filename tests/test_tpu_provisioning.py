@@ -166,6 +166,7 @@ def test_capacity_failures_are_outlasted_and_counted_apart(project: Path, emulat
     _, attempts = attempts_of(project, cluster)
     assert [a["class"] for a in attempts] == ["PROVISIONING", "PROVISIONING", "SUCCESS"]
     assert "no more capacity" in attempts[0]["message"]
+    assert "provisioning retry 2 (within 120 s) in " in result.stdout + result.stderr
     assert len(emulator.deleted) == 3 and emulator.queued_resource_names() == []
     shown = json.loads(marinbuild("status", "--json", cwd=project).stdout)
     retries = next(r for r in shown if r["name"] == "train")["retries"]

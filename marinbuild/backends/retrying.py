@@ -345,7 +345,7 @@ class _StepRun:
         append_note(
             self.job.log_file,
             f"marinbuild: attempt {number} {_VERBS[cause]} ({outcome.error}); "
-            f"{name} retry {decision.used} of {_budget_text(self.counter, cause)} in {decision.delay:.1f} s",
+            f"{name} retry {decision.used} {_budget_text(self.counter, cause)} in {decision.delay:.1f} s",
         )
         threading.Thread(target=self._retry_after, args=(decision.delay,), daemon=True,
                          name=f"retry-{self.job.name}").start()
@@ -426,7 +426,7 @@ def _hang_error(last: float, timeout: float) -> str:
 def _budget_text(counter: RetryCounter, cause: Cause) -> str:
     if cause is Cause.PROVISIONING:
         return f"(within {counter.budgets.provision_timeout:g} s)"
-    return str(counter.budgets.of(cause))
+    return f"of {counter.budgets.of(cause)}"
 
 
 class _Launcher:
