@@ -125,7 +125,6 @@ def down_command(
     verbose: VerboseOpt = False,
 ) -> None:
     """Delete queued resources marinbuild made: bare, those no live runner holds; NAME… or --all as asked."""
-    from dataclasses import replace
 
     from marinbuild.backends.tpu.leftovers import delete_unheld, find_made
     from marinbuild.backends.tpu.tpu_api import TpuApi
@@ -140,14 +139,15 @@ def down_command(
             unknown = [n for n in names if n not in known]
             if unknown:
                 raise UserError(f"no queued resource made by marinbuild under {resolved} is called {', '.join(unknown)}")
-            chosen = [replace(known[n], holder=None) for n in names]
+            chosen = [known[n] for n in names]
         elif all_:
-            chosen = [replace(m, holder=None) for m in made]
+            chosen = made
         else:
             chosen = made
             for m in made:
                 if m.holder is not None:
                     err.print(f"marinbuild: kept {m.info.name} (step {m.step}): held by {m.holder}", markup=False)
-        deleted = delete_unheld(api, chosen, say=lambda line: out.print(line, markup=False))
+        deleted = delete_unheld(api, chosen, say=lambda line: out.print(line, markup=False),
+                                held_too=bool(names) or all_)
     if not deleted:
         err.print("marinbuild: nothing to delete", markup=False)

@@ -98,13 +98,16 @@ def delete_unheld(
     made: Iterable[MadeResource],
     *,
     say: Callable[[str], None] = lambda line: None,
+    held_too: bool = False,
 ) -> list[str]:
-    """Delete (``force``, in parallel) the queued resources no live runner holds; their names."""
-    doomed = [m for m in made if m.holder is None]
+    """Delete (``force``, in parallel) the queued resources no live runner holds (``held_too``:
+    all of ``made``, as ``tpu down NAME`` or ``--all`` asks); their names."""
+    doomed = [m for m in made if held_too or m.holder is None]
 
     def delete(m: MadeResource) -> str:
         api.delete(m.info.name, force=True)
-        say(f"deleted queued resource {m.info.name} (step {m.step or '?'}, {m.info.state}; no live runner holds it)")
+        why = "no live runner holds it" if m.holder is None else f"held by {m.holder}, deleted as asked"
+        say(f"deleted queued resource {m.info.name} (step {m.step or '?'}, {m.info.state}; {why})")
         return m.info.name
 
     if not doomed:

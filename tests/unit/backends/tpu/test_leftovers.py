@@ -59,8 +59,12 @@ def test_only_what_no_live_runner_holds_is_deleted(emulator: TpuApiEmulator, tmp
     assert sorted(delete_unheld(api, made.values(), say=said.append)) == sorted([free_name, dead_name])
     assert sorted(emulator.queued_resource_names()) == sorted([held_name, other_name])
     assert any("no live runner holds it" in line for line in said)
+    # Asked by name (tpu down NAME, --all): deleted although held, and said so.
+    said.clear()
+    assert delete_unheld(api, [made[held_name]], say=said.append, held_too=True) == [held_name]
+    assert len(said) == 1 and "held by " in said[0] and "deleted as asked" in said[0], said
     lease.release()
-    assert [m.holder for m in find_made(api, prefix, storage)] == [None]
+    assert find_made(api, prefix, storage) == []
 
 
 def test_foreign_queued_resources_are_never_touched(emulator: TpuApiEmulator, tmp_path: Path) -> None:
