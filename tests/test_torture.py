@@ -2,7 +2,9 @@
 
 At least 4 concurrent ``marinbuild run`` processes over one 64-step Marinfile (shell and
 function steps, some starting grandchildren in their own group, a new process group or a
-new session) get at least 100 random SIGKILL / SIGSTOP+SIGCONT / SIGTERM; killed runners
+new session, or in their group with an empty environment) get at least 100 random SIGKILL /
+SIGSTOP+SIGCONT / SIGTERM, some of the SIGKILLs and SIGSTOPs hitting the runner's guardian
+at the same time; killed runners
 are started again so that the work completes, while the prefix, a small tmpfs, fills up
 and frees again. Then: no two executions of one identity overlapped in time, every
 SUCCESS output is complete, every marker parses, and no process is left.
@@ -29,6 +31,8 @@ def test_runners_under_random_signals_on_a_filling_disk_never_run_a_step_twice_a
     assert settings.runners >= 4 and figures.steps >= 60, report
     assert figures.signals >= 100, report
     assert all(figures.events[kind] >= 10 for kind in ("SIGKILL", "SIGSTOP", "SIGTERM")), report
+    # Runner and guardian hit at once: only the steps' own sentinels fence them then.
+    assert figures.with_guardian["SIGKILL"] >= 3 and figures.with_guardian["SIGSTOP"] >= 3, report
     assert figures.overlaps == [], report
     assert figures.incomplete == [], report
     assert figures.bad_markers == [], report

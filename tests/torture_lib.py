@@ -6,6 +6,10 @@ an event log outside the prefix (``KIND IDENTITY EXECUTION TIME [DETAIL]``):
     S  started            P  wrote one line of its output     E  ended (output complete)
     G  a grandchild of the execution is alive                 B  read a dependency that was not complete
 
+Some grandchildren run with an empty environment in the step's group (``envless``: no step
+token, found only through the group or the step's cgroup); some signals hit a runner and its
+guardian together (SIGKILL, SIGSTOP), which leaves only each step's own sentinel to fence it.
+
 Each execution truncates its output file, writes ``lines`` lines naming itself, then a line
 ``sum SHA256`` of what precedes it, so a complete output can be told from a half-written
 or interleaved one. An execution's activity spans its first to its last logged time; two
@@ -56,6 +60,7 @@ done
 case $grand in
   bg) (while :; do echo "G $id $ex $(date +%s.%N)" >> "$log"; sleep 0.3; done) & ;;
   setsid) setsid sh -c 'while :; do echo "G $1 $2 $(date +%s.%N)" >> "$3"; sleep 0.3; done' torture-grandchild "$id" "$ex" "$log" & ;;
+  envless) env -i PATH="$PATH" sh -c 'while :; do echo "G $1 $2 $(date +%s.%N)" >> "$3"; sleep 0.3; done' torture-grandchild "$id" "$ex" "$log" "$MARINBUILD_TORTURE_TOKEN" & ;;
 esac
 : > "$out/data.txt" || exit 3
 i=0
@@ -106,7 +111,8 @@ class StepSpec:
     lines: int
     delay: float
     grand: str
-    """``none``, ``bg`` (same group), ``setsid`` (new session), ``pgroup`` / ``session`` (function steps)."""
+    """``none``, ``bg`` (same group), ``setsid`` (new session), ``pgroup`` / ``session`` (function steps),
+    ``envless`` (same group, an empty environment: both kinds)."""
     deps: tuple[int, ...]
 
     def as_tuple(self) -> tuple[str, str, int, float, str, tuple[int, ...]]:
@@ -125,7 +131,8 @@ def make_specs(count: int, rng: random.Random, slow: float = 1.0) -> list[StepSp
         for i in range(size):
             kind = "sh" if rng.random() < 0.6 else "fn"
             grand = rng.choices(
-                ["none", "bg", "setsid"] if kind == "sh" else ["none", "pgroup", "session"], weights=[6, 2, 2]
+                ["none", "bg", "setsid", "envless"] if kind == "sh" else ["none", "pgroup", "session", "envless"],
+                weights=[5, 2, 2, 2],
             )[0]
             deps = tuple(sorted(rng.sample(previous, min(len(previous), rng.randint(1, 3))))) if previous else ()
             lines = rng.randint(8, 20)
@@ -196,6 +203,12 @@ def function_step(config: dict) -> None:  # type: ignore[type-arg]
             ["sh", "-c", GRANDCHILD_LOOP, "torture-grandchild", ident, ex, log],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             process_group=0 if grand == "pgroup" else None, start_new_session=grand == "session",
+        )
+    elif grand == "envless":  # as a step calling a tool with env={...} does: no token survives
+        subprocess.Popen(
+            ["sh", "-c", GRANDCHILD_LOOP, "torture-grandchild", ident, ex, log, os.environ.get(TOKEN_VAR, "")],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
         )
     data = os.path.join(out, "data.txt")
     open(data, "w").close()
@@ -282,7 +295,8 @@ def find_overlaps(by_identity: dict[str, list[Execution]]) -> list[Overlap]:
 
 
 def processes_with_token(token: str) -> list[tuple[int, str]]:
-    """Live (not zombie) processes whose environment carries the token: pid and command line."""
+    """Live (not zombie) processes whose environment carries the token, or whose arguments do
+    (grandchildren without an environment): pid and command line."""
     needle = f"{TOKEN_VAR}={token}".encode()
     found = []
     for entry in os.listdir("/proc"):
@@ -290,8 +304,11 @@ def processes_with_token(token: str) -> list[tuple[int, str]]:
             continue
         try:
             with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle not in f.read().split(b"\0"):
-                    continue
+                environ = f.read().split(b"\0")
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if needle not in environ and token.encode() not in argv:
+                continue
             with open(f"/proc/{entry}/stat") as f:
                 if f.read().rsplit(")", 1)[1].split()[0] == "Z":
                     continue
@@ -389,6 +406,8 @@ class TortureSettings:
     """The share of signals held back until they can hit a runner with a step running."""
     weights: tuple[int, int, int] = (3, 4, 3)
     """Relative odds of SIGKILL, SIGSTOP, SIGTERM."""
+    together_share: float = 0.3
+    """The share of SIGKILLs and SIGSTOPs that hit the runner's guardian too, at once."""
     heartbeat: float = 0.5
     expiry: float = 3.0
     tmpfs_size: str = "8m"
@@ -413,6 +432,8 @@ class Figures:
     rounds: int = 0
     steps: int = 0
     events: Counter[str] = field(default_factory=Counter)
+    with_guardian: Counter[str] = field(default_factory=Counter)
+    """Of the events, those that hit the runner's guardian at the same time."""
     mid_step: int = 0
     """Signals that hit a runner while it had a step running."""
     runner_starts: int = 0
@@ -449,6 +470,7 @@ class Figures:
             f"disk:                 {self.disk}",
             f"rounds x steps:       {self.rounds} x {self.steps}",
             f"signals to runners:   {self.signals} ({events}; {self.mid_step} while it ran steps)",
+            f"  with the guardian:  {', '.join(f'{k} {v}' for k, v in sorted(self.with_guardian.items())) or 'none'}",
             f"disk filled:          {self.disk_fills} times",
             f"runner processes:     {self.runner_starts} started; exits: {exits}",
             f"step executions:      {self.executions} ({self.reexecutions} beyond one per step)",
@@ -469,6 +491,7 @@ class _Runner:
     proc: subprocess.Popen[bytes]
     output: Path
     stopped_until: float = 0.0
+    stopped_guardians: list[int] = field(default_factory=list)
 
 
 def _cli_env(extra: dict[str, str]) -> dict[str, str]:
@@ -645,20 +668,32 @@ class Torture:
         kind = self.rng.choices(["SIGKILL", "SIGSTOP", "SIGTERM"], weights=self.settings.weights)[0]
         if kind == "SIGSTOP" and r.stopped_until:
             kind = "SIGKILL"  # a stopped runner can still be killed; it is not stopped twice
+        # `pkill -9 -f marinbuild`, a laptop lid: the guardian goes with its runner.
+        together = kind != "SIGTERM" and not r.stopped_until and self.rng.random() < self.settings.together_share
+        guardians = _guardians_of(r.proc.pid) if together else []
         try:
             if kind == "SIGKILL":
                 r.proc.kill()
+                for pid in guardians:
+                    _signal(pid, signal.SIGKILL)
+                for pid in r.stopped_guardians:
+                    _signal(pid, signal.SIGCONT)  # its pipe has ended: let it see so
+                r.stopped_guardians = []
             elif kind == "SIGTERM":
                 r.proc.terminate()
                 if r.stopped_until:
-                    r.proc.send_signal(signal.SIGCONT)  # a stopped process acts on SIGTERM only when continued
-                    r.stopped_until = 0.0
+                    self._continue(r)  # a stopped process acts on SIGTERM only when continued
             else:
                 r.proc.send_signal(signal.SIGSTOP)
+                for pid in guardians:
+                    _signal(pid, signal.SIGSTOP)
+                r.stopped_guardians = guardians
                 r.stopped_until = time.monotonic() + self.rng.uniform(*self.settings.stop_seconds)
         except ProcessLookupError:
             return False
         self.figures.events[kind] += 1
+        if guardians:
+            self.figures.with_guardian[kind] += 1
         self.figures.mid_step += mid_step
         with open(self.work / "signals.log", "a") as f:
             f.write(f"{time.time():.6f} {kind} {r.proc.pid} {'mid-step' if mid_step else 'idle'}\n")
@@ -676,6 +711,9 @@ class Torture:
                 self._continue(r)
 
     def _continue(self, r: _Runner) -> None:
+        for pid in r.stopped_guardians:
+            _signal(pid, signal.SIGCONT)
+        r.stopped_guardians = []
         try:
             r.proc.send_signal(signal.SIGCONT)
         except ProcessLookupError:
@@ -698,6 +736,7 @@ class Torture:
     def _stop_all(self) -> None:
         for r in self._runners:
             kill_all([r.proc.pid])
+            kill_all(r.stopped_guardians)
             r.proc.wait()
         self._runners = []
 
@@ -740,6 +779,32 @@ class Torture:
                                    cwd=project, env=_cli_env({}), capture_output=True, text=True, timeout=120)
             if check.returncode != 0:
                 f.bad_markers.append(f"plan --check says work remains: {(check.stdout + check.stderr).strip()[-500:]}")
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
+def _guardians_of(runner: int) -> list[int]:
+    """The guardian processes of ``runner`` (its children named ``marinbuild-guardian``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != runner:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if b"marinbuild-guardian" in f.read():
+                    found.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
 
 
 def _step_children() -> Counter[int]:

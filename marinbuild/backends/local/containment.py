@@ -13,8 +13,11 @@ A full scan reads every process's environment (about 8 ms for 100 processes on a
 step started: every descendant of a step was created after it, and Linux hands out pids
 in increasing order until it wraps around.
 
-A process that empties its own environment and leaves the group escapes; cgroups would
-catch it, but they are rarely writable for an unprivileged runner and are not used.
+A process that empties its own environment and leaves the group escapes this; a step's
+cgroup (:mod:`.cgroups`), where there is one, catches it. A process that empties its
+environment but stays in the group is killed with the group: by the runner, its guardian,
+its own sentinel (:mod:`.fence`), or a runner taking the step over on this machine
+(:func:`kill_step_group`, from the process recorded in the lease).
 """
 
 from __future__ import annotations

@@ -1,0 +1,82 @@
+"""The local backend (marinbuild.backends.local.backend): real steps, each with its own sentinel."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from marinbuild.backends.base import Job, Outcome
+from marinbuild.backends.local.backend import LocalBackend
+
+
+def _run(job: Job) -> Outcome:
+    done = threading.Event()
+    result: list[Outcome] = []
+
+    def on_done(outcome: Outcome) -> None:
+        result.append(outcome)
+        done.set()
+
+    LocalBackend().start(job, on_done)
+    assert done.wait(60), "the step never ended"
+    return result[0]
+
+
+def _job(tmp_path: Path, **kw: object) -> Job:
+    return Job(name="s", output_path=str(tmp_path / "out"), log_file=str(tmp_path / "log.txt"),
+               workdir=str(tmp_path), env={}, **kw)  # type: ignore[arg-type]
+
+
+def _gone(pid: int, seconds: float = 20) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_shell_step_runs_behind_its_gate_with_its_sentinel_in_its_group(tmp_path):
+    # The sentinel runs `sleep` for the lease's time only where there is a lease; here it
+    # holds the pipe alone. It is in the step's group: the step sees it there.
+    outcome = _run(_job(tmp_path, command="ps -o pgid= -o args= -g $(ps -o pgid= -p $$) > group.txt; echo ok"))
+    assert outcome.ok, outcome.error
+    group = (tmp_path / "group.txt").read_text()
+    assert "HUP INT TERM" in group, group  # the sentinel's loop, beside the step
+    assert (tmp_path / "log.txt").read_text() == "ok\n"
+
+
+def test_what_a_step_left_in_its_group_without_its_environment_dies_when_it_ends(tmp_path):
+    outcome = _run(_job(tmp_path, command="env -i /bin/sleep 300 & echo $! > left.pid"))
+    assert outcome.ok, outcome.error
+    assert _gone(int((tmp_path / "left.pid").read_text()))
+
+
+def test_a_function_step_starts_its_sentinel_before_it_runs(tmp_path):
+    def fn(config: object) -> None:
+        pgid = os.getpgid(0)
+        members = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+                    if int(fields[2]) == pgid and int(name) != os.getpid():
+                        members.append(Path(f"/proc/{name}/cmdline").read_bytes())
+                except OSError:
+                    continue
+        Path("members.txt").write_bytes(b"\n".join(members))
+
+    outcome = _run(_job(tmp_path, fn=fn))
+    assert outcome.ok, outcome.error
+    assert b"step-fence" in (tmp_path / "members.txt").read_bytes()
+
+
+def test_a_failing_step_says_its_exit_status(tmp_path):
+    outcome = _run(_job(tmp_path, command="exit 3"))
+    assert not outcome.ok and outcome.returncode == 3 and outcome.error == "exit status 3"

@@ -1,0 +1,62 @@
+"""The runner's guardian process (marinbuild.backends.local.guardian): a real process, real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from marinbuild.backends.deadlines import Deadline
+from marinbuild.backends.local.guardian import Guardian, _adopt_line
+
+
+def _dies(proc: subprocess.Popen[bytes], seconds: float = 20) -> bool:
+    try:
+        return proc.wait(seconds) == -signal.SIGKILL
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def test_adopt_lines_carry_the_cgroup_only_when_it_has_no_space():
+    deadline = Deadline(1.5, 2.5)
+    assert _adopt_line("t", 42, deadline, "") == "+t 42 1.5 2.5\n"
+    assert _adopt_line("t", 42, deadline, "/cg/a") == "+t 42 1.5 2.5 /cg/a\n"
+    assert _adopt_line("t", 42, deadline, "/cg/a b") == "+t 42 1.5 2.5\n"
+
+
+def test_a_step_is_killed_at_its_deadline_and_not_before_a_renewal_moves_it():
+    guardian = Guardian()
+    early = subprocess.Popen(["sleep", "300"], process_group=0)
+    renewed = subprocess.Popen(["sleep", "300"], process_group=0)
+    try:
+        guardian.adopt("early", early.pid, Deadline.within(0.3))
+        guardian.adopt("renewed", renewed.pid, Deadline.within(0.3))
+        guardian.extend("renewed", Deadline.within(300))
+        assert _dies(early)
+        assert renewed.poll() is None
+    finally:
+        for proc in (early, renewed):
+            proc.kill()
+            proc.wait()
+        guardian.release("early")
+        guardian.release("renewed")
+        os.kill(guardian.pid, signal.SIGKILL)
+
+
+def test_every_step_still_listed_dies_when_the_runners_end_of_the_pipe_closes():
+    guardian = Guardian()
+    step = subprocess.Popen(["sleep", "300"], process_group=0)
+    released = subprocess.Popen(["sleep", "300"], process_group=0)
+    try:
+        guardian.adopt("step", step.pid)
+        guardian.adopt("released", released.pid)
+        guardian.release("released")
+        guardian.close_in_child()  # as the runner's exit closes it
+        assert _dies(step)
+        time.sleep(0.2)
+        assert released.poll() is None
+    finally:
+        for proc in (step, released):
+            proc.kill()
+            proc.wait()
