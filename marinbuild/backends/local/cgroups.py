@@ -37,6 +37,7 @@ import threading
 __all__ = ["StepCgroups", "cgroup_folder", "cgroup_holds", "kill_cgroup", "shared_cgroups"]
 
 _PREFIX = "marinbuild-step-"
+_names = itertools.count()  # one sequence per process: two pools never pick the same name
 _OFF = "MARINBUILD_CGROUPS"
 """Set to ``0`` to run steps without cgroups even where they could be made."""
 
@@ -112,7 +113,6 @@ class StepCgroups:
         self._free: list[str] = []
         self._draining: list[str] = []
         self._all: set[str] = set()
-        self._names = itertools.count()
         pid = os.getpid()
         self._stem = f"{_PREFIX}{pid}.{_ticks_started(pid) or 'x'}-"
         if parent is not None:
@@ -135,7 +135,7 @@ class StepCgroups:
                 self._draining = still
             if self._free:
                 return self._free.pop()
-            folder = os.path.join(self.parent, f"{self._stem}{next(self._names)}")
+            folder = os.path.join(self.parent, f"{self._stem}{next(_names)}")
         try:
             os.mkdir(folder)
         except OSError:

@@ -45,7 +45,7 @@ def _gone(pid: int, seconds: float = 20) -> bool:
 def test_a_shell_step_runs_behind_its_gate_with_its_sentinel_in_its_group(tmp_path):
     # The sentinel runs `sleep` for the lease's time only where there is a lease; here it
     # holds the pipe alone. It is in the step's group: the step sees it there.
-    outcome = _run(_job(tmp_path, command="ps -o pgid= -o args= -g $(ps -o pgid= -p $$) > group.txt; echo ok"))
+    outcome = _run(_job(tmp_path, command="ps -ww -o pgid= -o args= -g $(ps -o pgid= -p $$) > group.txt; echo ok"))
     assert outcome.ok, outcome.error
     group = (tmp_path / "group.txt").read_text()
     assert "HUP INT TERM" in group, group  # the sentinel's loop, beside the step
