@@ -90,6 +90,16 @@ class Job:
     progress_timeout: float | None = None
     """Seconds without progress (log and ``$MARINBUILD_PROGRESS`` unchanged) after which the
     attempt is killed as a hang; None: never."""
+    walltime: float | None = None
+    """The step's declared wall time, when ``timeout`` is only what is left of it for this
+    attempt (the retry loop counts wall time across attempts); None: ``timeout`` is the whole."""
+
+
+def wall_time_exceeded(job: Job) -> str:
+    """The one-line error of a job killed at its wall time, naming the wall time the step
+    declared rather than the remainder its attempt was given."""
+    declared = job.walltime if job.walltime is not None else job.timeout
+    return f"timeout: exceeded its wall time of {declared:g} s"
 
 
 @dataclass(frozen=True)

@@ -279,7 +279,9 @@ class _StepRun:
             timeout = max(0.001, self.deadline - time.monotonic())  # wall time covers every attempt
         progress = progress_file(job)
         job = dataclasses.replace(
-            job, attempt=number, timeout=timeout, env={**job.env, ATTEMPT_VAR: str(number), PROGRESS_VAR: progress}
+            job, attempt=number, timeout=timeout,
+            walltime=job.walltime if job.walltime is not None else job.timeout,
+            env={**job.env, ATTEMPT_VAR: str(number), PROGRESS_VAR: progress},
         )
         write_header(job.log_file, number, "ray-node" if self.backend == "ray" else socket.gethostname(), self.backend)
         with self._lock:

@@ -31,7 +31,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-from marinbuild.backends.base import Job, Outcome
+from marinbuild.backends.base import Job, Outcome, wall_time_exceeded
 from marinbuild.backends.deadlines import Deadline, deadlines
 from marinbuild.backends.local.cgroups import shared_cgroups
 from marinbuild.backends.local.containment import TOKEN_VAR, kill_token, step_token
@@ -276,7 +276,7 @@ class _LocalRun:
             if self._finished or self._reason is not None:
                 return
             self._timed_out = True
-        self.cancel(f"timeout: exceeded its wall time of {self.job.timeout:g} s")
+        self.cancel(wall_time_exceeded(self.job))
 
     def cancel(self, reason: str) -> None:
         """SIGTERM the step's process group, SIGKILL after a grace period."""

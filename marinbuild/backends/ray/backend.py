@@ -58,7 +58,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from marinbuild.backends.base import Backend, Job, Outcome
+from marinbuild.backends.base import Backend, Job, Outcome, wall_time_exceeded
 from marinbuild.backends.environments import runtime_env_of, spec_of
 from marinbuild.backends.final_records import RecordedOutcome, record
 from marinbuild.backends.local.backend import _describe_exit
@@ -343,7 +343,7 @@ class _RayRun:
             if self._reason is not None:
                 return
             self._timed_out = True
-        self.cancel(f"timeout: exceeded its wall time of {self.job.timeout:g} s")
+        self.cancel(wall_time_exceeded(self.job))
 
     def cancel(self, reason: str) -> None:
         """Stop the task; its outcome still arrives through the callback."""

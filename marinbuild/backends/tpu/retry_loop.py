@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from marinbuild.backends.base import HELD_EXTRA, Cause, Job, Outcome
+from marinbuild.backends.base import HELD_EXTRA, Cause, Job, Outcome, wall_time_exceeded
 from marinbuild.backends.retrying import RetryBudgets, Retrying
 from marinbuild.backends.retrying import backoff_delay as backoff_delay  # the one policy, re-exported
 from marinbuild.backends.tpu.cluster import Cluster, SliceSpec
@@ -467,7 +467,7 @@ class _TpuAttemptRun:
 
     def time_out(self) -> None:
         self.timed_out = True
-        self.cancel(f"timeout: exceeded its wall time of {self.job.timeout:g} s")
+        self.cancel(wall_time_exceeded(self.job))
 
     def main(self) -> None:
         started = time.time()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from marinbuild.backends.base import Cause, Job, Outcome
+from marinbuild.backends.base import Cause, Job, Outcome, wall_time_exceeded
 
 
 def test_an_outcome_without_a_cause_reads_it_from_its_flags() -> None:
@@ -32,3 +32,11 @@ def test_a_job_starts_as_attempt_one_with_nothing_read() -> None:
     job = Job(name="s", output_path="/o", log_file="/o/logs/step.log", workdir="/w", env={})
     assert job.attempt == 1 and job.previous_attempts is None and job.progress_timeout is None
     assert job.fn is None and job.command is None and job.extra == {}
+
+
+def test_a_wall_time_error_names_the_declared_wall_time_not_the_remainder() -> None:
+    job = Job(name="s", output_path="/o", log_file="/o/logs/step.log", workdir="/w", env={}, timeout=2)
+    assert wall_time_exceeded(job) == "timeout: exceeded its wall time of 2 s"
+    later = Job(name="s", output_path="/o", log_file="/o/logs/step.log", workdir="/w", env={},
+                timeout=1.99998, walltime=2)
+    assert wall_time_exceeded(later) == "timeout: exceeded its wall time of 2 s"

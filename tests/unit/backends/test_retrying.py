@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import queue
 import threading
@@ -159,6 +160,19 @@ def test_a_spent_budget_names_the_cause_in_the_error(tmp_path: Path, monkeypatch
     Retrying(inner, lambda name: RetryBudgets(preemption=1)).start(_job(tmp_path), done.put)
     outcome = done.get(timeout=10)
     assert not outcome.ok and outcome.error == "preempted (preemption budget spent (1/1))"
+
+
+def test_each_attempt_gets_what_is_left_of_the_wall_time_and_keeps_the_declared_one(
+        tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MARINBUILD_RETRY_BASE_DELAY", "0.001")
+    inner = _Scripted([Cause.PREEMPTED, Cause.SUCCESS])
+    done: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+    job = _job(tmp_path)
+    Retrying(inner, lambda name: RetryBudgets(preemption=1)).start(dataclasses.replace(job, timeout=600.0), done.put)
+    assert done.get(timeout=10).ok
+    assert [j.walltime for j in inner.jobs] == [600.0, 600.0]
+    assert all(j.timeout is not None and j.timeout <= 600.0 for j in inner.jobs)
+    assert inner.jobs[1].timeout < inner.jobs[0].timeout  # type: ignore[operator]
 
 
 def test_an_int_budget_is_the_failure_budget_alone(tmp_path: Path, monkeypatch) -> None:
