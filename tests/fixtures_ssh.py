@@ -12,6 +12,8 @@ have separate work directories and separate preemption answers.  The plain funct
 from __future__ import annotations
 
 import contextlib
+import errno
+import itertools
 import json
 import os
 import shutil
@@ -39,6 +41,45 @@ def free_port(ip: str) -> int:
     with socket.socket() as s:
         s.bind((ip, 0))
         return int(s.getsockname()[1])
+
+
+# The coordinator port is probed here but bound later by JAX on host 0, on every address ([::]),
+# so a port merely free on one loopback address when probed can be taken meanwhile by another
+# xdist worker's sshd, metadata server or ssh client. Ports are therefore drawn below the kernel's
+# ephemeral range (which every bind to port 0 and every outgoing connection draw from), from a
+# block of this worker's own, and checked free on the wildcard address, which any bind conflicts with.
+_PORTS_PER_WORKER = 400
+_FIRST_COORDINATOR_PORT = 20000
+_coordinator_ports = itertools.count()
+
+
+def _worker_index() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")  # "gw3" under pytest -n
+    return int(worker[2:]) if worker[2:].isdigit() else 0
+
+
+def _free_everywhere(port: int) -> bool:
+    families = [(socket.AF_INET, "0.0.0.0")] + ([(socket.AF_INET6, "::")] if socket.has_ipv6 else [])
+    for family, wildcard in families:
+        try:
+            with socket.socket(family) as s:
+                s.bind((wildcard, port))
+        except OSError as e:
+            if family == socket.AF_INET6 and e.errno == errno.EADDRNOTAVAIL:
+                continue  # no IPv6 on this machine: JAX cannot bind there either
+            return False
+    return True
+
+
+def coordinator_port() -> int:
+    """A port for the fleet's JAX coordinator that no other test process will take meanwhile."""
+    first = _FIRST_COORDINATOR_PORT + (_worker_index() % 30) * _PORTS_PER_WORKER
+    for _ in range(_PORTS_PER_WORKER):
+        # Each call moves on, so a port a previous test's coordinator left in TIME_WAIT is not reused.
+        port = first + next(_coordinator_ports) % _PORTS_PER_WORKER
+        if _free_everywhere(port):
+            return port
+    raise RuntimeError(f"no port free for a coordinator in {first}..{first + _PORTS_PER_WORKER - 1}")
 
 
 class MetadataServer:
@@ -146,7 +187,7 @@ class FakeFleet:
             "known_hosts": str(self.known_hosts),
             "ssh_config": str(self.ssh_config),
             "connect_timeout": 5,
-            "coordinator_port": free_port("127.0.0.1"),
+            "coordinator_port": coordinator_port(),
             "remote_workdir": "~/marinbuild-work",
             "kill_grace": 1.0,
         }
