@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         steps=args.steps, runners=args.runners, min_events=args.kills, heartbeat=args.heartbeat,
         expiry=args.expiry, chaos_seconds=args.round_minutes * 60, total_seconds=args.minutes * 60,
         slow=args.slow, seed=args.seed,
+        event_gap=(0.2, 0.7),  # the long variant's rhythm, as documented in docs/benchmarks.md
     )
     # SIGTERM ends the run like Ctrl-C: runners stopped, the tmpfs unmounted.
     signal.signal(signal.SIGTERM, signal.default_int_handler)

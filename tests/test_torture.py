@@ -23,7 +23,7 @@ import pytest
 from .torture_lib import Torture, TortureSettings
 
 
-@pytest.mark.timeout(600)  # about 3 minutes on an idle 2-core machine; room for a busy one
+@pytest.mark.timeout(600)  # about 1 minute on an idle 2-core machine; room for a busy one
 def test_runners_under_random_signals_on_a_filling_disk_never_run_a_step_twice_at_once(tmp_path: Path) -> None:
     settings = TortureSettings()
     figures = Torture(tmp_path, settings).run()
