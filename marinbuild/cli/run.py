@@ -107,7 +107,14 @@ def run_command(
         show_plan=lambda planned: _show_dry_run(planned, params),
         starting=_stop_on_signals,
     )
-    summary = invoke(params, voice, target_names=step_targets)
+    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        summary = invoke(params, voice, target_names=step_targets)
+    finally:
+        # Once the run has stopped, a SIGTERM must not become an exception in whatever runs
+        # then (the summary, atexit's logging shutdown and thread joins): it ends the process.
+        signal.signal(signal.SIGTERM, handlers[0])
+        signal.signal(signal.SIGINT, handlers[1])
     if params.dry:
         return  # the plan was the answer
     if summary.interrupted:
@@ -161,6 +168,10 @@ def _stop_on_signals() -> None:
 
 
 def _terminate_as_interrupt(signum: int, frame: Any) -> None:
+    # The first SIGTERM stops the run as Ctrl-C does. Another one while it stops ends the
+    # process as SIGTERM does by default (the steps' fences clean up after it) instead of
+    # raising again inside the stop's own clean-up, half-undoing whatever ran there.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     raise KeyboardInterrupt
 
 
