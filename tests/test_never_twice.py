@@ -458,8 +458,7 @@ def test_a_step_without_its_environment_dies_when_its_runner_and_guardian_are_ki
     log = project / "beats.log"
     _env_dropping_step(project, log, kind)
     runner, guardian, step_pid = _runner_and_guardian(project, log)
-    for pid in (runner.pid, guardian):  # as `pkill -9 -f marinbuild` does
-        os.kill(pid, signal.SIGKILL)
+    _signal_together((runner.pid, guardian), signal.SIGKILL)  # as `pkill -9 -f marinbuild` does
     runner.communicate(timeout=30)
     # Nothing of the runner is left to kill it, and its token is gone: its sentinel does.
     assert wait_dead(step_pid, 30), f"step pid {step_pid} outlived its runner and guardian"
@@ -475,8 +474,7 @@ def test_a_step_without_its_environment_dies_when_its_runner_and_guardian_are_st
     log = project / "beats.log"
     _env_dropping_step(project, log, kind)
     runner, guardian, step_pid = _runner_and_guardian(project, log)
-    for pid in (runner.pid, guardian):  # a laptop lid, `pkill -STOP -f marinbuild`
-        os.kill(pid, signal.SIGSTOP)
+    _signal_together((runner.pid, guardian), signal.SIGSTOP)  # a laptop lid, `pkill -STOP -f marinbuild`
     try:
         # Nobody renews the lease and nothing outside the step runs: the sentinel's timer,
         # set by the last renewal, kills the step before the lease can be taken over.
@@ -484,8 +482,7 @@ def test_a_step_without_its_environment_dies_when_its_runner_and_guardian_are_st
         second = marinbuild("run", cwd=project, env=FAST)
         assert second.returncode == 0, second.stdout + second.stderr
     finally:
-        for pid in (guardian, runner.pid):
-            os.kill(pid, signal.SIGCONT)
+        _signal_together((guardian, runner.pid), signal.SIGCONT)
     runner.communicate(timeout=60)
     spans = assert_never_overlapping(log)
     assert step_pid in spans and len(spans) == 2
@@ -550,8 +547,7 @@ def test_a_runner_in_another_pid_namespace_is_waited_out_and_its_step_fenced_its
         assert wait_until(lambda: any(b"marinbuild-guardian" in _cmdline(p) for p in _in_namespace_of(init)))
         guardian = next(p for p in _in_namespace_of(init) if b"marinbuild-guardian" in _cmdline(p))
         assert os.readlink(f"/proc/{runner}/ns/pid") != os.readlink("/proc/self/ns/pid")
-        for pid in (runner, guardian):
-            os.kill(pid, sig)
+        _signal_together((runner, guardian), sig)
         # This runner cannot see the other's processes: it waits the lease out, and takes over.
         second = marinbuild("run", cwd=project, env=FAST)
         assert second.returncode == 0, second.stdout + second.stderr
@@ -562,6 +558,16 @@ def test_a_runner_in_another_pid_namespace_is_waited_out_and_its_step_fenced_its
     spans = assert_never_overlapping(log)
     assert len(spans) == 2
     assert status_of(plan_json(project, env=FAST)["long"]["output_path"])["status"] == "SUCCESS"
+
+
+def _signal_together(pids: tuple[int, ...], sig: int) -> None:
+    """Signal each pid in turn; one already gone is fine: a guardian ends by itself the moment its
+    runner is SIGKILLed (its pipe closes), which is what the signal would have done to it."""
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def _children_of(pid: int) -> list[int]:
