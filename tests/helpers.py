@@ -14,6 +14,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
+def missing_tool(reason: str) -> None:
+    """Skip a test whose tool this machine lacks, but fail it under ``MARINBUILD_TESTS_STRICT=1``.
+
+    ``.ci/run`` installs every such tool (Chromium, uv, util-linux's unshare) and sets the variable,
+    so that in CI a missing install is a failure, never a skip counted as a pass.
+    """
+    import pytest
+
+    if os.environ.get("MARINBUILD_TESTS_STRICT") == "1":
+        pytest.fail(f"{reason} (MARINBUILD_TESTS_STRICT=1: CI must install it)")
+    pytest.skip(reason)
+
+
 def write_marinfile(folder: Path, body: str, name: str = "Marinfile.py") -> Path:
     path = folder / name
     path.write_text(textwrap.dedent(body))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import cli_env, marinbuild, plan_json, write_marinfile
+from .helpers import cli_env, marinbuild, missing_tool, plan_json, write_marinfile
 from .wheels import make_wheel
 
 SWEEP = """
@@ -177,7 +177,7 @@ def test_uvs_offline_attempt_is_silent_when_the_networked_one_installs(project: 
     try:
         find_uv(tmp_path / "uv-probe")
     except Exception as e:  # uv missing and not installable here
-        pytest.skip(f"uv is not available here: {e}")
+        missing_tool(f"uv is not available here: {e}")
     write_marinfile(project, """
         from marinbuild import step
         step("uses", cmd="python -c 'import tinyidx; print(tinyidx.VALUE)' > {output}/v", pip_dependency_groups=["tinyidx>=1"])

@@ -22,6 +22,7 @@ from .helpers import (
     alive,
     cli_env,
     marinbuild,
+    missing_tool,
     plan_json,
     start_marinbuild,
     status_of,
@@ -524,7 +525,7 @@ def test_a_runner_in_another_pid_namespace_is_waited_out_and_its_step_fenced_its
     """Another pid namespace stands in for another machine sharing the prefix: its pids mean nothing here."""
     why = _unshare_refused()
     if why is not None:
-        pytest.skip(why)
+        missing_tool(why)
     log = project / "beats.log"
     write_marinfile(project, f"""
         from marinbuild import step

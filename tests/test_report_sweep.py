@@ -11,10 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
 from .cdp import Browser, chromium
-from .helpers import marinbuild, plan_json, write_marinfile
+from .helpers import marinbuild, missing_tool, plan_json, write_marinfile
 
 MARINFILE = """
 from marinbuild import step, versioned
@@ -50,7 +48,7 @@ def _report(project: Path, *args: str) -> str:
 
 def test_the_report_sorts_the_sweep_on_click_and_plots_a_point_per_step(project: Path, tmp_path: Path) -> None:
     if chromium() is None:
-        pytest.skip("Chromium is not installed (the Debian package chromium; .ci/run installs it)")
+        missing_tool("Chromium is not installed (the Debian package chromium; .ci/run installs it)")
     _sweep(project, 'METRICS = "metrics.json"')
     text = _report(project)
     assert not re.search(r"https?:|src=|href=|@import|url\(", text)  # nothing to fetch: no network, no CDN
