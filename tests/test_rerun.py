@@ -11,10 +11,11 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
-from .helpers import marinbuild, plan_json, start_marinbuild, status_of, write_marinfile
+from .helpers import cli_env, marinbuild, plan_json, start_marinbuild, status_of, write_marinfile
 
 SWEEP = '''
 from marinbuild import step, versioned
@@ -167,3 +168,41 @@ def test_markers_written_before_inputs_were_recorded_stay_up_to_date(project: Pa
     ok(marinbuild("run", "-q", "-R", "train/lr0.1", "train/lr0.1", cwd=project))
     rows = plan_json(project)
     assert rows["eval"]["action"] == "skip"  # no record of what it read: taken at its word, no mass rerun
+
+
+KILLED_ONCE_ASIDE = """
+import os, signal, sys
+import marinbuild.store.aside as aside
+
+moved = aside.set_aside
+
+def set_aside_then_die(*args, **kwargs):
+    # SIGKILL at the worst instant: the earlier output just moved aside, the new run not begun.
+    folder = moved(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+    return folder
+
+aside.set_aside = set_aside_then_die
+sys.argv = ["marinbuild", *sys.argv[1:]]
+from marinbuild.cli.app import main
+main()
+"""
+
+
+def test_a_runner_killed_right_after_setting_the_output_aside_leaves_the_step_to_run(project: Path) -> None:
+    sweep(project)
+    ok(marinbuild("run", "-q", cwd=project))
+    out = out_of(project, "train/lr0.1")
+    killed = subprocess.run([sys.executable, "-c", KILLED_ONCE_ASIDE, "run", "-q", "-R", "train/lr0.1"],
+                            cwd=project, env=cli_env(), capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    kept = list((out / ".marinbuild").glob("aside-*"))
+    assert len(kept) == 1 and len((kept[0] / "ckpt" / "lines").read_text().splitlines()) == 3  # nothing lost
+    assert not (out / "ckpt").exists()
+    rows = plan_json(project)
+    assert rows["train/lr0.1"]["action"] == "run", rows["train/lr0.1"]  # an emptied folder is not done
+    assert rows["eval"]["action"] == "run"
+    ok(marinbuild("run", "-q", cwd=project))
+    assert lines(project) == 3
+    assert not list((out / ".marinbuild").glob("aside-*"))  # dropped once the new run succeeded
+    assert {r["action"] for r in plan_json(project).values()} == {"skip"}

@@ -197,6 +197,10 @@ def _prepare_output(ctx: RunContext, node: StepNode) -> tuple[str | None, list[s
     """
     storage, out, name = ctx.storage, node.output_path, node.name
     if out in ctx.start_over:
+        # RUNNING first: a runner killed while (or right after) moving the output aside must not
+        # leave the old SUCCESS marker over an emptied folder, which the next plan would trust.
+        _stored(f"write {status_path(out)}", lambda: write_status(
+            storage, out, RUNNING, owner=_owner(), name=name, identity=node.identity))
         earlier = _stored(f"list {out}", lambda: asides(storage, out))
         moved = _stored(f"set aside the earlier output of {name}", lambda: set_aside(storage, out))
         if moved is None:
