@@ -8,20 +8,20 @@ metrics JSON file inside each output. Nothing is written.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from marinbuild.execution.accounting import Usage, attempt_usage, parse_time, provisioned_usage
 from marinbuild.store.attempt_ledger import LEDGER
+from marinbuild.store.json_notes import read_json_many
 from marinbuild.store.markers import FAILED, UNREADABLE, info_path, log_path, read_texts
 from marinbuild.store.storage import Storage
 
 if TYPE_CHECKING:
     from marinbuild.project import Project
 
-__all__ = ["AttemptRecord", "StepRecord", "collect", "describe_retries", "flatten", "read_retries"]
+__all__ = ["AttemptRecord", "StepRecord", "collect", "describe_retries", "flatten"]
 
 _CAUSE_WORDS = (("failure", "failures"), ("preemption", "preemptions"), ("hang", "hangs"))
 
@@ -121,9 +121,9 @@ def collect(
     nodes = [graph.nodes[n] for n in names]
     statuses = probe(project, names)
     ran = [n.output_path for n in nodes if n.output_path in statuses]
-    infos = _read_json(storage, [info_path(p) for p in ran])
-    ledgers = _read_json(storage, [Storage.join(p, LEDGER) for p in ran])
-    metrics = _read_json(storage, [Storage.join(p, metrics_file) for p in ran]) if metrics_file else {}
+    infos = read_json_many(storage, [info_path(p) for p in ran])
+    ledgers = read_json_many(storage, [Storage.join(p, LEDGER) for p in ran])
+    metrics = read_json_many(storage, [Storage.join(p, metrics_file) for p in ran]) if metrics_file else {}
     failed = [p for p in ran if statuses[p].status == FAILED and not statuses[p].mismatch]
     # A log holding bytes that are not UTF-8 is left out rather than failing the report.
     logs = read_texts(storage, [log_path(p) for p in failed])[0] if log_tails and failed else {}
@@ -193,18 +193,6 @@ def _retries_of(ledger: Mapping[str, Any]) -> dict[str, Any] | None:
     return {k: v for k, v in retries.items() if isinstance(v, dict) and isinstance(v.get("used"), int)}
 
 
-def read_retries(storage: Storage, outputs: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """The ``retries`` of each output's ledger (one batch read), by output path; absent when none."""
-    paths = {Storage.join(p, LEDGER): p for p in outputs}
-    found = _read_json(storage, paths)
-    out: dict[str, dict[str, Any]] = {}
-    for path, ledger in found.items():
-        retries = _retries_of(ledger) if isinstance(ledger, dict) else None
-        if retries:
-            out[paths[path]] = retries
-    return out
-
-
 def describe_retries(retries: Mapping[str, Any] | None) -> str:
     """Retries by cause in one line: failures, preemptions and hangs always, the others once used.
 
@@ -226,13 +214,3 @@ def describe_retries(retries: Mapping[str, Any] | None) -> str:
     if provisioning.get("used"):
         parts.append(f"provisioning {provisioning['used']} (within {provisioning.get('timeout_s', 0):g} s)")
     return " · ".join(parts)
-
-
-def _read_json(storage: Storage, paths: Iterable[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for path, text in storage.read_many(list(paths)).items():
-        try:
-            out[path] = json.loads(text)
-        except ValueError:
-            continue
-    return out

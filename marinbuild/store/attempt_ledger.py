@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from marinbuild.store.errors import StorageError
+from marinbuild.store.json_notes import read_json_many, write_json_note
 from marinbuild.store.storage import Storage
 
 __all__ = ["LEDGER", "PROGRESS_NOTE", "AttemptLedger", "ended_progress_note", "iso_time", "read_attempts",
@@ -56,11 +57,7 @@ def read_attempts(storage: Storage, output_path: str) -> tuple[dict[str, Any], .
 
 def write_progress_note(output_path: str, attempt: int, last_moved: float, timeout: float) -> None:
     """Say when the running attempt last moved (best effort: a note is never worth a failed step)."""
-    note = json.dumps({"attempt": attempt, "last_moved": last_moved, "timeout_s": timeout})
-    try:
-        Storage.for_prefix(output_path).write_atomic(Storage.join(output_path, PROGRESS_NOTE), note)
-    except (OSError, StorageError):
-        pass
+    write_json_note(output_path, PROGRESS_NOTE, {"attempt": attempt, "last_moved": last_moved, "timeout_s": timeout})
 
 
 def ended_progress_note(output_path: str) -> dict[str, str]:
@@ -71,15 +68,11 @@ def ended_progress_note(output_path: str) -> dict[str, str]:
 def read_progress_notes(storage: Storage, outputs: list[str]) -> dict[str, dict[str, Any]]:
     """The progress note of each running output that has one (one batch read), by output path."""
     paths = {Storage.join(p, PROGRESS_NOTE): p for p in outputs}
-    out: dict[str, dict[str, Any]] = {}
-    for path, text in storage.read_many(list(paths)).items():
-        try:
-            note = json.loads(text)
-        except ValueError:
-            continue
-        if isinstance(note, dict) and not note.get("ended") and isinstance(note.get("last_moved"), (int, float)):
-            out[paths[path]] = note
-    return out
+    return {
+        paths[path]: note
+        for path, note in read_json_many(storage, paths).items()
+        if isinstance(note, dict) and not note.get("ended") and isinstance(note.get("last_moved"), (int, float))
+    }
 
 
 def read_current_retries(storage: Storage, since: Mapping[str, float]) -> dict[str, dict[str, Any]]:
@@ -91,11 +84,7 @@ def read_current_retries(storage: Storage, since: Mapping[str, float]) -> dict[s
     """
     paths = {Storage.join(p, LEDGER): p for p in since}
     out: dict[str, dict[str, Any]] = {}
-    for path, text in storage.read_many(list(paths)).items():
-        try:
-            ledger = json.loads(text)
-        except ValueError:
-            continue
+    for path, ledger in read_json_many(storage, paths).items():
         retries = ledger.get("retries") if isinstance(ledger, dict) else None
         attempts = ledger.get("attempts") if isinstance(ledger, dict) else None
         if not isinstance(retries, dict) or not isinstance(attempts, list):

@@ -8,10 +8,9 @@ each change of state, best effort), and ``marinbuild status`` shows it beside th
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from marinbuild.store.errors import StorageError
+from marinbuild.store.json_notes import read_json_many, write_json_note
 from marinbuild.store.storage import Storage
 
 __all__ = ["PROVISIONING_NOTE", "WAITING_PHASES", "read_provisioning_notes", "write_provisioning_note"]
@@ -23,22 +22,14 @@ WAITING_PHASES = ("waiting for capacity", "provisioning")
 
 def write_provisioning_note(output_path: str, phase: str, since: float, queued_resource: str) -> None:
     """Say what the step waits on, since when (a note is never worth a failed step)."""
-    note = json.dumps({"phase": phase, "since": since, "queued_resource": queued_resource})
-    try:
-        Storage.for_prefix(output_path).write_atomic(Storage.join(output_path, PROVISIONING_NOTE), note)
-    except (OSError, StorageError):
-        pass
+    write_json_note(output_path, PROVISIONING_NOTE, {"phase": phase, "since": since, "queued_resource": queued_resource})
 
 
 def read_provisioning_notes(storage: Storage, outputs: list[str]) -> dict[str, dict[str, Any]]:
     """The note of each output still waiting for slices (one batch read), by output path."""
     paths = {Storage.join(p, PROVISIONING_NOTE): p for p in outputs}
-    out: dict[str, dict[str, Any]] = {}
-    for path, text in storage.read_many(list(paths)).items():
-        try:
-            note = json.loads(text)
-        except ValueError:
-            continue
-        if isinstance(note, dict) and note.get("phase") in WAITING_PHASES and isinstance(note.get("since"), (int, float)):
-            out[paths[path]] = note
-    return out
+    return {
+        paths[path]: note
+        for path, note in read_json_many(storage, paths).items()
+        if isinstance(note, dict) and note.get("phase") in WAITING_PHASES and isinstance(note.get("since"), (int, float))
+    }
