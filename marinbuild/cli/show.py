@@ -78,11 +78,9 @@ def show_command(
 
 def table_of(records: Sequence[StepRecord], all_fields: bool = False) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
     """The columns (name, group: step, config, run or metric) and one row per record, keyed by column name."""
-    fields: dict[str, None] = {}
-    for r in records:
-        fields.update(dict.fromkeys(r.versioned))
-    if not all_fields and len(records) > 1:
-        fields = {f: None for f in fields if len({json.dumps(r.versioned.get(f), sort_keys=True) for r in records}) > 1}
+    from marinbuild.report.sweep import varying_fields
+
+    fields = list(dict.fromkeys(f for r in records for f in r.versioned)) if all_fields else varying_fields(records)
     metric_keys: dict[str, None] = {}
     for r in records:
         metric_keys.update(dict.fromkeys(r.metrics))
@@ -153,16 +151,6 @@ def _json_row(row: dict[str, Any], columns: list[tuple[str, str]]) -> dict[str, 
     return out
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True)
-    return _terminal_safe(str(value))
-
-
 def _terminal_safe(text: str) -> str:
     """``text`` with control characters escaped (``\\x1b``, ``\\x07``), as ``status`` shows markers:
     a config or metric value must not clear the screen or ring the bell.
@@ -206,10 +194,12 @@ def _is_number(text: str) -> bool:
 
 def _print_table(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> None:
     from marinbuild.cli.plan_notes import rough_duration
+    from marinbuild.report.sweep import cell_text
 
     headers = [_terminal_safe(c) for c, _ in columns]
     cells = [
-        [rough_duration(r["duration_s"]) if c == "duration_s" and r.get(c) is not None else _cell(r.get(c)) for c in headers]
+        [rough_duration(r["duration_s"]) if c == "duration_s" and r.get(c) is not None else _terminal_safe(cell_text(r.get(c)))
+         for c in headers]
         for r in rows
     ]
     if not sys.stdout.isatty():

@@ -25,7 +25,8 @@ from typing import Any
 
 from marinbuild.report.records import StepRecord
 
-__all__ = ["SweepColumn", "failed_logs_html", "metric_plots_html", "provenance_html", "sweep_columns", "sweep_table_html"]
+__all__ = ["SweepColumn", "cell_text", "failed_logs_html", "metric_plots_html", "provenance_html", "sweep_columns",
+           "sweep_table_html", "varying_fields"]
 
 _PLOT_W, _PLOT_H, _M_LEFT, _M_RIGHT, _M_TOP, _M_BOTTOM = 380, 250, 62, 16, 26, 42
 
@@ -49,7 +50,7 @@ def _numeric(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _varying_fields(records: Sequence[StepRecord]) -> list[str]:
+def varying_fields(records: Sequence[StepRecord]) -> list[str]:
     """Versioned fields whose values differ between the records (all of them for a single record)."""
     fields: dict[str, None] = {}
     for r in records:
@@ -66,7 +67,7 @@ def sweep_columns(records: Sequence[StepRecord]) -> list[SweepColumn]:
         metrics.update(dict.fromkeys(r.metrics))
     return [
         SweepColumn("step", "step"),
-        *(SweepColumn(f, "config") for f in _varying_fields(records)),
+        *(SweepColumn(f, "config") for f in varying_fields(records)),
         *(SweepColumn(c, "run") for c in ("status", "duration_s", "accelerator_hours", "core_hours")),
         *(SweepColumn(m, "metric") for m in metrics),
     ]
@@ -88,7 +89,8 @@ def _column_value(r: StepRecord, column: SweepColumn) -> Any:
     }[column.name]
 
 
-def _cell_text(value: Any) -> str:
+def cell_text(value: Any) -> str:
+    """A table cell's text: empty for none, floats to six significant digits, JSON for dicts and lists."""
     if value is None:
         return ""
     if isinstance(value, float):
@@ -116,8 +118,8 @@ def sweep_table_html(records: Sequence[StepRecord]) -> str:
         cells = []
         for c in columns:
             value = _column_value(r, c)
-            key = "" if value is None else repr(float(value)) if numeric[c.name] else _cell_text(value)
-            text = _cell_text(value)
+            key = "" if value is None else repr(float(value)) if numeric[c.name] else cell_text(value)
+            text = cell_text(value)
             if c.name == "status":
                 text = f'<span class="status status-{_esc(value)}">{_esc(value)}</span>'
             else:
@@ -129,7 +131,7 @@ def sweep_table_html(records: Sequence[StepRecord]) -> str:
 
 def metric_plots_html(records: Sequence[StepRecord]) -> str:
     """One SVG plot per metric against each numeric versioned field that varies; empty when there is none."""
-    fields = [f for f in _varying_fields(records) if sum(_numeric(r.versioned.get(f)) is not None for r in records) >= 2]
+    fields = [f for f in varying_fields(records) if sum(_numeric(r.versioned.get(f)) is not None for r in records) >= 2]
     metrics: dict[str, None] = {}
     for r in records:
         metrics.update((m, None) for m, v in r.metrics.items() if _numeric(v) is not None)
@@ -175,10 +177,10 @@ def _one_plot(records: Sequence[StepRecord], metric: str, field: str) -> str:
     ys = [y for _, _, y in points]
     for value, anchor in ((min(xs), "start"), (max(xs), "end")):
         px = _M_LEFT + _place_on(value, x_axis, inner_w)
-        out.append(f'<text class="tick" x="{px:.1f}" y="{_M_TOP + inner_h + 14}" text-anchor="{anchor}">{_esc(_cell_text(value))}</text>')
+        out.append(f'<text class="tick" x="{px:.1f}" y="{_M_TOP + inner_h + 14}" text-anchor="{anchor}">{_esc(cell_text(value))}</text>')
     for value in (min(ys), max(ys)):
         py = _M_TOP + inner_h - _place_on(value, y_axis, inner_h)
-        out.append(f'<text class="tick" x="{_M_LEFT - 4}" y="{py + 4:.1f}" text-anchor="end">{_esc(_cell_text(value))}</text>')
+        out.append(f'<text class="tick" x="{_M_LEFT - 4}" y="{py + 4:.1f}" text-anchor="end">{_esc(cell_text(value))}</text>')
     scale = " (log scale)" if x_axis[2] else ""
     out.append(f'<text class="axis-title" x="{_M_LEFT + inner_w / 2:.0f}" y="{_PLOT_H - 8}">{_esc(field)}{scale}</text>')
     for name, x, y in points:
@@ -186,7 +188,7 @@ def _one_plot(records: Sequence[StepRecord], metric: str, field: str) -> str:
         py = _M_TOP + inner_h - _place_on(y, y_axis, inner_h)
         out.append(
             f'<circle class="point" data-step="{_esc(name)}" cx="{px:.1f}" cy="{py:.1f}" r="4.5">'
-            f"<title>{_esc(name)}: {_esc(field)}={_esc(_cell_text(x))}, {_esc(metric)}={_esc(_cell_text(y))}</title></circle>"
+            f"<title>{_esc(name)}: {_esc(field)}={_esc(cell_text(x))}, {_esc(metric)}={_esc(cell_text(y))}</title></circle>"
         )
     return (
         f'<svg class="plot" data-metric="{_esc(metric)}" data-field="{_esc(field)}" width="{_PLOT_W}" height="{_PLOT_H}" '
