@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from marinbuild.store.markers import MARKER_DIR
 from marinbuild.store.storage import Storage
 
-__all__ = ["ASIDE_PREFIX", "OWN_ENTRIES", "asides", "drop_asides", "set_aside", "step_entries"]
+__all__ = ["ASIDE_PREFIX", "OWN_ENTRIES", "asides", "set_aside", "step_entries"]
 
 ASIDE_PREFIX = "aside-"
 """Names of the folders under ``OUTPUT/.marinbuild`` that hold earlier contents."""
@@ -60,11 +60,3 @@ def asides(storage: Storage, output: str) -> list[str]:
     """The aside folders of ``output``, oldest first."""
     markers = Storage.join(output, MARKER_DIR)
     return [Storage.join(markers, n) for n in sorted(storage.list_names(markers)) if n.startswith(ASIDE_PREFIX)]
-
-
-def drop_asides(storage: Storage, output: str, known: list[str] | None = None) -> int:
-    """Remove the aside folders of ``output`` (``known``: those already found); how many were removed."""
-    found = asides(storage, output) if known is None else known
-    for folder in found:
-        storage.remove(folder)
-    return len(found)
