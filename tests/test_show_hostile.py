@@ -91,3 +91,39 @@ def test_show_escapes_control_characters_on_a_terminal(hostile):
     shown = b"".join(chunks).decode("utf-8", "replace")
     assert "\x1b[2J" not in shown and "\x07" not in shown and "\x1b[H" not in shown, shown
     assert "\\x1b[2J\\x1b[Hcleared" in shown and "[bold]markup[/bold]" in shown
+
+
+def test_a_metrics_name_that_is_a_folder_or_not_utf8_in_some_output_is_skipped_there(project):
+    write_marinfile(project, '''
+import json, os
+from marinbuild import step, versioned, this_output_path
+
+def train(cfg):
+    out = cfg["output"]
+    if cfg["kind"] == "folder":
+        os.makedirs(os.path.join(out, "metrics.json"))
+    elif cfg["kind"] == "binary":
+        with open(os.path.join(out, "metrics.json"), "wb") as f:
+            f.write(bytes([0xff, 0xfe, 0xe4, 0x00]))
+    else:
+        with open(os.path.join(out, "metrics.json"), "w") as f:
+            json.dump({"loss": 0.125}, f)
+
+for kind in ("folder", "binary", "good"):
+    step(f"sweep/{kind}", train, {"kind": versioned(kind), "output": this_output_path()})
+''')
+    ran = marinbuild("run", "-q", cwd=project)
+    assert ran.returncode == 0, ran.stderr
+    shown = marinbuild("show", "--json", "--metrics", "metrics.json", cwd=project)
+    assert shown.returncode == 0, shown.stderr
+    rows = {r["step"]: r for r in __import__("json").loads(shown.stdout)}
+    assert rows["sweep/good"]["metrics"] == {"loss": 0.125}
+    assert rows["sweep/folder"]["metrics"] == rows["sweep/binary"]["metrics"] == {"loss": None}  # no value there
+    page = project / "r.html"
+    report = marinbuild("report", "--metrics", "metrics.json", "-o", str(page), cwd=project)
+    assert report.returncode == 0, report.stderr
+    assert "0.125" in page.read_text()
+    for folder in ("/etc", "."):  # a name that is a folder in every output
+        for command in (["show", "--metrics", folder], ["report", "--metrics", folder, "-o", str(page)]):
+            result = marinbuild(*command, cwd=project)
+            assert result.returncode == 0 and "internal error" not in result.stderr, result.stderr

@@ -12,15 +12,21 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from marinbuild.store.errors import StorageError
+from marinbuild.store.markers import read_texts
 from marinbuild.store.storage import Storage
 
 __all__ = ["read_json_many", "write_json_note"]
 
 
 def read_json_many(storage: Storage, paths: Iterable[str]) -> dict[str, Any]:
-    """The parsed JSON of each file there is (one batch read), by path; files that do not parse are left out."""
+    """The parsed JSON of each file there is (one batch read), by path; files that do not parse are left out.
+
+    So are a folder, a file that is not UTF-8 and an unreadable one in a file's place (a
+    ``--metrics`` name that is a folder in some output): read one by one, the others are kept.
+    """
     out: dict[str, Any] = {}
-    for path, text in storage.read_many(list(paths)).items():
+    texts, _ = read_texts(storage, paths)
+    for path, text in texts.items():
         try:
             out[path] = json.loads(text)
         except ValueError:
