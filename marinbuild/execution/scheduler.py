@@ -42,7 +42,6 @@ from typing import Any, Protocol
 from marinbuild.backends.base import Backend, Grant, Job, Outcome, Running
 from marinbuild.errors import LeaseLost, MarinbuildError
 from marinbuild.execution.admission import JOBS_WAIT, LEASE_WAIT
-from marinbuild.execution.launch_thread import LaunchThread, PendingStart
 from marinbuild.execution.reporting import Failure, Reporter, Summary
 from marinbuild.execution.step_records import DependencyBusy, RunContext, commit, prepare, record_failure
 from marinbuild.graph import StepNode
@@ -81,13 +80,6 @@ class _ClaimLost:
     """Event: the claim of a running step was lost; the step must be cancelled."""
 
     reason: str
-
-
-@dataclass(frozen=True)
-class _Started:
-    """Event: a step started on the launch thread is running; ``error`` set when it could not start."""
-
-    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -192,8 +184,6 @@ class RunOptions:
     keep_going: bool = False
     starvation_limit: float = 60.0
     poll_interval: float = 5.0
-    start_off_loop: bool = False
-    """Start steps' processes on the launch thread (:mod:`.launch_thread`), not on the loop."""
 
 
 @dataclass
@@ -226,7 +216,7 @@ class Scheduler:
         self.options = options
         self.admission = admission or _Unlimited()
         self.claims = claims or _NoClaims()
-        self.events: queue.Queue[tuple[str, Outcome | _ClaimLost | _StoreDone | _Started]] = queue.Queue()
+        self.events: queue.Queue[tuple[str, Outcome | _ClaimLost | _StoreDone]] = queue.Queue()
         self.claims.watch(lambda name, why: self.events.put((name, _ClaimLost(why))))
         self.running: dict[str, _Active] = {}
         self.summary = Summary()
@@ -283,12 +273,10 @@ class Scheduler:
                 continue
             self._handle(name, event)
 
-    def _handle(self, name: str, event: Outcome | _ClaimLost | _StoreDone | _Started) -> None:
+    def _handle(self, name: str, event: Outcome | _ClaimLost | _StoreDone) -> None:
         if isinstance(event, _StoreDone):
             self.store_work.finished(name)
             event.then(event.result)
-        elif isinstance(event, _Started):
-            self._started(name, event)
         elif isinstance(event, Outcome):
             self._finish(name, event)
         elif name in self.running:
@@ -438,18 +426,6 @@ class Scheduler:
             command_shown = getattr(self.reporter, "step_command", None)
             if command_shown is not None:
                 command_shown(name, job.command)  # `run -p`: the resolved command, as it starts
-        if self.options.start_off_loop:
-            # The loop goes on (recording the step before, claiming the next) while the kernel
-            # starts this one; the step counts as running from here, so a cancel reaches it.
-            pending = PendingStart()
-            self.running[name] = _Active(node, job, info, grant, pending)
-            post = pending.relay(lambda outcome: self.events.put((name, outcome)))
-            LaunchThread.shared().submit(
-                lambda: self.backend_for(node).start(job, post), pending,
-                announce=lambda: self.events.put((name, _Started())),
-                failed=lambda e: self.events.put((name, _Started(f"could not start: {_describe(e)}"))),
-            )
-            return
         try:
             backend = self.backend_for(node)
             handle = backend.start(job, lambda outcome: self.events.put((name, outcome)))
@@ -460,14 +436,6 @@ class Scheduler:
         # (the first line printed imports the terminal library) must still cancel the step.
         self.running[name] = _Active(node, job, info, grant, handle)
         self.reporter.step_started(name, node.output_path)
-
-    def _started(self, name: str, event: _Started) -> None:
-        """A start on the launch thread returned: report the step running, or failed to start."""
-        if event.error is None:
-            self.reporter.step_started(name, self.running[name].node.output_path)
-            return
-        active = self.running.pop(name)
-        self._not_started(active.node, active.grant, event.error)
 
     def _not_started(self, node: StepNode, grant: Grant, error: str) -> None:
         """A step that failed before it started: its marker says FAILED, its grant and claim go back."""

@@ -380,8 +380,9 @@ def execute(
     """
     plan, project = planned.plan, planned.project
     to_run = plan.to_run()
+    running = set(to_run)
     results: dict[str, StepResult] = {
-        n: StepResult(n, StepOutcome.SKIPPED, plan.node(n).output_path) for n in plan.order if n not in set(to_run)
+        n: StepResult(n, StepOutcome.SKIPPED, plan.node(n).output_path) for n in plan.order if n not in running
     }
     if planned.cluster is not None and planned.cluster.gcp is not None:
         _delete_leftovers(planned, echo)  # even with nothing to run: a killed runner's slices cost by the hour
@@ -424,11 +425,7 @@ def execute(
         from marinbuild.execution.output_stream import OutputFollower
 
         recorder.follower = OutputFollower(on_output)
-    # Steps that all run on this machine start on the launch thread; TPU and Ray backends
-    # start theirs on the loop, as they always have.
-    local_only = planned.cluster is None and planned.placements is None
-    options = RunOptions(jobs=jobs, keep_going=settings.keep_going, poll_interval=lease_settings.poll,
-                         start_off_loop=local_only)
+    options = RunOptions(jobs=jobs, keep_going=settings.keep_going, poll_interval=lease_settings.poll)
     scheduler = Scheduler(plan, ctx, runner, recorder, options, admission=admission, claims=claims, backend_for=backend_for)
     try:
         summary = scheduler.run()

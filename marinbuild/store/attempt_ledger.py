@@ -139,7 +139,9 @@ class AttemptLedger:
 
     def text(self) -> str:
         """The ledger as written: its head and every attempt, earlier runs' first."""
-        return json.dumps({**self.head, "attempts": self.previous + self.entries}, indent=2) + "\n"
+        # One line, not indented: ``indent`` makes json use its pure-Python encoder, which
+        # cost the reaper a tenth of its time per step. ``show`` and the report lay it out.
+        return json.dumps({**self.head, "attempts": self.previous + self.entries}) + "\n"
 
     def write(self) -> None:
         self.storage.makedirs(self.output_path)

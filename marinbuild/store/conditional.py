@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import xxhash
 
 from marinbuild.store.retry import bounded, call_with_retries
-from marinbuild.store.storage import Storage, unlink_quietly, write_temporary
+from marinbuild.store.storage import Storage, retire, unlink_quietly, write_temporary
 
 if TYPE_CHECKING:
     from marinbuild.store.fsspec_store import FsspecStorage
@@ -240,7 +240,7 @@ class LocalConditionalStore:
             now = self._read(path)
             if now is None or now.version != expected:
                 return False
-            os.unlink(path)
+            retire(path)  # not unlinked: see retire
             return True
 
     @staticmethod

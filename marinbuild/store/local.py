@@ -13,8 +13,11 @@ import shutil
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, BinaryIO
 
+from marinbuild.store.markers import STATUS_IN_OUTPUT
 from marinbuild.store.retry import call_with_retries, retrying
-from marinbuild.store.storage import Storage, unlink_quietly, write_temporary
+from marinbuild.store.storage import Storage, retire, unlink_quietly, write_temporary
+
+_STATUS = "/" + STATUS_IN_OUTPUT
 
 if TYPE_CHECKING:
     from marinbuild.store.conditional import ConditionalStore
@@ -61,15 +64,21 @@ class LocalStorage(Storage):
     def write_atomic(self, path: str, text: str | bytes) -> None:
         """Write to a temporary file and rename it into place.
 
-        An existing file is unlinked first: renaming over an existing file makes ext4
-        flush the data synchronously (``auto_da_alloc``), five times the cost of the
-        rename itself, and that cost is paid per marker. In between, a reader sees no
-        file, which every caller treats as "not done yet".
+        An existing file is moved away first: renaming over an existing file makes ext4
+        flush the data synchronously (``auto_da_alloc``), five times the cost of the rename
+        itself, and that cost is paid per marker. In between, a reader sees no file, which
+        every caller treats as "not done yet". A step's status marker is kept as
+        ``status.previous`` (:func:`~marinbuild.store.storage.retire`): the RUNNING status its
+        SUCCESS replaces would otherwise be an inode freed per step. Other files are unlinked.
         """
         data = text.encode("utf-8") if isinstance(text, str) else text
-        tmp = write_temporary(os.path.dirname(path), data)
+        folder = os.path.dirname(path)
+        tmp = write_temporary(folder, data)
         try:
-            unlink_quietly(path)
+            if path.endswith(_STATUS):
+                retire(path)
+            else:
+                unlink_quietly(path)
             os.rename(tmp, path)
         except BaseException:
             unlink_quietly(tmp)

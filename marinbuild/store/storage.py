@@ -31,6 +31,7 @@ from marinbuild.store.errors import UserError
 
 __all__ = [
     "DEFAULT_PREFIX",
+    "RETIRED_SUFFIX",
     "Storage",
     "check_local_prefix",
     "check_writable_prefix",
@@ -39,6 +40,7 @@ __all__ = [
     "prefix_write_problem",
     "prepare_prefix",
     "resolve_prefix",
+    "retire",
     "store_refusal",
     "unlink_quietly",
     "write_temporary",
@@ -350,3 +352,27 @@ def unlink_quietly(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+RETIRED_SUFFIX = ".previous"
+"""What a replaced or released marker-folder file is kept as (see :func:`retire`)."""
+
+
+def retire(path: str) -> None:
+    """Take a local file away from ``path`` without freeing its inode the first time.
+
+    The file stays as ``PATH.previous``; where that name is taken, it is unlinked as before.
+    On ext4 without a journal (the machines this was measured on) every inode freed in the
+    last 60 seconds is skipped, one by one, by each later inode allocation in its block
+    group. A run that freed two inodes per step (the RUNNING marker its SUCCESS replaced,
+    the released lease) made every file it created slower than the one before: at 10,000
+    steps half of the runner's time went to that scan. A file kept under another name frees
+    nothing; a rerun, which finds the name taken, frees one as it always did.
+    """
+    try:
+        os.link(path, path + RETIRED_SUFFIX)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        return
+    unlink_quietly(path)

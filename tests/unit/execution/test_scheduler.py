@@ -217,7 +217,7 @@ class _AtOnceBackend:
         pass
 
 
-def test_steps_started_off_the_loop_are_reported_started_before_finished(tmp_path: Path) -> None:
+def test_a_step_that_ends_inside_start_is_reported_started_before_finished(tmp_path: Path) -> None:
     a = step("a", fn=_noop)
     b = step("b", fn=_noop, config={"dep": a})
     bad = step("bad", fn=_noop)
@@ -230,7 +230,7 @@ def test_steps_started_off_the_loop_are_reported_started_before_finished(tmp_pat
                      identities={n: node.identity for n, node in graph.nodes.items()})
     reporter = _Events()
     summary = Scheduler(plan, ctx, _AtOnceBackend(), reporter,  # type: ignore[arg-type]
-                        RunOptions(jobs=1, keep_going=True, start_off_loop=True)).run()
+                        RunOptions(jobs=1, keep_going=True)).run()
     assert summary.done == 2 and [f.name for f in summary.failed] == ["bad"]
     for name in ("a", "b"):
         assert reporter.seen.index(("started", name)) < reporter.seen.index(("finished", name))

@@ -178,3 +178,16 @@ def test_local_read_of_a_folder_names_it(tmp_path: Path) -> None:
     with pytest.raises(IsADirectoryError) as raised:
         LocalConditionalStore().read(str(folder))
     assert raised.value.filename == str(folder)
+
+
+def test_a_local_delete_keeps_the_released_lease_under_another_name(tmp_path: Path) -> None:
+    # An inode freed per step slowed every later file creation (ext4 without a journal).
+    store = LocalConditionalStore()
+    path = str(tmp_path / "lease")
+    first = store.create(path, "first holder")
+    assert first is not None and store.delete(path, first)
+    assert store.read(path) is None
+    assert (tmp_path / "lease.previous").read_text() == "first holder"
+    second = store.create(path, "second holder")  # free again: created as if never held
+    assert second is not None and store.delete(path, second)
+    assert store.read(path) is None and (tmp_path / "lease.previous").read_text() == "first holder"
