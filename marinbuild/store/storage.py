@@ -371,8 +371,8 @@ def retire(path: str) -> None:
     """
     try:
         os.link(path, path + RETIRED_SUFFIX)
-    except FileExistsError:
-        pass
     except FileNotFoundError:
         return
+    except OSError:
+        pass  # the name is taken, or no hard links here (or no room for the name): unlink as before
     unlink_quietly(path)

@@ -202,6 +202,9 @@ class _LocalRun:
         # them until fork has returned (the child resets them before it lets them through).
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
+            # One that arrived just before the mask is still to be handled: here, not in the
+            # handlers fork runs (logging's lock release), where its exception was lost.
+            _handle_pending_signals()
             with _fork_lock:
                 pid = os.fork()
             if pid == 0:  # pragma: no cover - runs in the child
@@ -289,6 +292,10 @@ class _LocalRun:
             if self._finished:
                 return
         _killpg(self.pid, signal.SIGKILL)
+
+
+def _handle_pending_signals() -> None:
+    """Do nothing: entering a Python function runs the handlers of signals already received."""
 
 
 def _open_log(log_file: str, extra_flags: int) -> int:

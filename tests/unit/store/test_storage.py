@@ -200,3 +200,17 @@ def test_walkable_is_a_real_folder_on_disk_never_a_link(tmp_path: Path) -> None:
     assert not local.walkable(str(tmp_path / "link")) and not local.walkable(str(tmp_path / "file"))
     assert not local.walkable(str(tmp_path / "missing"))
     assert Storage.for_prefix("memory://walk").walkable("memory://walk/anything")  # no links on an object store
+
+
+def test_retire_keeps_the_file_once_and_unlinks_it_when_the_name_is_taken(tmp_path: Path) -> None:
+    from marinbuild.store.storage import retire
+
+    first, second = tmp_path / "status", tmp_path / "status.previous"
+    first.write_text("one")
+    retire(str(first))
+    assert not first.exists() and second.read_text() == "one"
+    first.write_text("two")
+    retire(str(first))  # status.previous taken: the file goes, the kept one stays
+    assert not first.exists() and second.read_text() == "one"
+    retire(str(first))  # nothing there: nothing happens
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["status.previous"]
