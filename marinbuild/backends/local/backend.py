@@ -30,6 +30,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from typing import Any
 
 from marinbuild.backends.base import Job, Outcome, wall_time_exceeded
 from marinbuild.backends.deadlines import Deadline, deadlines
@@ -201,16 +202,18 @@ class _LocalRun:
         # Ctrl-C or SIGTERM raised inside fork's own handlers would be swallowed there: hold
         # them until fork has returned (the child resets them before it lets them through).
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        # Another thread may still take the signal for the process, and its handler then runs
+        # on this one at the next chance: inside the handlers fork runs (logging's lock
+        # release), which swallow its exception. Meanwhile it is only noted, and raised after.
+        held = _HeldSignals()
         try:
-            # One that arrived just before the mask is still to be handled: here, not in the
-            # handlers fork runs (logging's lock release), where its exception was lost.
-            _handle_pending_signals()
             with _fork_lock:
                 pid = os.fork()
             if pid == 0:  # pragma: no cover - runs in the child
                 os.close(err_r)
                 _child_main(self.job, log_fd, err_w, gate, parent, self.token, mask, self._cgroup)
         finally:
+            held.restore()
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(err_w)
         os.close(log_fd)
@@ -220,6 +223,7 @@ class _LocalRun:
             pass
         self._err_r = err_r
         self.pid = pid
+        held.replay()  # a Ctrl-C or SIGTERM noted during the fork, now that the step is known
 
     def _exited(self, status: int) -> None:
         code = os.waitstatus_to_exitcode(status)
@@ -294,8 +298,29 @@ class _LocalRun:
         _killpg(self.pid, signal.SIGKILL)
 
 
-def _handle_pending_signals() -> None:
-    """Do nothing: entering a Python function runs the handlers of signals already received."""
+class _HeldSignals:
+    """SIGINT and SIGTERM noted instead of handled, from creation to :meth:`restore` (main thread only)."""
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._previous: dict[int, Any] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return  # handlers run on the main thread only: nothing can run here
+        for sig in self._SIGNALS:
+            self._previous[sig] = signal.signal(sig, lambda number, frame: self.received.append(number))
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def replay(self) -> None:
+        """Handle what was noted, with the handlers restored (which may raise KeyboardInterrupt)."""
+        for number in self.received:
+            handler = self._previous.get(number)
+            if callable(handler):
+                handler(number, None)
 
 
 def _open_log(log_file: str, extra_flags: int) -> int:
