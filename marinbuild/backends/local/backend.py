@@ -309,7 +309,11 @@ class _HeldSignals:
         if threading.current_thread() is not threading.main_thread():
             return  # handlers run on the main thread only: nothing can run here
         for sig in self._SIGNALS:
-            self._previous[sig] = signal.signal(sig, lambda number, frame: self.received.append(number))
+            previous = signal.getsignal(sig)
+            if previous is None:
+                continue  # a handler set outside Python: left alone, it cannot be put back
+            signal.signal(sig, lambda number, frame: self.received.append(number))
+            self._previous[sig] = previous
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():
@@ -321,6 +325,8 @@ class _HeldSignals:
             handler = self._previous.get(number)
             if callable(handler):
                 handler(number, None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), number)  # its default action (the end of this process), now
 
 
 def _open_log(log_file: str, extra_flags: int) -> int:

@@ -80,3 +80,44 @@ def test_a_function_step_starts_its_sentinel_before_it_runs(tmp_path):
 def test_a_failing_step_says_its_exit_status(tmp_path):
     outcome = _run(_job(tmp_path, command="exit 3"))
     assert not outcome.ok and outcome.returncode == 3 and outcome.error == "exit status 3"
+
+
+def test_signals_held_over_a_fork_are_handled_after_it_by_the_handlers_they_were_meant_for() -> None:
+    import signal
+
+    from marinbuild.backends.local.backend import _HeldSignals
+
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda number, frame: seen.append(number))
+    try:
+        held = _HeldSignals()
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(3):
+            pass  # the Python-level handler runs between bytecodes: the recorder, not ours
+        held.restore()
+        assert seen == [] and held.received == [signal.SIGTERM]
+        held.replay()
+        assert seen == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_held_signal_whose_action_is_the_default_still_ends_the_process(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal\n"
+        "from marinbuild.backends.local.backend import _HeldSignals\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+        "held = _HeldSignals()\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "held.restore()\n"
+        "print('survived the hold', flush=True)\n"
+        "held.replay()\n"
+        "print('survived the replay', flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGTERM, done.stderr
+    assert done.stdout.splitlines() == ["survived the hold"]
