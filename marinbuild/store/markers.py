@@ -169,7 +169,9 @@ def parse_status(text: str, path: str) -> StatusRecord:
     )
 
 
-_PLAIN_FIELDS = frozenset({"status", "time", "error", "duration", "owner", "name", "identity", "drift", "retries"})
+_PLAIN_FIELDS = frozenset(
+    {"status", "time", "error", "duration", "owner", "name", "identity", "drift", "retries", "inputs"}
+)
 _SHORT_TEXT = 200
 _STATUS_LEN = 40
 _HEX_DIGEST = re.compile(r"[0-9a-f]{1,32}")
@@ -200,7 +202,18 @@ def _plain_record(raw: dict[str, Any], status: str) -> StatusRecord | None:
     for text in texts:
         if text is not None and (type(text) is not str or len(text) > _SHORT_TEXT or not text.isprintable()):
             return None
-    return StatusRecord(status, when, texts[0], duration, texts[1], texts[2], texts[3], drift, retries=retries)
+    inputs = raw.get("inputs")
+    if inputs is not None:
+        # {dependency name: its SUCCESS time}, as every SUCCESS with dependencies has had since
+        # they were recorded: without this the fast path served only steps without any.
+        if type(inputs) is not dict:
+            return None
+        for seen in inputs.values():
+            if type(seen) is not float or not 0 <= seen < math.inf:
+                return None
+        inputs = tuple(sorted(inputs.items()))
+    return StatusRecord(status, when, texts[0], duration, texts[1], texts[2], texts[3], drift, retries=retries,
+                        inputs=inputs)
 
 
 def _finite(value: Any, default: float | None) -> float | None:

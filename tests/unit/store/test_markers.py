@@ -163,3 +163,20 @@ def test_a_marker_as_runners_write_it_parses_as_the_general_checks_read_it(field
 )
 def test_a_hand_edited_marker_still_goes_through_every_check(raw: dict[str, object], expected: StatusRecord) -> None:
     assert parse_status(json.dumps(raw), "p") == expected
+
+
+def test_a_marker_with_inputs_reads_the_same_on_the_fast_path_as_on_the_general_one() -> None:
+    import json as _json
+
+    from marinbuild.store.markers import StatusRecord, parse_status
+
+    written = StatusRecord("SUCCESS", 1795650000.25, duration=0.5, owner="vm:12", name="b",
+                           identity="ab12", drift="00ff", inputs=(("z", 3.5), ("a", 1795649999.5)))
+    text = written.to_json()
+    fast = parse_status(text, "p")
+    general = parse_status(_json.dumps({**_json.loads(text), "unknown": 1}), "p")  # an extra key: the general path
+    assert fast == general
+    assert fast.inputs == (("a", 1795649999.5), ("z", 3.5))
+    # A time that is not a float (a hand edit) leaves the fast path; the general path decides.
+    edited = _json.dumps({**_json.loads(text), "inputs": {"a": "yesterday"}})
+    assert parse_status(edited, "p").inputs is None

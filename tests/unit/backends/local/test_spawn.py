@@ -56,7 +56,9 @@ def test_opens_dup2s_session_and_signals(implementation: str, tmp_path: Path) ->
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
     try:
         out, code = _run(
-            "read line; echo \"$line\"; ps -o sid=,pgid= -p $$; grep -E '^Sig(Blk|Ign)' /proc/$$/status",
+            # grep reads its own status: exec keeps the shell's mask and ignored signals, and
+            # the shell's own status would show what dash blocks while it waits for a child.
+            "read line; echo \"$line\"; ps -o sid=,pgid= -p $$; exec grep -E '^Sig(Blk|Ign)' /proc/self/status",
             env, opens=[(0, str(source), os.O_RDONLY)], setsid=True, default_signals=[signal.SIGUSR1],
         )
     finally:
