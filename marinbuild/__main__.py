@@ -1,5 +1,5 @@
 """``python -m marinbuild`` runs the command line."""
 
-from marinbuild.cli.app import main
+from marinbuild.cli.app import console_script
 
-main()
+console_script()

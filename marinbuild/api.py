@@ -164,12 +164,11 @@ def main(steps: Sequence[Step], argv: Sequence[str] | None = None) -> None:
     """
     if declaring():
         return
-    from marinbuild.cli.app import COMMANDS
-    from marinbuild.cli.app import main as cli_main
+    from marinbuild.cli.app import COMMANDS, command_line
     from marinbuild.project import steps_instead_of_marinfile
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or (args[0] not in COMMANDS and args[0] not in ("--help", "--version")):
         args.insert(0, "run")
     with steps_instead_of_marinfile(steps):
-        cli_main(args)
+        command_line(args)

@@ -371,8 +371,8 @@ def test_plan_into_a_pipe_is_plain_columns_without_rich(project):
     assert all(line[column:].startswith(str(project)) for line in lines[1:3])
     assert not any(ch in result.stdout for ch in "│┃━\x1b")
     code = (
-        "import sys\nfrom marinbuild.cli.app import main\nsys.argv = ['marinbuild', 'plan']\n"
-        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "import sys\nfrom marinbuild.cli.app import command_line\nsys.argv = ['marinbuild', 'plan']\n"
+        "try:\n    command_line()\nexcept SystemExit:\n    pass\n"
         "print('RICH' if 'rich' in sys.modules else 'NO-RICH', file=sys.stderr)"
     )
     probe = subprocess.run([sys.executable, "-c", code], cwd=project, env=cli_env(), capture_output=True, text=True)

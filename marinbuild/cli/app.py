@@ -1,4 +1,4 @@
-"""The ``marinbuild`` command line: the typer app, its commands registered one per module, and ``main``.
+"""The ``marinbuild`` command line: the typer app, its commands registered one per module, and its entry points.
 
 Each command lives in its own module (:mod:`marinbuild.cli.run`, ``plan``, ``status``, ``why``,
 ``clean``, ``logs``, ``show``, ``report``, ``env``, ``tpu``); this module only wires them to their
@@ -11,6 +11,7 @@ one line on stderr (a traceback only with ``-v``).
 from __future__ import annotations
 
 import gc
+import signal
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -21,7 +22,7 @@ from marinbuild.cli import clean, env, logs, plan, report, run, show, status, tp
 from marinbuild.cli.exits import pipe_closed
 from marinbuild.cli.printing import err
 
-__all__ = ["COMMANDS", "app", "main"]
+__all__ = ["COMMANDS", "app", "command_line", "console_script"]
 
 app = typer.Typer(
     name="marinbuild",
@@ -159,5 +160,14 @@ def command_line(argv: list[str] | None = None) -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-main = command_line
-"""The console script's name for :func:`command_line` (``marinbuild.cli.app:main``)."""
+def console_script() -> None:
+    """The ``marinbuild`` console script and ``python -m marinbuild``: :func:`command_line`, then exit.
+
+    Once the command is over, what runs is the interpreter's shutdown: joining threads,
+    removing the steps' cgroups. A Ctrl-C held down, or sent in a storm, raised in there and
+    was printed as "Exception ignored", the clean-up left half done; it is ignored from then on.
+    """
+    try:
+        command_line()
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)

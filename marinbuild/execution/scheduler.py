@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from marinbuild.backends.base import Backend, Grant, Job, Outcome, Running
+from marinbuild.backends.held_signals import HeldSignals
 from marinbuild.errors import LeaseLost, MarinbuildError
 from marinbuild.execution.admission import JOBS_WAIT, LEASE_WAIT
 from marinbuild.execution.reporting import Failure, Reporter, Summary
@@ -220,6 +221,7 @@ class Scheduler:
         self.claims.watch(lambda name, why: self.events.put((name, _ClaimLost(why))))
         self.running: dict[str, _Active] = {}
         self.summary = Summary()
+        self._signals = HeldSignals(second_goes_through=True)  # a second Ctrl-C is never held
         remote = getattr(ctx.storage, "keeps_summary", False)
         self.store_work = _StoreWork(self.events, min(32, max(8, 2 * (options.jobs or 8))) if remote else 0)
         self._starting: dict[str, Grant] = {}  # claimed and prepared on a store thread, not started yet
@@ -249,9 +251,11 @@ class Scheduler:
         """Run until every step is done, failed, or cannot start; Ctrl-C stops it cleanly."""
         self.reporter.run_started(self.summary.total, self.summary.skipped)
         try:
-            self._loop()
-        except KeyboardInterrupt:
-            self._interrupt()
+            with self._signals.installed():
+                try:
+                    self._loop()
+                except KeyboardInterrupt:
+                    self._interrupt()
         finally:
             self.store_work.close()
         self.summary.not_started = (
@@ -261,17 +265,23 @@ class Scheduler:
         return self.summary
 
     def _loop(self) -> None:
+        # Ctrl-C and SIGTERM are taken while the loop waits for an event, never halfway through
+        # handling one or starting a step: a step is then either listed as running (and
+        # cancelled) or not started, and a finished one has its outcome recorded.
+        holding = self._signals.holding
         while True:
-            if not self._stopping:
-                self._start_ready()
-            if not self.running and not self.store_work.in_flight and not (self._waiting and not self._stopping):
-                self._give_up_on_blocked()
-                return
+            with holding():
+                if not self._stopping:
+                    self._start_ready()
+                if not self.running and not self.store_work.in_flight and not (self._waiting and not self._stopping):
+                    self._give_up_on_blocked()
+                    return
             try:
                 name, event = self.events.get(timeout=self._next_wakeup())
             except queue.Empty:
                 continue
-            self._handle(name, event)
+            with holding():
+                self._handle(name, event)
 
     def _handle(self, name: str, event: Outcome | _ClaimLost | _StoreDone) -> None:
         if isinstance(event, _StoreDone):

@@ -30,10 +30,10 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
 
 from marinbuild.backends.base import Job, Outcome, wall_time_exceeded
 from marinbuild.backends.deadlines import Deadline, deadlines
+from marinbuild.backends.held_signals import HeldSignals
 from marinbuild.backends.local.cgroups import shared_cgroups
 from marinbuild.backends.local.containment import TOKEN_VAR, kill_token, step_token
 from marinbuild.backends.local.fence import FENCE_FD, NO_GATE, fence_line, gated_shell, sentinel_argv, write_line
@@ -205,7 +205,9 @@ class _LocalRun:
         # Another thread may still take the signal for the process, and its handler then runs
         # on this one at the next chance: inside the handlers fork runs (logging's lock
         # release), which swallow its exception. Meanwhile it is only noted, and raised after.
-        held = _HeldSignals()
+        held = HeldSignals()
+        held.install()
+        held.hold()
         try:
             with _fork_lock:
                 pid = os.fork()
@@ -213,7 +215,7 @@ class _LocalRun:
                 os.close(err_r)
                 _child_main(self.job, log_fd, err_w, gate, parent, self.token, mask, self._cgroup)
         finally:
-            held.restore()
+            held.uninstall()
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(err_w)
         os.close(log_fd)
@@ -223,7 +225,7 @@ class _LocalRun:
             pass
         self._err_r = err_r
         self.pid = pid
-        held.replay()  # a Ctrl-C or SIGTERM noted during the fork, now that the step is known
+        held.release()  # a Ctrl-C or SIGTERM noted during the fork, now that the step is known
 
     def _exited(self, status: int) -> None:
         code = os.waitstatus_to_exitcode(status)
@@ -296,37 +298,6 @@ class _LocalRun:
             if self._finished:
                 return
         _killpg(self.pid, signal.SIGKILL)
-
-
-class _HeldSignals:
-    """SIGINT and SIGTERM noted instead of handled, from creation to :meth:`restore` (main thread only)."""
-
-    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.received: list[int] = []
-        self._previous: dict[int, Any] = {}
-        if threading.current_thread() is not threading.main_thread():
-            return  # handlers run on the main thread only: nothing can run here
-        for sig in self._SIGNALS:
-            previous = signal.getsignal(sig)
-            if previous is None:
-                continue  # a handler set outside Python: left alone, it cannot be put back
-            signal.signal(sig, lambda number, frame: self.received.append(number))
-            self._previous[sig] = previous
-
-    def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-    def replay(self) -> None:
-        """Handle what was noted, with the handlers restored (which may raise KeyboardInterrupt)."""
-        for number in self.received:
-            handler = self._previous.get(number)
-            if callable(handler):
-                handler(number, None)
-            elif handler == signal.SIG_DFL:
-                os.kill(os.getpid(), number)  # its default action (the end of this process), now
 
 
 def _open_log(log_file: str, extra_flags: int) -> int:

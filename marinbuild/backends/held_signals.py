@@ -1,0 +1,104 @@
+"""Ctrl-C and SIGTERM taken at safe points instead of in the middle of bookkeeping.
+
+Python runs a signal's handler between any two bytecodes of the main thread, and the
+runner's handlers raise ``KeyboardInterrupt``. Raised in the middle of recording a step
+(between taking it off the running list and writing its outcome, or between starting its
+process and listing it), the step's result was lost: the step stayed ``RUNNING`` with its
+runner gone, although it had finished. Raised inside the handlers ``fork`` runs (logging's
+lock release), the exception was swallowed and the signal lost.
+
+:class:`HeldSignals` wraps the handlers in place: while it *holds*, a signal is only noted;
+:meth:`HeldSignals.release` then hands it to the handler it was meant for, at a point where
+nothing is half done. Where asked, a second signal while holding is handled at once, so a
+stuck step of bookkeeping never makes Ctrl-C useless.
+
+Example::
+
+    held = HeldSignals(second_goes_through=True)
+    with held.installed():
+        while work:
+            with held.holding():
+                handle_one_event()      # a Ctrl-C here raises only after it
+            wait_for_the_next_event()   # a Ctrl-C here raises at once
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["HeldSignals"]
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class HeldSignals:
+    """SIGINT and SIGTERM, noted while held and handled on release (on the main thread only)."""
+
+    def __init__(self, second_goes_through: bool = False) -> None:
+        self.second_goes_through = second_goes_through
+        self.received: list[int] = []
+        self._holding = False
+        self._previous: dict[int, Any] = {}
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[HeldSignals]:
+        """Wrap the current handlers for the duration; put them back after."""
+        self.install()
+        try:
+            yield self
+        finally:
+            self.uninstall()
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # handlers run on the main thread only: nothing can interrupt another
+        for sig in _SIGNALS:
+            previous = signal.getsignal(sig)
+            if previous is None or previous == signal.SIG_IGN:
+                continue  # set outside Python (it cannot be put back), or ignored: left alone
+            signal.signal(sig, self._on_signal)
+            self._previous[sig] = previous
+
+    def uninstall(self) -> None:
+        """Put the handlers back; what was noted stays, for :meth:`release` to hand on."""
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Note signals in the block; handle them once it is over (even if it raised)."""
+        self.hold()
+        try:
+            yield
+        finally:
+            self.release()
+
+    def hold(self) -> None:
+        self._holding = True
+
+    def release(self) -> None:
+        """Stop holding and handle what was noted meanwhile (which may raise KeyboardInterrupt)."""
+        self._holding = False
+        received, self.received = self.received, []
+        for number in received:
+            self._deliver(number)
+
+    def _on_signal(self, number: int, frame: Any) -> None:
+        if self._holding and not (self.second_goes_through and self.received):
+            self.received.append(number)
+            return
+        self._deliver(number)
+
+    def _deliver(self, number: int) -> None:
+        handler = self._previous.get(number, signal.SIG_DFL)
+        if callable(handler):
+            handler(number, None)
+        elif handler == signal.SIG_DFL:
+            # The default action (the end of this process), as if it had never been wrapped.
+            signal.signal(number, signal.SIG_DFL)
+            os.kill(os.getpid(), number)

@@ -1,0 +1,94 @@
+"""Ctrl-C and SIGTERM noted while held and handed on afterwards, with real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from marinbuild.backends.held_signals import HeldSignals
+
+
+@pytest.fixture
+def seen() -> list[int]:
+    got: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda number, frame: got.append(number))
+    yield got
+    signal.signal(signal.SIGTERM, previous)
+
+
+def _signal_self(sig: int) -> None:
+    os.kill(os.getpid(), sig)
+    for _ in range(3):
+        pass  # a Python-level handler runs between bytecodes, at the latest here
+
+
+def test_a_signal_while_held_is_handed_on_at_release(seen: list[int]) -> None:
+    held = HeldSignals()
+    with held.installed():
+        with held.holding():
+            _signal_self(signal.SIGTERM)
+            assert seen == [] and held.received == [signal.SIGTERM]
+        assert seen == [signal.SIGTERM] and held.received == []
+        _signal_self(signal.SIGTERM)  # not held: handed on at once
+        assert seen == [signal.SIGTERM, signal.SIGTERM]
+    assert signal.getsignal(signal.SIGTERM) is not held._on_signal  # put back
+
+
+def test_a_held_keyboard_interrupt_is_raised_where_the_hold_ends() -> None:
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    held = HeldSignals()
+    steps: list[str] = []
+    try:
+        with held.installed(), pytest.raises(KeyboardInterrupt):
+            with held.holding():
+                _signal_self(signal.SIGINT)
+                steps.append("the bookkeeping finished")
+            steps.append("never")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert steps == ["the bookkeeping finished"]
+
+
+def test_a_second_signal_goes_through_when_asked(seen: list[int]) -> None:
+    held = HeldSignals(second_goes_through=True)
+    with held.installed(), held.holding():
+        _signal_self(signal.SIGTERM)
+        assert seen == []
+        _signal_self(signal.SIGTERM)  # the user means it: handled now, while held
+        assert seen == [signal.SIGTERM]
+    assert seen == [signal.SIGTERM, signal.SIGTERM]
+
+
+def test_an_ignored_signal_stays_ignored() -> None:
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        held = HeldSignals()
+        with held.installed(), held.holding():
+            assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+            _signal_self(signal.SIGTERM)
+        assert held.received == []
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_held_signal_whose_action_is_the_default_ends_the_process_at_release() -> None:
+    code = (
+        "import os, signal\n"
+        "from marinbuild.backends.held_signals import HeldSignals\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+        "held = HeldSignals()\n"
+        "held.install()\n"
+        "held.hold()\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "held.uninstall()\n"
+        "print('survived the hold', flush=True)\n"
+        "held.release()\n"
+        "print('survived the release', flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGTERM, done.stderr
+    assert done.stdout.splitlines() == ["survived the hold"]
