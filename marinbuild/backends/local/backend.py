@@ -379,6 +379,7 @@ def _child_main(
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         os.chdir(job.workdir)
         os.environ.update(job.env)
+        os.environ[TOKEN_VAR] = token  # a step's own env may not rename it: it is what finds its leftovers
         try:
             assert job.fn is not None
             job.fn(job.config)

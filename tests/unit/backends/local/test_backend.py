@@ -81,3 +81,20 @@ def test_a_failing_step_says_its_exit_status(tmp_path):
     outcome = _run(_job(tmp_path, command="exit 3"))
     assert not outcome.ok and outcome.returncode == 3 and outcome.error == "exit status 3"
 
+
+
+def _token_into_file(config: dict[str, str]) -> None:
+    Path(config["file"]).write_text(os.environ.get("MARINBUILD_STEP_TOKEN", ""))
+
+
+def test_a_steps_env_cannot_replace_its_token(tmp_path):
+    # The token is how a step's leftovers are found; shell and function steps alike keep it.
+    env = {"MARINBUILD_STEP_TOKEN": "forged"}
+    shell = _run(Job(name="s", output_path=str(tmp_path / "out"), log_file=str(tmp_path / "log.txt"),
+                     workdir=str(tmp_path), env=env, command='printf %s "$MARINBUILD_STEP_TOKEN" > sh.txt'))
+    function = _run(Job(name="s", output_path=str(tmp_path / "out"), log_file=str(tmp_path / "log.txt"),
+                        workdir=str(tmp_path), env=env, fn=_token_into_file,
+                        config={"file": str(tmp_path / "fn.txt")}))
+    assert shell.ok and function.ok, (shell.error, function.error)
+    tokens = {(tmp_path / "sh.txt").read_text(), (tmp_path / "fn.txt").read_text()}
+    assert len(tokens) == 1 and "forged" not in tokens and tokens != {""}
