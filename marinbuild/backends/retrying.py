@@ -365,6 +365,10 @@ class _StepRun:
         if self.first_start is not None and self.first_start < outcome.started:
             changes["started"] = self.first_start
         self._step_ended(retried=any(self.counter.used.values()) or not outcome.ok)
+        # The attempt's handle and hang watch refer back to this run: let them go, or each
+        # step would leave a cycle of some forty objects for the collector.
+        self._handle = None
+        self._watch = None
         self.on_done(dataclasses.replace(outcome, **changes))
 
     def _step_ended(self, retried: bool) -> None:

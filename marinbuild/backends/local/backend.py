@@ -246,6 +246,7 @@ class _LocalRun:
         if not (self._cgroup and cgroups.kill(self._cgroup)):
             kill_token(self.token, since_pid=self.pid, since=self._since)
         self._unsubscribe()
+        self._unsubscribe = _nothing  # it refers back to this run: a cycle left for the collector
         deadlines.started(self.job.output_path, None)
         with self._lock:
             fence, self._fence = self._fence, -1
@@ -274,7 +275,8 @@ class _LocalRun:
                 timed_out=timed_out,
                 cancelled=reason is not None and not timed_out,
             )
-        self.on_done(outcome)
+        on_done, self.on_done = self.on_done, _ignore_outcome  # the caller's callback may refer back to this run
+        on_done(outcome)
 
     def _on_timeout(self) -> None:
         with self._lock:
@@ -298,6 +300,14 @@ class _LocalRun:
             if self._finished:
                 return
         _killpg(self.pid, signal.SIGKILL)
+
+
+def _nothing() -> None:
+    pass
+
+
+def _ignore_outcome(outcome: Outcome) -> None:
+    pass
 
 
 def _open_log(log_file: str, extra_flags: int) -> int:

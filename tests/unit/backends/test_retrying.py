@@ -209,3 +209,28 @@ def test_a_retry_that_cannot_start_ends_the_step_instead_of_leaving_it_waiting(t
     assert inner.ended == ["s"]
     ledger = json.loads(outcome.records[str(tmp_path / "out" / "attempts.json")])
     assert [a["class"] for a in ledger["attempts"]] == ["FAILED"] and ledger["retries"]["failure"]["used"] == 1
+
+
+def test_a_finished_local_step_leaves_no_reference_cycle_behind(tmp_path: Path) -> None:
+    # Each step used to leave some forty objects in cycles (the run, its attempt's handle and
+    # the callbacks between them) for the collector: at 10,000 steps, megabytes of peak memory.
+    import gc
+
+    from marinbuild.backends.local.backend import LocalBackend
+
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for i in range(5):
+            job = dataclasses.replace(_job(tmp_path), name=f"s{i}", output_path=str(tmp_path / f"out{i}"))
+            done: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+            Retrying(LocalBackend(), lambda name: RetryBudgets()).start(job, done.put)
+            assert done.get(timeout=30).ok
+            del done
+        time.sleep(0.2)  # the reaper thread lets go of its last reference after the callback
+        gc.collect()
+        kept = [type(o).__name__ for o in gc.garbage if type(o).__name__ in ("_StepRun", "_LocalRun", "Job")]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert kept == []
