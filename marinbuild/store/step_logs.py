@@ -32,6 +32,7 @@ __all__ = [
     "begin_step_log",
     "is_header",
     "log_files",
+    "open_log",
     "staged_log",
     "start_run_log",
     "write_header",
@@ -123,15 +124,22 @@ def append_note(log_file: str, line: str) -> None:
         pass
 
 
-def _append(log_file: str, text: str) -> None:
-    # Raw descriptors: a header is written for every step, and a text file object's set-up
-    # (fstat, ioctl, seeks) costs more than the write. The folder is made only when missing.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+def open_log(log_file: str, extra_flags: int = os.O_CLOEXEC) -> int:
+    """A raw descriptor appending to a local log file, its folder made only when missing.
+
+    Raw: a log is opened at every step's start, where a text file object's set-up (fstat,
+    ioctl, seeks) costs more than the write.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | extra_flags
     try:
-        fd = os.open(log_file, flags, 0o644)
+        return os.open(log_file, flags, 0o644)
     except FileNotFoundError:
         os.makedirs(os.path.dirname(log_file), exist_ok=True)
-        fd = os.open(log_file, flags, 0o644)
+        return os.open(log_file, flags, 0o644)
+
+
+def _append(log_file: str, text: str) -> None:
+    fd = open_log(log_file)
     try:
         os.write(fd, text.encode())
     finally:

@@ -41,6 +41,7 @@ from marinbuild.backends.local.guardian import shared_guardian
 from marinbuild.backends.local.reaper import Timer, shared_reaper
 from marinbuild.backends.local.spawn import Environment, spawn
 from marinbuild.store.lease import StepProcess
+from marinbuild.store.step_logs import open_log
 
 __all__ = ["LocalBackend"]
 
@@ -178,7 +179,7 @@ class _LocalRun:
 
     def _launch_command(self, gate: int) -> None:
         assert self.job.command is not None
-        log = _open_log(self.job.log_file, os.O_CLOEXEC)
+        log = open_log(self.job.log_file)
         try:
             self.pid = spawn(
                 "/bin/sh",
@@ -195,7 +196,7 @@ class _LocalRun:
 
     def _launch_function(self, gate: int) -> None:
         err_r, err_w = os.pipe()
-        log_fd = _open_log(self.job.log_file, 0)
+        log_fd = open_log(self.job.log_file, 0)
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # or the child would write the driver's buffered text again
         parent = os.getpid()
@@ -308,16 +309,6 @@ def _nothing() -> None:
 
 def _ignore_outcome(outcome: Outcome) -> None:
     pass
-
-
-def _open_log(log_file: str, extra_flags: int) -> int:
-    # The attempt's header has usually made the folder already: make it only when missing.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | extra_flags
-    try:
-        return os.open(log_file, flags, 0o644)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(log_file), exist_ok=True)
-        return os.open(log_file, flags, 0o644)
 
 
 def _pin(pid: int, cores: tuple[int, ...]) -> None:

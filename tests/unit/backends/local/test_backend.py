@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
 from marinbuild.backends.base import Job, Outcome
 from marinbuild.backends.local.backend import LocalBackend
+from tests.helpers import wait_dead
 
 
 def _run(job: Job) -> Outcome:
@@ -29,19 +29,6 @@ def _job(tmp_path: Path, **kw: object) -> Job:
                workdir=str(tmp_path), env={}, **kw)  # type: ignore[arg-type]
 
 
-def _gone(pid: int, seconds: float = 20) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except OSError:
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def test_a_shell_step_runs_behind_its_gate_with_its_sentinel_in_its_group(tmp_path):
     # The sentinel runs `sleep` for the lease's time only where there is a lease; here it
     # holds the pipe alone. It is in the step's group: the step sees it there.
@@ -55,7 +42,7 @@ def test_a_shell_step_runs_behind_its_gate_with_its_sentinel_in_its_group(tmp_pa
 def test_what_a_step_left_in_its_group_without_its_environment_dies_when_it_ends(tmp_path):
     outcome = _run(_job(tmp_path, command="env -i /bin/sleep 300 & echo $! > left.pid"))
     assert outcome.ok, outcome.error
-    assert _gone(int((tmp_path / "left.pid").read_text()))
+    assert wait_dead(int((tmp_path / "left.pid").read_text()), 20)
 
 
 def test_a_function_step_starts_its_sentinel_before_it_runs(tmp_path):

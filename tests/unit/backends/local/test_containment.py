@@ -15,19 +15,7 @@ from marinbuild.backends.local.containment import (
     runner_prefix,
     step_token,
 )
-
-
-def _gone(pid: int, seconds: float = 20) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except OSError:
-            return True
-        time.sleep(0.02)
-    return False
+from tests.helpers import wait_dead
 
 
 def test_tokens_name_the_runner_and_the_output():
@@ -62,7 +50,7 @@ def test_a_steps_group_is_killed_with_members_that_dropped_their_environment():
         assert started is not None
         assert kill_step_group(leader.pid, leader.pid, started) == []
         assert leader.wait(20) == -9
-        assert _gone(member)
+        assert wait_dead(member, 20)
     finally:
         leader.kill()
         leader.wait()
