@@ -100,3 +100,34 @@ def test_sigint_storm_prints_no_traceback(tmp_path: Path) -> None:
             time.sleep(0.001)
         out, _ = runner.communicate(timeout=60)
         assert "Exception ignored" not in out and "Traceback" not in out, out[-2500:]
+
+
+# A Marinfile that is interrupted while it loads, and a report of the interruption that is
+# itself interrupted: a storm's second SIGINT landing at the worst moment, made certain.
+_INTERRUPTED_REPORT = """
+import os, signal, sys
+from marinbuild.cli.app import console_script
+from marinbuild.cli.printing import err
+
+plain_print = err.print
+
+def print_under_fire(*objects, **options):
+    os.kill(os.getpid(), signal.SIGINT)
+    plain_print(*objects, **options)
+    os.kill(os.getpid(), signal.SIGINT)
+
+err.print = print_under_fire
+sys.argv = ["marinbuild", "plan", "-f", "Marinfile.py"]
+console_script()
+"""
+
+
+def test_a_sigint_while_the_interruption_is_reported_ends_quietly_with_130(tmp_path: Path) -> None:
+    write_marinfile(tmp_path, "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\n")
+    done = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED_REPORT], cwd=tmp_path, env=cli_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60,
+    )
+    assert done.returncode == 130, done.stdout
+    assert "marinbuild: interrupted" in done.stdout, done.stdout
+    assert "Traceback" not in done.stdout and "Exception ignored" not in done.stdout, done.stdout

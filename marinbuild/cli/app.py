@@ -11,7 +11,6 @@ one line on stderr (a traceback only with ``-v``).
 from __future__ import annotations
 
 import gc
-import signal
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -19,7 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from marinbuild.cli import clean, env, logs, plan, report, run, show, status, tpu, why
-from marinbuild.cli.exits import pipe_closed
+from marinbuild.cli.exits import ignore_ctrl_c, interrupted, pipe_closed
 from marinbuild.cli.printing import err
 
 __all__ = ["COMMANDS", "app", "command_line", "console_script"]
@@ -153,8 +152,7 @@ def command_line(argv: list[str] | None = None) -> None:
         err.print(f"marinbuild{command}: error: {e.format_message()} (see --help)", markup=False)
         sys.exit(2)
     except (KeyboardInterrupt, typer.Abort):
-        err.print("marinbuild: interrupted", markup=False)
-        sys.exit(130)
+        sys.exit(interrupted())
     except BrokenPipeError:  # outside a command's own handling (the help, a usage error)
         sys.exit(pipe_closed())
     sys.exit(code if isinstance(code, int) else 0)
@@ -169,5 +167,10 @@ def console_script() -> None:
     """
     try:
         command_line()
+    except KeyboardInterrupt:
+        # One of a storm landed between the first Ctrl-C and its report silencing the rest:
+        # the run already stopped, and the report of that is all that is lost.
+        ignore_ctrl_c()
+        sys.exit(130)
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        ignore_ctrl_c()

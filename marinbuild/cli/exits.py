@@ -10,6 +10,7 @@ import functools
 import os
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -20,7 +21,7 @@ from marinbuild.cli.printing import err
 from marinbuild.errors import MarinbuildError, missing_extra
 from marinbuild.store.storage import store_refusal
 
-__all__ = ["handles_errors", "pipe_closed"]
+__all__ = ["handles_errors", "ignore_ctrl_c", "interrupted", "pipe_closed"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,8 +40,7 @@ def handles_errors(fn: F) -> F:
             err.print(f"marinbuild: error: {e}", markup=False)
             raise typer.Exit(e.exit_code) from None
         except KeyboardInterrupt:
-            err.print("marinbuild: interrupted", markup=False)
-            raise typer.Exit(130) from None
+            raise typer.Exit(interrupted()) from None
         except (typer.Exit, typer.Abort):
             raise
         except BrokenPipeError:
@@ -67,6 +67,23 @@ def handles_errors(fn: F) -> F:
             raise _internal_error(e, verbose) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def interrupted() -> int:
+    """Say the command was interrupted; its exit status (130).
+
+    The stop is decided by then: more Ctrl-Cs of a storm would only cut this report short
+    with a traceback, so they are ignored from here on.
+    """
+    ignore_ctrl_c()
+    err.print("marinbuild: interrupted", markup=False)
+    return 130
+
+
+def ignore_ctrl_c() -> None:
+    """SIGINT ignored from now on (where a handler can be set: the main thread)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def pipe_closed() -> int:
