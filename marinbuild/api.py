@@ -145,7 +145,7 @@ def _voice(params: RunParameters, reporter: Reporter | None) -> RunVoice:
         reporter = PlainReporter(sys.stderr)
     quiet = params.quiet or params.json
     return RunVoice(
-        reporter=reporter or NullReporter(),
+        reporter=(lambda: reporter) if reporter is not None else NullReporter,
         echo=(lambda line: None) if quiet else say,
         warn=say,
         on_output=step_line("output", "[{step}] {text}") if params.prints_output else None,

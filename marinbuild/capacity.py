@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
-import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -330,6 +328,9 @@ def _online_cores() -> tuple[int, ...]:
 
 def _detect_gpus() -> tuple[tuple[int, ...], str | None]:
     """GPUs from nvidia-smi; none when it is missing, fails or hangs."""
+    import shutil
+    import subprocess
+
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return (), None

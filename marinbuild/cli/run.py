@@ -40,14 +40,13 @@ def _lease_flag(ctx: typer.Context, param: typer.CallbackParam, value: float | N
     Click parses the two in command-line order: the second one parsed also checks the pair,
     a missing one counting as its default.
     """
-    from marinbuild.store.lease import DEFAULT_EXPIRY, DEFAULT_HEARTBEAT, lease_flag_problem
-
     mine, other = ("lease_expiry", "lease_heartbeat") if param.name == "lease_expiry" else ("lease_heartbeat", "lease_expiry")
     given = {mine: value}
     if other in ctx.params:  # parsed already: check the pair
         given[other] = ctx.params[other]
     if all(v is None for v in given.values()):
         return value
+    from marinbuild.store.lease import DEFAULT_EXPIRY, DEFAULT_HEARTBEAT, lease_flag_problem
     if other in given:
         beat = given["lease_heartbeat"] if given["lease_heartbeat"] is not None else DEFAULT_HEARTBEAT
         expiry = given["lease_expiry"] if given["lease_expiry"] is not None else DEFAULT_EXPIRY
@@ -99,7 +98,7 @@ def run_command(
     params = RunParameters.of(**locals())
     quiet = params.quiet
     voice = RunVoice(
-        reporter=_reporter(quiet, params.json),
+        reporter=lambda: _reporter(quiet, params.json),
         echo=_silent if quiet else lambda line: out.print(line, markup=False, highlight=False),
         warn=lambda line: err.print(line, markup=False),
         on_output=step_line_printer(params.json, "output", "[{step}] {text}") if params.prints_output else None,

@@ -10,7 +10,7 @@ compares ``marinbuild run --help`` with :func:`marinbuild.run`'s keywords).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from marinbuild.errors import UserError
@@ -146,7 +146,9 @@ def _quiet(line: str) -> None:
 class RunVoice:
     """How a front end prints a run: the command line on a terminal, the library on stderr."""
 
-    reporter: Reporter = field(default_factory=NullReporter)
+    reporter: Callable[[], Reporter] = NullReporter
+    """Makes the reporter of the run's events, once steps are about to start: a run with
+    nothing to do prints no event, and need not import the terminal's console for them."""
     echo: Callable[[str], None] = _quiet
     """Lines for the user beside the events ("nothing to do", what TPU hosts say)."""
     warn: Callable[[str], None] = _quiet
@@ -213,7 +215,7 @@ def invoke(
     prepare_prefix(project.storage, params.prefix)
     voice.starting()
     return execute(
-        planned, params.settings, voice.reporter, echo=voice.echo, on_output=voice.on_output, on_command=voice.on_command
+        planned, params.settings, voice.reporter(), echo=voice.echo, on_output=voice.on_output, on_command=voice.on_command
     )
 
 

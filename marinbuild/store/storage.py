@@ -17,14 +17,11 @@ a write always puts a whole file.
 from __future__ import annotations
 
 import errno
-import hashlib
 import itertools
 import os
 import posixpath
 import stat
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO, Protocol, TypeVar, runtime_checkable
 
 from marinbuild.store.errors import UserError
@@ -135,6 +132,8 @@ def overlapped(storage: Storage, first: Callable[[], A], second: Callable[[], B]
     (a remote store), one after the other on local disk, where a thread would cost more."""
     if storage.is_local:
         return first(), second()
+    from concurrent.futures import ThreadPoolExecutor  # remote stores only: logging and threads cost a no-op 5 ms
+
     with ThreadPoolExecutor(1, thread_name_prefix="marinbuild-overlap") as pool:
         later = pool.submit(second)
         return first(), later.result()
@@ -280,6 +279,9 @@ class Storage(Protocol):
         """
         if self.is_local:
             return path
+        import hashlib
+        import tempfile
+
         digest = hashlib.sha256(path.encode()).hexdigest()[:16]
         return os.path.join(tempfile.gettempdir(), "marinbuild-staging", digest, posixpath.basename(path))
 

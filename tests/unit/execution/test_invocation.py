@@ -80,7 +80,7 @@ def test_settings_and_what_is_printed_follow_the_options():
 
 
 def _voice(lines: list[str]) -> RunVoice:
-    return RunVoice(reporter=NullReporter(), echo=lines.append, warn=lines.append)
+    return RunVoice(reporter=NullReporter, echo=lines.append, warn=lines.append)
 
 
 def test_a_dry_run_starts_nothing_and_lists_what_would_run(tmp_path):
