@@ -142,7 +142,20 @@ def test_info_with_a_bad_start_time_reads_as_zero(storage: Storage) -> None:
 )
 def test_a_marker_as_runners_write_it_parses_as_the_general_checks_read_it(fields: dict[str, object]) -> None:
     record = StatusRecord(SUCCESS, **fields)  # type: ignore[arg-type]
-    assert parse_status(record.to_json(), "p") == record
+    parsed = parse_status(record.to_json(), "p")
+    assert parsed == record
+    assert vars(parsed) == vars(record)  # every field, those left out of == too, as the constructor sets them
+
+
+@pytest.mark.parametrize("around", [(" ", ""), ("", "\n"), ("\n  ", " \t\n")])
+def test_whitespace_around_a_marker_from_a_hand_edit_is_no_problem(around: tuple[str, str]) -> None:
+    text = StatusRecord(SUCCESS, 1.5, identity="abc").to_json()
+    assert parse_status(around[0] + text + around[1], "p") == StatusRecord(SUCCESS, 1.5, identity="abc")
+
+
+def test_anything_after_the_marker_object_makes_it_unreadable() -> None:
+    record = parse_status(StatusRecord(SUCCESS, 1.5).to_json() + " {}", "p")
+    assert record.status == UNREADABLE and record.error is not None and "Extra data" in record.error
 
 
 @pytest.mark.parametrize(
