@@ -26,7 +26,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -176,7 +176,7 @@ def parse_status(text: str, path: str) -> StatusRecord:
     )
 
 
-_scan_json = json.JSONDecoder().scan_once
+_scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 _PLAIN_FIELDS = frozenset(
     {"status", "time", "error", "duration", "owner", "name", "identity", "drift", "retries", "inputs"}
