@@ -21,7 +21,6 @@ another bucket). Orphans are never looked for outside the prefix.
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import re
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 
 from marinbuild.graph import StepGraph
 from marinbuild.store.errors import StorageError, UserError
+from marinbuild.store.json_text import loads_or_none
 from marinbuild.store.markers import MARKER_DIR, info_path, read_info, read_status, read_texts
 from marinbuild.store.storage import Storage, store_refusal
 
@@ -237,10 +237,7 @@ def _written_by(storage: Storage, prefix: str, marinfile: str, depth: int, known
     texts, _ = read_texts(storage, [info_path(path) for path, _ in shaped])
     mine = []
     for path, name in shaped:
-        try:
-            info = json.loads(texts.get(info_path(path), "null"))
-        except ValueError:
-            continue
+        info = loads_or_none(texts.get(info_path(path)))
         if isinstance(info, dict) and info.get("marinfile") == marinfile and info.get("name", name) == name:
             mine.append((path, name))
     return mine

@@ -39,6 +39,7 @@ from marinbuild.graph import StepGraph, StepNode
 from marinbuild.identity import source_digest
 from marinbuild.staleness import Change, diff_payloads
 from marinbuild.steps import Step
+from marinbuild.store.json_text import loads_or_none
 from marinbuild.store.markers import StatusRecord, info_path, read_info
 from marinbuild.store.storage import Storage
 
@@ -198,10 +199,7 @@ def drift_notes(
     out: dict[str, list[str]] = {}
     for node, path in zip(doubtful, paths, strict=True):
         text = texts.get(path)
-        try:
-            info = json.loads(text) if text else None
-        except ValueError:
-            info = None
+        info = loads_or_none(text)
         if isinstance(info, dict):
             notes = step_drift(node.step, info)
             if notes:

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 
 from marinbuild.errors import MarinbuildError
 from marinbuild.resources import WTime
+from marinbuild.store.json_text import loads_or_none, number_or_none
 
 __all__ = [
     "HARD_SIGMAS",
@@ -144,15 +145,14 @@ class WallTimeEstimator:
     def _load(self) -> dict[str, list[float]]:
         """The stored history; missing or malformed is empty, a failed read raises."""
         try:
-            text = self._storage.read_text(self._path)
-            data = json.loads(text) if text is not None else None
-        except ValueError:  # not JSON, not UTF-8
+            data = loads_or_none(self._storage.read_text(self._path))
+        except ValueError:  # not UTF-8
             return {}
         groups = data.get("groups") if isinstance(data, Mapping) else None
         if not isinstance(groups, Mapping):
             return {}
         return {
-            str(name): [float(s) for s in runs if isinstance(s, (int, float))]
+            str(name): [n for n in map(number_or_none, runs) if n is not None]
             for name, runs in groups.items()
             if isinstance(runs, list)
         }

@@ -95,6 +95,10 @@ class HeldSignals:
         self._deliver(number)
 
     def _deliver(self, number: int) -> None:
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(number) == signal.SIG_IGN:
+            # Ignored since it was noted: the command is over (see cli/exits.interrupted). A hold
+            # left suspended by a Ctrl-C storm is released by the collector that late.
+            return
         handler = self._previous.get(number, signal.SIG_DFL)
         if callable(handler):
             handler(number, None)

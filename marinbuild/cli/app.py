@@ -11,6 +11,7 @@ one line on stderr (a traceback only with ``-v``).
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -120,6 +121,28 @@ def marin_habits(args: list[str], note: Callable[[str], None]) -> list[str]:
     return out
 
 
+def _standard_streams_open() -> None:
+    """Started with stdin, stdout or stderr closed (``marinbuild status >&-``): /dev/null in its place.
+
+    Python leaves such a stream None and the first print fails; worse, the next file the
+    runner opened would take the free descriptor, and whatever wrote to "stdout" then (a
+    step's process inherits it) would write into a marker or a lease.
+    """
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        if getattr(sys, name) is not None:
+            continue
+        try:
+            os.fstat(fd)
+            continue  # open after all: not ours to replace
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        setattr(sys, name, open(fd, mode, closefd=False))  # noqa: SIM115 (the process's own stream)
+
+
 def _plain_help_off_a_terminal() -> None:
     """``--help`` into a pipe or a file is click's plain text: rich's panels cut long option
     names (``--lease-heartbe``) to fit 80 columns, and a script reading the help needs them whole."""
@@ -139,6 +162,7 @@ def command_line(argv: list[str] | None = None) -> None:
     # at the default thresholds the cyclic collector ran 256 times over a 10,000-step plan,
     # a sixth of its time. Collections stay, only rarer.
     gc.set_threshold(100_000, 50, 50)
+    _standard_streams_open()
     _plain_help_off_a_terminal()
     try:
         args = _bare_jobs(list(sys.argv[1:] if argv is None else argv))

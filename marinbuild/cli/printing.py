@@ -6,7 +6,9 @@ Plain text never imports rich; a table on a terminal does (through :mod:`marinbu
 
 from __future__ import annotations
 
+import errno
 import functools
+import os
 import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -31,7 +33,14 @@ class LazyConsole:
     def console(self) -> Console:
         from rich.console import Console
 
-        return Console(**self._options)
+        class _Console(Console):
+            def on_broken_pipe(self) -> None:
+                # rich ends the process (exit status 1) from wherever it printed: inside a run,
+                # with its steps left RUNNING. The command stops as for Ctrl-C and exits 141.
+                self.quiet = True
+                raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+        return _Console(**self._options)
 
     def print(self, *objects: Any, **options: Any) -> None:
         self.console.print(*objects, **options)

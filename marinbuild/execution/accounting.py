@@ -18,7 +18,7 @@ each, or nothing when there is no history.
 
 from __future__ import annotations
 
-import json
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +27,7 @@ from typing import Any
 
 from marinbuild.errors import ResourceError
 from marinbuild.resources import as_request
+from marinbuild.store.json_text import loads_or_none, number_or_none
 from marinbuild.tpu_types import tpu_topology
 
 __all__ = [
@@ -113,8 +114,8 @@ def attempt_usage(entry: Mapping[str, Any], fallback: Mapping[str, Any] | None =
         return Usage()
     own = entry.get("held")
     held: Mapping[str, Any] = own if isinstance(own, Mapping) else fallback or {}
-    duration = entry.get("duration_s")
-    hours = float(duration) / 3600 if isinstance(duration, (int, float)) and duration > 0 else 0.0
+    duration = number_or_none(entry.get("duration_s"))
+    hours = duration / 3600 if duration is not None and 0 < duration < math.inf else 0.0
     return Usage(
         hours,
         hours * _number(held.get("cores")),
@@ -149,13 +150,13 @@ def provisioned_usage(entry: Mapping[str, Any]) -> Usage:
 
 
 def _number(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+    return number_or_none(value) or 0.0
 
 
 def parse_time(text: Any) -> float | None:
     """Seconds since the epoch of a ledger timestamp (ISO 8601), or None."""
     if isinstance(text, (int, float)):
-        return float(text)
+        return number_or_none(text)
     if not isinstance(text, str):
         return None
     try:
@@ -253,10 +254,5 @@ def estimates_for(storage: Any, graph: Any, names: Sequence[str]) -> dict[str, E
 
 
 def _json(text: str | None) -> dict[str, Any] | None:
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
+    value = loads_or_none(text)
     return value if isinstance(value, dict) else None

@@ -29,6 +29,7 @@ the loop as events: only the loop changes the scheduler's state or talks to the 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import heapq
 import queue
@@ -43,7 +44,7 @@ from marinbuild.backends.base import Backend, Grant, Job, Outcome, Running
 from marinbuild.backends.held_signals import HeldSignals
 from marinbuild.errors import LeaseLost, MarinbuildError
 from marinbuild.execution.admission import JOBS_WAIT, LEASE_WAIT
-from marinbuild.execution.reporting import Failure, Reporter, Summary
+from marinbuild.execution.reporting import Failure, NullReporter, Reporter, Summary
 from marinbuild.execution.step_records import DependencyBusy, RunContext, commit, prepare, record_failure
 from marinbuild.graph import StepNode
 from marinbuild.planner import Plan
@@ -256,6 +257,14 @@ class Scheduler:
                     self._loop()
                 except KeyboardInterrupt:
                     self._interrupt()
+                except BaseException:
+                    # Whatever else ended the loop (the reader of the run's output went away, a
+                    # bug) stops the steps as Ctrl-C does, each marked, before it is reported;
+                    # the reporter may be what failed, so the stop says nothing more.
+                    self.reporter = NullReporter()
+                    with contextlib.suppress(BaseException):
+                        self._interrupt()
+                    raise
         finally:
             self.store_work.close()
         self.summary.not_started = (

@@ -27,6 +27,7 @@ from typing import Any
 
 from marinbuild.store.errors import StorageError
 from marinbuild.store.json_notes import read_json_many, write_json_note
+from marinbuild.store.json_text import loads_or_none
 from marinbuild.store.storage import Storage
 
 __all__ = ["LEDGER", "PROGRESS_NOTE", "AttemptLedger", "ended_progress_note", "iso_time", "read_attempts",
@@ -49,7 +50,7 @@ def read_attempts(storage: Storage, output_path: str) -> tuple[dict[str, Any], .
     """The attempts recorded in a step's ledger; none when it is absent or unreadable (it is then replaced)."""
     try:
         text = storage.read_text(Storage.join(output_path, LEDGER))
-        prior = json.loads(text) if text else {}
+        prior = loads_or_none(text) or {}
         return tuple(a for a in prior.get("attempts", []) if isinstance(a, dict))
     except (OSError, ValueError, AttributeError, StorageError):
         return ()

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from marinbuild.store.errors import StorageError
+from marinbuild.store.json_text import loads_or_none
 from marinbuild.store.markers import read_texts
 from marinbuild.store.storage import Storage
 
@@ -27,10 +28,9 @@ def read_json_many(storage: Storage, paths: Iterable[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     texts, _ = read_texts(storage, paths)
     for path, text in texts.items():
-        try:
-            out[path] = json.loads(text)
-        except ValueError:
-            continue
+        value = loads_or_none(text)
+        if value is not None:
+            out[path] = value
     return out
 
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 
 from marinbuild.store.conditional import ConditionalStore, Versioned
 from marinbuild.store.errors import UserError
+from marinbuild.store.json_text import loads_or_none, number_or_none
 from marinbuild.store.markers import MARKER_DIR, read_texts
 from marinbuild.store.retry import each_request_within
 from marinbuild.store.storage import Storage
@@ -330,10 +331,7 @@ class LeaseRecord:
         [:data:`MIN_EXPIRY`, :data:`MAX_EXPIRY`] (a waiter never waits forever) or dropped
         when it is no positive number, and an owner without a plausible pid is no owner.
         """
-        try:
-            raw = json.loads(text)
-        except ValueError:
-            return None
+        raw = loads_or_none(text)
         if not isinstance(raw, dict) or not isinstance(raw.get("owner"), dict):
             return None
         owner = _parse_owner(raw["owner"])
@@ -373,10 +371,8 @@ def _shown(value: object) -> str:
 
 
 def _wall_time(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return 0.0
-    t = float(value)
-    return t if math.isfinite(t) and 0 <= t <= _LATEST_WALL else 0.0
+    t = number_or_none(value)
+    return t if t is not None and math.isfinite(t) and 0 <= t <= _LATEST_WALL else 0.0
 
 
 def _lease_count(value: object) -> int:
@@ -384,10 +380,8 @@ def _lease_count(value: object) -> int:
 
 
 def _expiry(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    seconds = float(value)
-    if math.isnan(seconds) or seconds <= 0:
+    seconds = number_or_none(value)
+    if seconds is None or math.isnan(seconds) or seconds <= 0:
         return None  # no promise at all: the waiter's own expiry applies
     return min(max(seconds, MIN_EXPIRY), MAX_EXPIRY)
 

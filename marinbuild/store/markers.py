@@ -32,6 +32,7 @@ from typing import Any
 
 import xxhash
 
+from marinbuild.store.json_text import loads_or_none, number_or_none
 from marinbuild.store.retry_counts import valid_retries_code
 from marinbuild.store.storage import Storage
 
@@ -148,11 +149,13 @@ def parse_status(text: str, path: str) -> StatusRecord:
         raw, end = _scan_json(text, 0)
         if end != len(text):
             raise ValueError(text)
-    except (ValueError, StopIteration):
+    except (ValueError, StopIteration, RecursionError):
         try:
             raw = json.loads(text)
         except ValueError as e:
             return StatusRecord.unreadable(path, f"not valid JSON ({e})")
+        except RecursionError:
+            return StatusRecord.unreadable(path, "JSON nested too deeply")
     if not isinstance(raw, dict):
         return StatusRecord.unreadable(path, f"not a JSON object but {type(raw).__name__}")
     status = raw.get("status")
@@ -233,10 +236,8 @@ def _plain_record(raw: dict[str, Any], status: str) -> StatusRecord | None:
 
 
 def _finite(value: Any, default: float | None) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return default
-    number = float(value)
-    return number if math.isfinite(number) and number >= 0 else default
+    number = number_or_none(value)
+    return number if number is not None and math.isfinite(number) and number >= 0 else default
 
 
 def _text(value: Any) -> str | None:
@@ -370,12 +371,7 @@ def read_info(storage: Storage, output: str) -> dict[str, Any] | None:
         text = storage.read_text(info_path(output))
     except (UnicodeDecodeError, IsADirectoryError, PermissionError):
         return None
-    if text is None:
-        return None
-    try:
-        info = json.loads(text)
-    except ValueError:
-        return None
+    info = loads_or_none(text)
     if not isinstance(info, dict):
         return None
     if not isinstance(info.get("start_time", 0), (int, float)):

@@ -92,3 +92,19 @@ def test_a_held_signal_whose_action_is_the_default_ends_the_process_at_release()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == -signal.SIGTERM, done.stderr
     assert done.stdout.splitlines() == ["survived the hold"]
+
+
+def test_a_signal_held_until_it_is_ignored_is_dropped(seen: list[int]) -> None:
+    # A hold a storm left suspended is released by the collector after the command set the
+    # signal to be ignored: what it noted is not raised into the collector then.
+    held = HeldSignals()
+    held.install()
+    held.hold()
+    _signal_self(signal.SIGTERM)
+    held.uninstall()
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        held.release()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert seen == [] and held.received == []
