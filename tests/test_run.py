@@ -668,3 +668,15 @@ def test_the_summary_counts_steps_another_runner_finished_apart():
     console = Console(record=True, width=200)
     print_summary(console, Summary(total=3, done=3, finished_elsewhere=["b"]))
     assert console.export_text().startswith("2 done, 0 failed, 0 up to date, 1 finished by another runner in ")
+
+
+def test_run_json_keeps_stdout_to_json_lines_when_there_is_nothing_to_do(project):
+    write_marinfile(project, 'from marinbuild import step\nstep("a", cmd="echo ok > {output}/o")\n')
+    first = marinbuild("run", "--json", "--prefix", "out", cwd=project)
+    again = marinbuild("run", "--json", "--prefix", "out", cwd=project)
+    for result in (first, again):
+        assert result.returncode == 0, result.stderr
+        for line in result.stdout.splitlines():
+            json.loads(line)  # every line of stdout is an event
+    assert [json.loads(line)["event"] for line in first.stdout.splitlines()][-1] == "summary"
+    assert "nothing to do: 1 step up to date" in again.stderr

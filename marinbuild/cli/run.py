@@ -99,7 +99,8 @@ def run_command(
     quiet = params.quiet
     voice = RunVoice(
         reporter=lambda: _reporter(quiet, params.json),
-        echo=_silent if quiet else lambda line: out.print(line, markup=False, highlight=False),
+        # With --json, stdout holds JSON lines only: "nothing to do" and what TPU hosts say go to stderr.
+        echo=_silent if quiet else _to_stderr if params.json else lambda line: out.print(line, markup=False, highlight=False),
         warn=lambda line: err.print(line, markup=False),
         on_output=step_line_printer(params.json, "output", "[{step}] {text}") if params.prints_output else None,
         on_command=step_line_printer(params.json, "command", "[{step}] $ {text}") if params.print_commands else None,
@@ -157,6 +158,10 @@ def commands_to_run(planned: PlannedRun) -> list[tuple[str, str]]:
 
 def _silent(line: str) -> None:
     pass
+
+
+def _to_stderr(line: str) -> None:
+    err.print(line, markup=False, highlight=False)
 
 
 def _stop_on_signals() -> None:
