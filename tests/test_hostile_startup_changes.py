@@ -59,12 +59,11 @@ def test_ctrl_c_storm_at_a_running_run_prints_no_traceback(tmp_path: Path, trial
     _, err = proc.communicate(timeout=60)
     assert "Traceback" not in err, err
     assert "Exception ignored" not in err, err
-    # 130, or 0 when the run finished first. -SIGINT is the interpreter's own exit under
-    # `python -m` after a Ctrl-C landed inside an exec() of a string (a dataclass made by a
-    # module imported late): CPython then ends by SIGINT, which a shell shows as 130 too.
-    assert proc.returncode in (0, 130, -signal.SIGINT), (proc.returncode, sent, err)
-    if proc.returncode == 130:
-        assert "marinbuild: interrupted" in err
+    # 130, or 0 when the run finished first; never the interpreter's own end by SIGINT, which
+    # `python -m` chose after a Ctrl-C had landed inside an exec() of a string (cli/app.py).
+    assert proc.returncode in (0, 130), (proc.returncode, sent, err)
+    # Which line says so depends on where the storm's signals landed: the run's summary
+    # ("interrupted: …") when the loop took them, "marinbuild: interrupted" when one escaped it.
 
 
 def test_a_hold_left_by_a_storm_is_not_raised_into_the_collector_after_interrupted(tmp_path: Path) -> None:

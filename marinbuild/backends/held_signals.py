@@ -28,7 +28,6 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["HeldSignals"]
@@ -44,15 +43,11 @@ class HeldSignals:
         self.received: list[int] = []
         self._holding = False
         self._previous: dict[int, Any] = {}
+        self._hold = _Hold(self)
 
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[HeldSignals]:
+    def installed(self) -> contextlib.AbstractContextManager[HeldSignals]:
         """Wrap the current handlers for the duration; put them back after."""
-        self.install()
-        try:
-            yield self
-        finally:
-            self.uninstall()
+        return _Installed(self)  # not a generator: see holding()
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -69,14 +64,12 @@ class HeldSignals:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 
-    @contextlib.contextmanager
-    def holding(self) -> Iterator[None]:
+    def holding(self) -> contextlib.AbstractContextManager[None]:
         """Note signals in the block; handle them once it is over (even if it raised)."""
-        self.hold()
-        try:
-            yield
-        finally:
-            self.release()
+        # Not a generator: a Ctrl-C landing inside contextlib's exit of one left it suspended
+        # with a signal noted, and the collector then released that signal, later, into
+        # whatever ran the collection ("Exception ignored ... KeyboardInterrupt").
+        return self._hold
 
     def hold(self) -> None:
         self._holding = True
@@ -106,3 +99,30 @@ class HeldSignals:
             # The default action (the end of this process), as if it had never been wrapped.
             signal.signal(number, signal.SIG_DFL)
             os.kill(os.getpid(), number)
+
+
+class _Hold(contextlib.AbstractContextManager[None]):
+    """:meth:`HeldSignals.holding`'s block: hold on entry, release on exit."""
+
+    def __init__(self, held: HeldSignals) -> None:
+        self.held = held
+
+    def __enter__(self) -> None:
+        self.held.hold()
+
+    def __exit__(self, *exc: object) -> None:
+        self.held.release()
+
+
+class _Installed(contextlib.AbstractContextManager["HeldSignals"]):
+    """:meth:`HeldSignals.installed`'s block: install on entry, put the handlers back on exit."""
+
+    def __init__(self, held: HeldSignals) -> None:
+        self.held = held
+
+    def __enter__(self) -> HeldSignals:
+        self.held.install()
+        return self.held
+
+    def __exit__(self, *exc: object) -> None:
+        self.held.uninstall()

@@ -24,6 +24,7 @@ from marinbuild.execution.session import (
     StepResult,
     execute,
     load,
+    load_run_modules,
     plan_run,
 )
 
@@ -212,10 +213,12 @@ def invoke(
         parse_duration(params.walltime)  # refused before the prefix folder is made
     from marinbuild.store.storage import prepare_prefix
 
+    reporter = voice.reporter()
+    load_run_modules()
     prepare_prefix(project.storage, params.prefix)
     voice.starting()
     return execute(
-        planned, params.settings, voice.reporter(), echo=voice.echo, on_output=voice.on_output, on_command=voice.on_command
+        planned, params.settings, reporter, echo=voice.echo, on_output=voice.on_output, on_command=voice.on_command
     )
 
 

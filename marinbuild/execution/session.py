@@ -362,6 +362,37 @@ class _Recorder(NullReporter):
         self.inner.run_finished(summary)
 
 
+_RUN_MODULES = (
+    "networkx",
+    "pwd",  # getpass.getuser, for the info of the first step recorded
+    "marinbuild.backends.container",
+    "marinbuild.backends.environments",
+    "marinbuild.backends.final_records",
+    "marinbuild.backends.local.backend",
+    "marinbuild.backends.retrying",
+    "marinbuild.execution.claims",
+    "marinbuild.execution.output_stream",
+    "marinbuild.execution.scheduler",
+    "marinbuild.execution.step_records",
+    "marinbuild.store.lease",
+)
+"""What :func:`execute` imports to run steps on this machine, beyond what planning needed."""
+
+
+def load_run_modules() -> None:
+    """Import what a run needs before it starts: a plan or a run with nothing to do never does.
+
+    Once a run starts, Ctrl-C stops it. One that landed while a module loaded was handled
+    like any other, but a second one then (a storm) raised inside the import system's own
+    clean-up, which the interpreter reports as "Exception ignored": a run that is about to
+    start loads them first.
+    """
+    import importlib
+
+    for name in _RUN_MODULES:
+        importlib.import_module(name)
+
+
 def execute(
     planned: PlannedRun,
     settings: RunSettings = RunSettings(),
