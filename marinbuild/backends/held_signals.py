@@ -14,12 +14,13 @@ stuck step of bookkeeping never makes Ctrl-C useless.
 
 Example::
 
-    held = HeldSignals(second_goes_through=True)
+    events = queue.SimpleQueue()
+    held = HeldSignals(second_goes_through=True, on_noted=lambda: events.put(WAKE))
     with held.installed():
         while work:
             with held.holding():
-                handle_one_event()      # a Ctrl-C here raises only after it
-            wait_for_the_next_event()   # a Ctrl-C here raises at once
+                event = events.get()    # a Ctrl-C ends the wait (WAKE) ...
+                handle(event)           # ... and raises only once the event is handled
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import contextlib
 import os
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["HeldSignals"]
@@ -38,8 +40,10 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 class HeldSignals:
     """SIGINT and SIGTERM, noted while held and handled on release (on the main thread only)."""
 
-    def __init__(self, second_goes_through: bool = False) -> None:
+    def __init__(self, second_goes_through: bool = False, on_noted: Callable[[], None] | None = None) -> None:
         self.second_goes_through = second_goes_through
+        self.on_noted = on_noted
+        """Called (from the signal handler) when a signal is noted: to wake a wait inside a hold."""
         self.received: list[int] = []
         self._holding = False
         self._previous: dict[int, Any] = {}
@@ -84,6 +88,8 @@ class HeldSignals:
     def _on_signal(self, number: int, frame: Any) -> None:
         if self._holding and not (self.second_goes_through and self.received):
             self.received.append(number)
+            if self.on_noted is not None:
+                self.on_noted()
             return
         self._deliver(number)
 

@@ -16,7 +16,7 @@ A failed step stops new starts unless ``keep_going``; its dependants never start
 exception while preparing, launching or recording one step fails that step with its error
 (its marker says ``FAILED``, its resources and claim are given back); the run goes on.
 
-Readiness comes from the plan's networkx graph: a step is ready once every dependency
+Readiness comes from each step's dependencies: a step is ready once every dependency
 that runs in this plan has succeeded.
 
 What a step asks of the store on its way in (its claim, its RUNNING marker) and on its way
@@ -119,10 +119,17 @@ class _Committed:
     """Set when the outcome could not be recorded."""
 
 
+class _Wake:
+    """The event a Ctrl-C puts on the queue to end the loop's wait (handled as nothing)."""
+
+
+_WAKE = _Wake()
+
+
 class _StoreWork:
     """Where a step's store round trips run: inline on local disk, on a pool of threads otherwise."""
 
-    def __init__(self, events: queue.Queue[tuple[str, Any]], threads: int) -> None:
+    def __init__(self, events: queue.SimpleQueue[tuple[str, Any]], threads: int) -> None:
         self._events = events
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="marinbuild-store") if threads else None
         self.in_flight: set[str] = set()
@@ -218,11 +225,14 @@ class Scheduler:
         self.options = options
         self.admission = admission or _Unlimited()
         self.claims = claims or _NoClaims()
-        self.events: queue.Queue[tuple[str, Outcome | _ClaimLost | _StoreDone]] = queue.Queue()
+        # A SimpleQueue: its put may be called from a signal handler (see _wake), and its get
+        # hands over an event without Python code in between that a Ctrl-C could interrupt.
+        self.events: queue.SimpleQueue[tuple[str, Outcome | _ClaimLost | _StoreDone | _Wake]] = queue.SimpleQueue()
         self.claims.watch(lambda name, why: self.events.put((name, _ClaimLost(why))))
         self.running: dict[str, _Active] = {}
         self.summary = Summary()
-        self._signals = HeldSignals(second_goes_through=True)  # a second Ctrl-C is never held
+        # A second Ctrl-C is never held; the first wakes the wait for the next event.
+        self._signals = HeldSignals(second_goes_through=True, on_noted=self._wake)
         remote = getattr(ctx.storage, "keeps_summary", False)
         self.store_work = _StoreWork(self.events, min(32, max(8, 2 * (options.jobs or 8))) if remote else 0)
         self._starting: dict[str, Grant] = {}  # claimed and prepared on a store thread, not started yet
@@ -231,12 +241,17 @@ class Scheduler:
         to_run = plan.to_run()
         self._index = {n: i for i, n in enumerate(plan.order)}
         members = set(to_run)
+        # From each step's own dependencies, in plan order (as the plan's networkx graph lists
+        # them): a run need not import networkx, 18 MB and a tenth of a second.
+        nodes = plan.steps.nodes
         self._pending: dict[str, int] = {}
-        self._dependants: dict[str, list[str]] = {}
-        if to_run:  # a run with nothing to do does not import networkx
-            graph = plan.graph
-            self._pending = {n: sum(1 for d in graph.predecessors(n) if d in members) for n in to_run}
-            self._dependants = {n: [c for c in graph.successors(n) if c in members] for n in to_run}
+        self._dependants: dict[str, list[str]] = {n: [] for n in to_run}
+        for n in plan.order:
+            if n in members:
+                deps = [d for d in nodes[n].deps if d in members]
+                self._pending[n] = len(deps)
+                for d in deps:
+                    self._dependants[d].append(n)
         self._ready: list[tuple[int, str]] = [(self._index[n], n) for n in to_run if self._pending[n] == 0]
         heapq.heapify(self._ready)
         self._waiting: dict[str, float] = {}  # leased elsewhere: name -> next check time
@@ -274,8 +289,8 @@ class Scheduler:
         return self.summary
 
     def _loop(self) -> None:
-        # Ctrl-C and SIGTERM are taken while the loop waits for an event, never halfway through
-        # handling one or starting a step: a step is then either listed as running (and
+        # Ctrl-C and SIGTERM end the loop's wait for an event and are taken then, never halfway
+        # through handling one or starting a step: a step is then either listed as running (and
         # cancelled) or not started, and a finished one has its outcome recorded.
         holding = self._signals.holding
         while True:
@@ -285,14 +300,22 @@ class Scheduler:
                 if not self.running and not self.store_work.in_flight and not (self._waiting and not self._stopping):
                     self._give_up_on_blocked()
                     return
-            try:
-                name, event = self.events.get(timeout=self._next_wakeup())
-            except queue.Empty:
-                continue
+            # The wait is held too: a Ctrl-C raised inside it could take an event off the queue
+            # and lose it (a finished step left RUNNING). The Ctrl-C wakes it instead (_wake),
+            # and is raised once what was taken is handled.
             with holding():
+                try:
+                    name, event = self.events.get(timeout=self._next_wakeup())
+                except queue.Empty:
+                    continue
                 self._handle(name, event)
 
-    def _handle(self, name: str, event: Outcome | _ClaimLost | _StoreDone) -> None:
+    def _wake(self) -> None:
+        self.events.put(("", _WAKE))  # SimpleQueue.put: safe inside a signal handler
+
+    def _handle(self, name: str, event: Outcome | _ClaimLost | _StoreDone | _Wake) -> None:
+        if isinstance(event, _Wake):
+            return
         if isinstance(event, _StoreDone):
             self.store_work.finished(name)
             event.then(event.result)

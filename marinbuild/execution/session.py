@@ -363,7 +363,6 @@ class _Recorder(NullReporter):
 
 
 _RUN_MODULES = (
-    "networkx",
     "pwd",  # getpass.getuser, for the info of the first step recorded
     "marinbuild.backends.container",
     "marinbuild.backends.environments",

@@ -108,3 +108,15 @@ def test_a_signal_held_until_it_is_ignored_is_dropped(seen: list[int]) -> None:
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert seen == [] and held.received == []
+
+
+def test_a_signal_noted_while_holding_calls_on_noted_to_end_a_wait(seen: list[int]) -> None:
+    import queue
+
+    events: queue.SimpleQueue[str] = queue.SimpleQueue()
+    held = HeldSignals(on_noted=lambda: events.put("wake"))
+    with held.installed():
+        with held.holding():
+            _signal_self(signal.SIGTERM)
+            assert events.get(timeout=5) == "wake" and seen == []  # the wait ended, the signal still held
+        assert seen == [signal.SIGTERM]
