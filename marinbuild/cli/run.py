@@ -101,7 +101,7 @@ def run_command(
         reporter=lambda: _reporter(quiet, params.json),
         # With --json, stdout holds JSON lines only: "nothing to do" and what TPU hosts say go to stderr.
         echo=_silent if quiet else _to_stderr if params.json else lambda line: out.print(line, markup=False, highlight=False),
-        warn=lambda line: err.print(line, markup=False),
+        warn=_to_stderr,
         on_output=step_line_printer(params.json, "output", "[{step}] {text}") if params.prints_output else None,
         on_command=step_line_printer(params.json, "command", "[{step}] $ {text}") if params.print_commands else None,
         show_plan=lambda planned: _show_dry_run(planned, params),
