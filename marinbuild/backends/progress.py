@@ -86,6 +86,9 @@ class HangWatch:
     ``last_moved`` is the time (this machine's clock) of the last change seen, or of the
     watch's start. :meth:`stop` ends the watch; a hang reported is never reported again.
     ``on_moved(last_moved)``, when given, hears of the start and of each look that saw a change.
+    With ``from_first_change``, the clock starts at the first change instead of at once: for
+    work queued elsewhere (a Ray task waiting for a node) that announces its start in the
+    files watched, so that time spent waiting for resources is never taken for a hang.
     """
 
     def __init__(
@@ -95,8 +98,10 @@ class HangWatch:
         on_hang: Callable[[float], None],
         name: str = "marinbuild-progress",
         on_moved: Callable[[float], None] | None = None,
+        from_first_change: bool = False,
     ) -> None:
         self.timeout = timeout
+        self.from_first_change = from_first_change
         self.clock = ProgressClock()
         self._changed = changed
         self._on_hang = on_hang
@@ -107,6 +112,11 @@ class HangWatch:
 
     def _run(self) -> None:
         interval = poll_interval(self.timeout)
+        if self.from_first_change:
+            while not self._changed():
+                if self._stop.wait(interval):
+                    return
+            self.clock.moved()
         if self._on_moved is not None:
             self._on_moved(self.clock.last)
         while not self._stop.wait(interval):

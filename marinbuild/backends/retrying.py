@@ -293,6 +293,7 @@ class _StepRun:
                 timeout_s, FileProgress([job.log_file, progress]).changed,
                 lambda last: self._hung(number, last, timeout_s), name=f"progress-{job.name}",
                 on_moved=lambda last: write_progress_note(out, number, last, timeout_s),
+                from_first_change=bool(getattr(self.inner, "announces_start", False)),
             )
         handle = self.inner.start(job, lambda outcome: self._attempt_done(number, outcome))
         with self._lock:

@@ -58,7 +58,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from marinbuild.backends.base import Backend, Job, Outcome, wall_time_exceeded
+from marinbuild.backends.base import PROGRESS_VAR, Backend, Job, Outcome, wall_time_exceeded
 from marinbuild.backends.environments import runtime_env_of, spec_of
 from marinbuild.backends.final_records import RecordedOutcome, record
 from marinbuild.backends.local.backend import _describe_exit
@@ -222,6 +222,8 @@ class TaskSpec:
     lease: TaskLease | None = None
     environment: Mapping[str, Any] | None = None
     """The step's Python environment as ``info.json`` records it (Ray installs it)."""
+    announce_start: bool = False
+    """Touch ``$MARINBUILD_PROGRESS`` on starting: the driver watches it for hangs."""
 
 
 @dataclass(frozen=True)
@@ -240,6 +242,9 @@ class TaskResult:
 
 class RayBackend:
     """Submit the steps placed on Ray as tasks; every other step goes to ``fallback(node)``."""
+
+    announces_start = True
+    """A task may wait in Ray's queue for a node; it touches the step's progress file once it starts."""
 
     def __init__(
         self,
@@ -283,6 +288,7 @@ class RayBackend:
             fresh_output=step.fresh_output or self.fresh_output,
             lease=self.lease_for(job) if self.lease_for is not None else self._fence(storage, job),
             environment=environment.to_json() if (environment := spec_of(job)) is not None else None,
+            announce_start=job.progress_timeout is not None and not self.watches_progress(job),
         )
 
     def _fence(self, storage: Storage, job: Job) -> LeaseFence | None:
@@ -427,6 +433,7 @@ def execute_task(spec: TaskSpec) -> TaskResult:
             return TaskResult(False, now, now, "lease lost before the step started", attempt=attempt, recorded=False)
         write_status(storage, out, RUNNING, owner=owner)
         started = time.time()
+        _announce_start(spec)
         with _log_fd(spec, storage) as log_fd:
             if attempt > 1:
                 os.write(log_fd, f"marinbuild: attempt {attempt} (an earlier Ray worker was lost)\n".encode())
@@ -452,6 +459,24 @@ def execute_task(spec: TaskSpec) -> TaskResult:
         info["environment"] = dict(spec.environment)
     record(storage, out, info, outcome, owner=owner)
     return TaskResult(outcome.ok, started, ended, error, code, attempt=attempt, host=socket.gethostname())
+
+
+def _announce_start(spec: TaskSpec) -> None:
+    """Touch the step's progress file on a shared disk: the driver's hang clock starts there.
+
+    Time the task spent queued for a node is not a hang. Only a step the driver watches
+    (a ``progress_timeout``, its log on a disk both share) is told.
+    """
+    progress = spec.env.get(PROGRESS_VAR)
+    if not spec.announce_start or not progress:
+        return
+    try:
+        os.makedirs(os.path.dirname(progress), exist_ok=True)
+        with open(progress, "a"):
+            pass
+        os.utime(progress)
+    except OSError:
+        pass  # best effort: a step that shows no progress of its own is then called hung, as before
 
 
 def _token(owner: str | None) -> str | None:

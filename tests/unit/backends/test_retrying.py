@@ -234,3 +234,47 @@ def test_a_finished_local_step_leaves_no_reference_cycle_behind(tmp_path: Path) 
         gc.set_debug(0)
         gc.garbage.clear()
     assert kept == []
+
+
+class _Queued:
+    """Waits silently (queued for a node), writes its start line to the log, then succeeds at once."""
+
+    def __init__(self, announces_start: bool, queued_s: float) -> None:
+        self.announces_start = announces_start
+        self.queued_s = queued_s
+        self.jobs: list[Job] = []
+        self.cancelled: list[str] = []
+        self._stop = threading.Event()
+
+    def start(self, job: Job, on_done):  # type: ignore[no-untyped-def]
+        self.jobs.append(job)
+
+        def work() -> None:
+            began = time.time()
+            if self._stop.wait(self.queued_s):
+                on_done(Outcome(ok=False, started=began, ended=time.time(), error="cancelled"))
+                return
+            with open(job.log_file, "a") as log:
+                log.write("marinbuild: started on a node\n")
+            on_done(Outcome(ok=True, started=began, ended=time.time()))
+
+        threading.Thread(target=work).start()
+        return self
+
+    def cancel(self, reason: str) -> None:
+        self.cancelled.append(reason)
+        self._stop.set()
+
+
+@pytest.mark.parametrize("announces_start", [True, False])
+def test_time_queued_before_an_announced_start_is_not_a_hang(tmp_path: Path, monkeypatch, announces_start: bool) -> None:
+    monkeypatch.setenv("MARINBUILD_RETRY_BASE_DELAY", "0.001")
+    inner = _Queued(announces_start, queued_s=1.0)  # five times the progress timeout
+    done: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+    job = dataclasses.replace(_job(tmp_path), progress_timeout=0.2)
+    Retrying(inner, lambda name: RetryBudgets(hang=0)).start(job, done.put)  # type: ignore[arg-type]
+    outcome = done.get(timeout=20)
+    if announces_start:
+        assert outcome.ok and inner.cancelled == [] and len(inner.jobs) == 1
+    else:  # the loop cannot tell waiting from wedged: the clock ran from submission
+        assert not outcome.ok and outcome.cause is Cause.HANG and len(inner.cancelled) == 1
