@@ -114,15 +114,20 @@ class HeldResource:
     active_at: float | None = None
     deleted_at: float | None = None
     why_deleted: str | None = None
+    delete_error: str | None = None
+    """Why the last try to delete it failed, while it is still held (tried again later)."""
 
     def to_json(self) -> dict[str, object]:
-        return {
+        record: dict[str, object] = {
             "queued_resource": self.name, "tpu_type": self.tpu_type, "slices": self.count,
             "created_at": round(self.created_at, 3),
             "active_at": None if self.active_at is None else round(self.active_at, 3),
             "deleted_at": None if self.deleted_at is None else round(self.deleted_at, 3),
             "why_deleted": self.why_deleted,
         }
+        if self.delete_error is not None:
+            record["delete_error"] = self.delete_error
+        return record
 
 
 def node_labels(gcp: GcpSettings, request: ProvisionRequest) -> dict[str, str]:
@@ -273,13 +278,9 @@ class SliceProvider:
             self._wait_active(spec, record, cancel)
             self.current = self._read_nodes(spec)
         except BaseException as e:
-            why = "cancelled" if isinstance(e, ProvisionCancelled | KeyboardInterrupt) else "not provisioned"
-            try:
-                self._delete(record, why)
-            except TpuApiError as d:
-                # What went wrong first decides the attempt (a cancel stays a cancel); what was
-                # made, if anything, is a leftover the next run or `marinbuild tpu down` deletes.
-                self.report(f"could not delete queued resource {spec.name}: {d}")
+            # What went wrong first decides the attempt (a cancel stays a cancel); a delete
+            # that fails too is reported and tried again when the step ends.
+            self._delete(record, "cancelled" if isinstance(e, ProvisionCancelled | KeyboardInterrupt) else "not provisioned")
             raise
         record.active_at = self.clock()
         self.on_phase("ready", record.active_at, spec.name)
@@ -387,20 +388,34 @@ class SliceProvider:
             self._delete(record, why)
 
     def release(self, why: str = "step ended") -> None:
-        """Delete everything still held (the attempt or the step is over)."""
-        self.discard(why)
+        """Delete everything still held (the attempt or the step is over), a failed delete again."""
+        self.current = None
         for r in self.held:
             if r.deleted_at is None:
                 self._delete(r, why)
 
-    def _delete(self, record: HeldResource, why: str) -> None:
+    def _delete(self, record: HeldResource, why: str) -> bool:
+        """Delete one queued resource; whether it is gone.
+
+        A delete the API keeps refusing leaves the record held, with its ``delete_error``: it
+        is reported, its hours go on counting, the next :meth:`release` and the exit handler
+        try again, and ``marinbuild tpu down`` (or the next run) finds it by its labels. Never
+        raised: a slice that could not be deleted must not turn the step's outcome into an error.
+        """
         try:
             self.api.delete(record.name, force=True)
-        finally:
-            record.deleted_at = self.clock()
-            record.why_deleted = why
-            with _LIVE_LOCK:
-                _LIVE.pop(f"{id(self)}:{record.name}", None)
+        except TpuApiError as e:
+            record.delete_error = str(e)
+            self.report(f"could not delete queued resource {record.name} ({why}): {str(e).rstrip('.')}; "
+                        "it is tried again when the step ends and when this run exits "
+                        "(`marinbuild tpu down` deletes it too)")
+            return False
+        record.deleted_at = self.clock()
+        record.why_deleted = why
+        record.delete_error = None
+        with _LIVE_LOCK:
+            _LIVE.pop(f"{id(self)}:{record.name}", None)
+        return True
 
     def ledger(self, since: int = 0) -> list[dict[str, object]]:
         """The queued resources held so far (from the ``since``-th on), for ``attempts.json``."""

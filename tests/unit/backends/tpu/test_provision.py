@@ -170,3 +170,47 @@ def test_an_emulators_ssh_ports_are_used_unless_the_cluster_file_names_one(tmp_p
         second = SliceProvider(TpuApi(cluster.gcp), pinned, ProvisionRequest("s", "/o/s-1", "/o", "v4-8", 2), poll=0.01)
         assert sorted(s.hosts for s in second.acquire(threading.Event()).specs) == [("10.2.0.2",), ("10.2.0.3",)]
         second.release()
+
+
+def test_a_delete_the_api_refuses_keeps_the_queued_resource_held_until_a_later_one_succeeds(
+        emulator: TpuApiEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from marinbuild.backends.tpu import provision
+
+    monkeypatch.setattr(tpu_api, "_RETRY_DELAY_S", 0.01)
+    lines: list[str] = []
+    p = provider(emulator, tmp_path)
+    p.report = lines.append
+    got = p.acquire(threading.Event())
+    emulator.unavailable_next(tpu_api._TRIES)  # every try of the first delete is refused
+    p.release("attempt ended")  # never raises: the attempt's outcome stands
+    assert emulator.queued_resource_names() == [got.queued_resource]  # still there, still costing
+    [held] = p.ledger()
+    assert held["deleted_at"] is None and held["why_deleted"] is None and "currently unavailable" in str(held["delete_error"])
+    failures = [line for line in lines if line.startswith("could not delete")]
+    assert len(failures) == 1 and failures[0].startswith(
+        f"could not delete queued resource {got.queued_resource} (attempt ended): TPU API: deleting"), lines
+    assert failures[0].endswith("unavailable; it is tried again when the step ends and when this run exits "
+                                "(`marinbuild tpu down` deletes it too)"), failures
+    assert any(name == got.queued_resource for _, name in provision._LIVE.values())  # the exit handler's too
+    p.release()  # the step ends: tried again, and this time it goes
+    assert emulator.queued_resource_names() == []
+    [held] = p.ledger()
+    assert held["deleted_at"] >= held["created_at"] and held["why_deleted"] == "step ended"
+    assert "delete_error" not in held
+    assert not any(name == got.queued_resource for _, name in provision._LIVE.values())
+    assert len([line for line in lines if line.startswith("could not delete")]) == 1
+
+
+def test_the_exit_handler_deletes_a_queued_resource_whose_delete_failed(
+        emulator: TpuApiEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from marinbuild.backends.tpu import provision
+
+    monkeypatch.setattr(tpu_api, "_RETRY_DELAY_S", 0.01)
+    monkeypatch.setattr(provision, "_LIVE", {})
+    p = provider(emulator, tmp_path)
+    got = p.acquire(threading.Event())
+    emulator.unavailable_next(tpu_api._TRIES)
+    p.release()
+    assert emulator.queued_resource_names() == [got.queued_resource]
+    provision._delete_live()  # what atexit runs
+    assert emulator.queued_resource_names() == []
