@@ -30,6 +30,8 @@ def test_a_silent_ray_task_is_cancelled_as_a_hang_and_its_retry_succeeds(ray_clu
     assert [(a["class"], a["backend"]) for a in record["attempts"]] == [("HANG", "ray"), ("SUCCESS", "ray")]
     assert record["retries"]["hang"] == {"used": 1, "max": 2}
     assert (out / "out").read_text() == "done\n"
+    status = json.loads(marinbuild("status", "--json", cwd=project).stdout)[0]  # the task's own marker
+    assert status["status"] == "SUCCESS" and status["retries"]["hang"] == {"used": 1, "max": 2}
     deadline = time.monotonic() + 60
     while live_processes_matching("sleep 3075") and time.monotonic() < deadline:
         time.sleep(0.1)  # Ray reaps a cancelled worker's group on its own time

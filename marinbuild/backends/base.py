@@ -96,6 +96,10 @@ class Job:
     walltime: float | None = None
     """The step's declared wall time, when ``timeout`` is only what is left of it for this
     attempt (the retry loop counts wall time across attempts); None: ``timeout`` is the whole."""
+    retries: Mapping[str, Any] | None = None
+    """The retry loop's counts before this attempt (``{"failure": {"used": 1, "max": 3}, ...}``):
+    the step's final counts if this attempt is its last, for a backend that writes the final
+    status marker itself (a Ray task, beside the work)."""
 
 
 def wall_time_exceeded(job: Job) -> str:

@@ -282,6 +282,7 @@ class _StepRun:
             job, attempt=number, timeout=timeout,
             walltime=job.walltime if job.walltime is not None else job.timeout,
             env={**job.env, ATTEMPT_VAR: str(number), PROGRESS_VAR: progress},
+            retries=self.counter.summary(),  # a last attempt adds nothing to them
         )
         write_header(job.log_file, number, "ray-node" if self.backend == "ray" else socket.gethostname(), self.backend)
         with self._lock:

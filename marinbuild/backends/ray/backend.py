@@ -224,6 +224,8 @@ class TaskSpec:
     """The step's Python environment as ``info.json`` records it (Ray installs it)."""
     announce_start: bool = False
     """Touch ``$MARINBUILD_PROGRESS`` on starting: the driver watches it for hangs."""
+    retries: Mapping[str, Any] | None = None
+    """The driver's retry counts before this attempt, for the final status marker."""
 
 
 @dataclass(frozen=True)
@@ -289,6 +291,7 @@ class RayBackend:
             lease=self.lease_for(job) if self.lease_for is not None else self._fence(storage, job),
             environment=environment.to_json() if (environment := spec_of(job)) is not None else None,
             announce_start=job.progress_timeout is not None and not self.watches_progress(job),
+            retries=job.retries,
         )
 
     def _fence(self, storage: Storage, job: Job) -> LeaseFence | None:
@@ -452,7 +455,8 @@ def execute_task(spec: TaskSpec) -> TaskResult:
     if not still_held:
         # The step belongs to another runner now: its markers, not these, must stand.
         return TaskResult(False, started, ended, "lease lost while running", code, attempt=attempt, recorded=False)
-    outcome = Outcome(ok=error is None, started=started, ended=ended, error=error, returncode=code)
+    outcome = Outcome(ok=error is None, started=started, ended=ended, error=error, returncode=code,
+                      retries=dict(spec.retries) if spec.retries is not None else None)
     info = read_info(storage, out) or {}
     info["ray"] = {"node_id": _node_id(), "pid": os.getpid(), "attempt": attempt, "host": socket.gethostname()}
     if spec.environment is not None:

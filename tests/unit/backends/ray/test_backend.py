@@ -16,6 +16,7 @@ from pathlib import Path
 from marinbuild.backends.ray.backend import LeaseFence, _attempt_of_owner, _token
 from marinbuild.store.lease import LeaseRecord, Owner, lease_path
 from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, log_path, read_status, write_status
+from marinbuild.store.retry_counts import decode_retries
 from marinbuild.store.storage import Storage
 from tests.helpers import REPO
 
@@ -125,3 +126,21 @@ def test_fence_check_reads_the_lease(tmp_path: Path) -> None:
 def test_owner_words() -> None:
     assert _token("host:12 abc/3") == "abc" and _attempt_of_owner("host:12 abc/3") == 3
     assert _token("host:12") is None and _token(None) is None and _attempt_of_owner("garbage") == 1
+
+
+def test_the_final_status_carries_the_drivers_retry_counts(tmp_path: Path) -> None:
+    out = tmp_path / "s-1"
+    counts = {"failure": {"used": 2, "max": 3}, "preemption": {"used": 0, "max": 100}, "hang": {"used": 1, "max": 2}}
+    assert _execute(tmp_path, out, "tok1", command="true", retries=counts)["ok"]
+    status = read_status(Storage.for_prefix(str(tmp_path)), str(out))
+    assert status is not None and status.status == SUCCESS
+    assert decode_retries(status.retries) == counts
+
+
+def test_a_progress_file_is_touched_on_start_only_when_the_driver_watches_it(tmp_path: Path) -> None:
+    for watched in (True, False):
+        out = tmp_path / f"s-{watched}"
+        progress = out / "logs" / "progress"
+        assert _execute(tmp_path, out, f"tok{watched}", command="true", announce_start=watched,
+                        env={"MARINBUILD_PROGRESS": str(progress)})["ok"]
+        assert progress.exists() is watched
