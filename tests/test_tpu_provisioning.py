@@ -168,6 +168,9 @@ def test_capacity_failures_are_outlasted_and_counted_apart(project: Path, emulat
     assert "no more capacity" in attempts[0]["message"]
     assert "provisioning retry 2 (within 120 s) in " in result.stdout + result.stderr
     assert len(emulator.deleted) == 3 and emulator.queued_resource_names() == []
+    out = Path(plan_json(project, "--cluster", str(cluster))["train"]["output_path"])
+    # The step log's closing line counts the attempts that never reached a host too.
+    assert "3 attempt(s): PROVISIONING, PROVISIONING, SUCCESS" in (out / "logs" / "step.log").read_text()
     shown = json.loads(marinbuild("status", "--json", cwd=project).stdout)
     retries = next(r for r in shown if r["name"] == "train")["retries"]
     assert retries["provisioning"]["used"] == 2 and retries["preemption"]["used"] == 0

@@ -104,12 +104,15 @@ class CreatedSlices:
         try:
             got = provider.acquire(cancel)
         except ProvisionCancelled as e:
+            step.ended_without_hosts(job.attempt, Cause.CANCELLED)
             return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cancelled=True,
                            cause=Cause.CANCELLED, details=self._details(provider, first))
         except CapacityUnavailable as e:
+            step.ended_without_hosts(job.attempt, Cause.PROVISIONING)
             return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cause=Cause.PROVISIONING,
                            fatal=e.timed_out, details=self._details(provider, first))
         except TpuApiError as e:
+            step.ended_without_hosts(job.attempt, Cause.INFRA)
             return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cause=Cause.INFRA,
                            details=self._details(provider, first))
         preempted: list[tuple[str, ...]] = []

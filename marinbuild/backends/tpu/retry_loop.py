@@ -266,6 +266,8 @@ class TpuStep:
         self.token = secrets.token_hex(6)
         self.answered: set[str] = set()  # hosts that answered SSH in an attempt: silence later is preemption
         self.attempts: list[TpuAttempt] = []
+        self.hostless: list[tuple[int, Cause]] = []
+        """Attempts that ended before any host was reached (no slice provisioned, cancelled while waiting)."""
 
     def ledger_head(self) -> dict[str, Any]:
         """What ``attempts.json`` says about the step at its top: command, env, static slices."""
@@ -383,10 +385,15 @@ class TpuStep:
             details={**attempt.details(), HELD_EXTRA: held}, fatal=attempt.fatal,
         )
 
+    def ended_without_hosts(self, number: int, cause: Cause) -> None:
+        """Count attempt ``number``, which ended with ``cause`` before reaching a host, in :meth:`summary`."""
+        self.hostless.append((number, cause))
+
     def summary(self) -> str:
-        """One line for the step's log once it ended."""
-        classes = ", ".join(a.classification.value for a in self.attempts)
-        return f"{len(self.attempts)} attempt(s): {classes or 'none finished'}; per-host logs in logs/slice_*_worker_*.log"
+        """One line for the step's log once it ended: every attempt, hosts reached or not."""
+        ended = sorted([(a.number, a.classification) for a in self.attempts] + self.hostless)
+        classes = ", ".join(cause.value for _, cause in ended)
+        return f"{len(ended)} attempt(s): {classes or 'none finished'}; per-host logs in logs/slice_*_worker_*.log"
 
 
 class TpuAttempts:
