@@ -223,7 +223,7 @@ class TaskSpec:
     environment: Mapping[str, Any] | None = None
     """The step's Python environment as ``info.json`` records it (Ray installs it)."""
     announce_start: bool = False
-    """Touch ``$MARINBUILD_PROGRESS`` on starting: the driver watches it for hangs."""
+    """Append to ``$MARINBUILD_PROGRESS`` on starting: the driver watches it for hangs."""
     retries: Mapping[str, Any] | None = None
     """The driver's retry counts before this attempt, for the final status marker."""
 
@@ -246,7 +246,7 @@ class RayBackend:
     """Submit the steps placed on Ray as tasks; every other step goes to ``fallback(node)``."""
 
     announces_start = True
-    """A task may wait in Ray's queue for a node; it touches the step's progress file once it starts."""
+    """A task may wait in Ray's queue for a node; it appends a line to the step's progress file once it starts."""
 
     def __init__(
         self,
@@ -466,19 +466,19 @@ def execute_task(spec: TaskSpec) -> TaskResult:
 
 
 def _announce_start(spec: TaskSpec) -> None:
-    """Touch the step's progress file on a shared disk: the driver's hang clock starts there.
+    """Append a line to the step's progress file on a shared disk: the driver's hang clock starts there.
 
     Time the task spent queued for a node is not a hang. Only a step the driver watches
-    (a ``progress_timeout``, its log on a disk both share) is told.
+    (a ``progress_timeout``, its log on a disk both share) is told. A line, not a touch: the
+    size changes even where modification times are coarse (a second on some NFS servers).
     """
     progress = spec.env.get(PROGRESS_VAR)
     if not spec.announce_start or not progress:
         return
     try:
         os.makedirs(os.path.dirname(progress), exist_ok=True)
-        with open(progress, "a"):
-            pass
-        os.utime(progress)
+        with open(progress, "a") as f:
+            f.write("started\n")
     except OSError:
         pass  # best effort: a step that shows no progress of its own is then called hung, as before
 
