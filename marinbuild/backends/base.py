@@ -15,10 +15,14 @@ budget. Optional hooks a backend may define, looked up by name:
   otherwise the loop watches ``job.log_file`` and the ``$MARINBUILD_PROGRESS`` file on this
   machine.
 * ``announces_start = True``: an attempt may wait for resources after ``start`` (a Ray task
-  queued for a node) and shows progress (a line in ``$MARINBUILD_PROGRESS``) once it really
-  starts; the loop's hang clock starts at the first change, so waiting is never taken for a hang.
+  queued for a node) and rewrites the step's ``RUNNING`` marker once it really starts; the
+  loop's hang clock starts there, so waiting is never taken for a hang.
 * ``ledger_head(job) -> Mapping``: fields the backend adds at the top of ``attempts.json``.
-* ``step_ended(job)``: called once after the step's last attempt (per-step state may go).
+* ``step_ended(job)``: called once after the step's last attempt (per-step state may go),
+  before its ledger is written.
+* ``amend_ledger(job, entries)``: called right after ``step_ended``; may correct earlier
+  attempts' entries with what only the step's end settled (a queued resource whose delete
+  failed at its attempt's end, deleted at the step's).
 """
 
 from __future__ import annotations

@@ -54,12 +54,12 @@ class ProgressClock:
             return self._now() - self.last
 
 
-def _state(path: str) -> tuple[int, int] | None:
+def _state(path: str) -> tuple[int, int, int] | None:
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return st.st_mtime_ns, st.st_size
+    return st.st_mtime_ns, st.st_size, st.st_ino  # a file replaced is a change, however coarse its times
 
 
 class FileProgress:
@@ -86,9 +86,9 @@ class HangWatch:
     ``last_moved`` is the time (this machine's clock) of the last change seen, or of the
     watch's start. :meth:`stop` ends the watch; a hang reported is never reported again.
     ``on_moved(last_moved)``, when given, hears of the start and of each look that saw a change.
-    With ``from_first_change``, the clock starts at the first change instead of at once: for
-    work queued elsewhere (a Ray task waiting for a node) that announces its start in the
-    files watched, so that time spent waiting for resources is never taken for a hang.
+    With ``started``, the clock starts once ``started()`` first says yes instead of at once:
+    for work queued elsewhere (a Ray task waiting for a node), so that time spent waiting for
+    resources is never taken for a hang.
     """
 
     def __init__(
@@ -98,10 +98,10 @@ class HangWatch:
         on_hang: Callable[[float], None],
         name: str = "marinbuild-progress",
         on_moved: Callable[[float], None] | None = None,
-        from_first_change: bool = False,
+        started: Callable[[], bool] | None = None,
     ) -> None:
         self.timeout = timeout
-        self.from_first_change = from_first_change
+        self._started = started
         self.clock = ProgressClock()
         self._changed = changed
         self._on_hang = on_hang
@@ -112,8 +112,8 @@ class HangWatch:
 
     def _run(self) -> None:
         interval = poll_interval(self.timeout)
-        if self.from_first_change:
-            while not self._changed():
+        if self._started is not None:
+            while not self._started():
                 if self._stop.wait(interval):
                     return
             self.clock.moved()

@@ -42,6 +42,7 @@ from typing import Any
 from marinbuild.backends.base import HELD_EXTRA, PROGRESS_VAR, Backend, Cause, Job, Outcome
 from marinbuild.backends.progress import FileProgress, HangWatch
 from marinbuild.store.attempt_ledger import LEDGER, AttemptLedger, ended_progress_note, iso_time, write_progress_note
+from marinbuild.store.markers import status_path
 from marinbuild.store.retry import RetryPolicy
 from marinbuild.store.step_logs import append_note, write_header
 
@@ -175,6 +176,12 @@ class RetryCounter:
         self.used[name] = used
         return RetryDecision(True, cause, delay, used)
 
+    def give_back(self, cause: Cause) -> None:
+        """Uncount the retry :meth:`decide` just granted for ``cause``: something else ruled it out."""
+        name = BUDGET_NAMES.get(cause)
+        if name is not None and self.used[name] > 0:
+            self.used[name] -= 1
+
     def summary(self) -> dict[str, dict[str, Any]]:
         """``{"failure": {"used": 1, "max": 3}, ...}``; provisioning's ``max`` is None, its bound ``timeout_s``."""
         out: dict[str, dict[str, Any]] = {}
@@ -294,7 +301,10 @@ class _StepRun:
                 timeout_s, FileProgress([job.log_file, progress]).changed,
                 lambda last: self._hung(number, last, timeout_s), name=f"progress-{job.name}",
                 on_moved=lambda last: write_progress_note(out, number, last, timeout_s),
-                from_first_change=bool(getattr(self.inner, "announces_start", False)),
+                # Queued elsewhere: the clock starts when the attempt rewrites the step's
+                # RUNNING marker (or shows progress), not at submission.
+                started=(FileProgress([status_path(out), job.log_file, progress]).changed
+                         if getattr(self.inner, "announces_start", False) else None),
             )
         handle = self.inner.start(job, lambda outcome: self._attempt_done(number, outcome))
         with self._lock:
@@ -335,7 +345,9 @@ class _StepRun:
             outcome = dataclasses.replace(outcome, cause=Cause.CANCELLED, cancelled=True)
         decision = self.counter.decide(cause, started=outcome.started, now=outcome.ended, fatal=outcome.fatal)
         if decision.retry and self.deadline is not None and time.monotonic() + decision.delay >= self.deadline:
-            decision = dataclasses.replace(decision, retry=False, why="its wall time would pass during the back-off")
+            self.counter.give_back(cause)  # no retry follows: none is counted
+            decision = dataclasses.replace(decision, retry=False, used=decision.used - 1,
+                                           why="its wall time would pass during the back-off")
         entry = {**attempt_extras(self.job.extra, self.backend), **attempt_entry(number, outcome)}
         self.ledger.head["retries"] = self.counter.summary()
         if not decision.retry:
@@ -358,6 +370,9 @@ class _StepRun:
         # The last attempt: its entry is written with the step's record, in the same round
         # trip as the info JSON (step_records.commit), not one before it.
         self.ledger.entries.append(entry)
+        # Before the ledger is written: what the step held until its end (a queued resource
+        # whose delete failed at its attempt's end) is let go, and its entry amended.
+        self._step_ended(retried=any(self.counter.used.values()) or not outcome.ok)
         records = {**outcome.records, self.ledger.path: self.ledger.text()}
         if self.job.progress_timeout is not None or _watches_itself(self.inner, self.job):
             records.update(ended_progress_note(self.job.output_path))  # with the record: no round trip of its own
@@ -366,7 +381,6 @@ class _StepRun:
             changes["error"] = f"{outcome.error or decision.cause.value} ({decision.why})"
         if self.first_start is not None and self.first_start < outcome.started:
             changes["started"] = self.first_start
-        self._step_ended(retried=any(self.counter.used.values()) or not outcome.ok)
         # The attempt's handle and hang watch refer back to this run: let them go, or each
         # step would leave a cycle of some forty objects for the collector.
         self._handle = None
@@ -378,11 +392,14 @@ class _StepRun:
         if tally is not None and retried:
             tally[self.job.name] = self.counter.summary()
         ended = getattr(self.inner, "step_ended", None)
-        if ended is not None:
-            try:
+        amend = getattr(self.inner, "amend_ledger", None)
+        try:
+            if ended is not None:
                 ended(self.job)
-            except Exception:  # per-step cleanup must not keep the outcome from the scheduler
-                traceback.print_exc()
+            if amend is not None:
+                amend(self.job, self.ledger.entries)
+        except Exception:  # per-step cleanup must not keep the outcome from the scheduler
+            traceback.print_exc()
 
     def _retry_after(self, delay: float) -> None:
         self._waiting.wait(delay)

@@ -58,7 +58,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from marinbuild.backends.base import PROGRESS_VAR, Backend, Job, Outcome, wall_time_exceeded
+from marinbuild.backends.base import Backend, Job, Outcome, wall_time_exceeded
 from marinbuild.backends.environments import runtime_env_of, spec_of
 from marinbuild.backends.final_records import RecordedOutcome, record
 from marinbuild.backends.local.backend import _describe_exit
@@ -222,8 +222,6 @@ class TaskSpec:
     lease: TaskLease | None = None
     environment: Mapping[str, Any] | None = None
     """The step's Python environment as ``info.json`` records it (Ray installs it)."""
-    announce_start: bool = False
-    """Append to ``$MARINBUILD_PROGRESS`` on starting: the driver watches it for hangs."""
     retries: Mapping[str, Any] | None = None
     """The driver's retry counts before this attempt, for the final status marker."""
 
@@ -246,7 +244,7 @@ class RayBackend:
     """Submit the steps placed on Ray as tasks; every other step goes to ``fallback(node)``."""
 
     announces_start = True
-    """A task may wait in Ray's queue for a node; it appends a line to the step's progress file once it starts."""
+    """A task may wait in Ray's queue for a node; it rewrites the step's RUNNING marker once it starts."""
 
     def __init__(
         self,
@@ -290,7 +288,6 @@ class RayBackend:
             fresh_output=step.fresh_output or self.fresh_output,
             lease=self.lease_for(job) if self.lease_for is not None else self._fence(storage, job),
             environment=environment.to_json() if (environment := spec_of(job)) is not None else None,
-            announce_start=job.progress_timeout is not None and not self.watches_progress(job),
             retries=job.retries,
         )
 
@@ -436,7 +433,6 @@ def execute_task(spec: TaskSpec) -> TaskResult:
             return TaskResult(False, now, now, "lease lost before the step started", attempt=attempt, recorded=False)
         write_status(storage, out, RUNNING, owner=owner)
         started = time.time()
-        _announce_start(spec)
         with _log_fd(spec, storage) as log_fd:
             if attempt > 1:
                 os.write(log_fd, f"marinbuild: attempt {attempt} (an earlier Ray worker was lost)\n".encode())
@@ -463,24 +459,6 @@ def execute_task(spec: TaskSpec) -> TaskResult:
         info["environment"] = dict(spec.environment)
     record(storage, out, info, outcome, owner=owner)
     return TaskResult(outcome.ok, started, ended, error, code, attempt=attempt, host=socket.gethostname())
-
-
-def _announce_start(spec: TaskSpec) -> None:
-    """Append a line to the step's progress file on a shared disk: the driver's hang clock starts there.
-
-    Time the task spent queued for a node is not a hang. Only a step the driver watches
-    (a ``progress_timeout``, its log on a disk both share) is told. A line, not a touch: the
-    size changes even where modification times are coarse (a second on some NFS servers).
-    """
-    progress = spec.env.get(PROGRESS_VAR)
-    if not spec.announce_start or not progress:
-        return
-    try:
-        os.makedirs(os.path.dirname(progress), exist_ok=True)
-        with open(progress, "a") as f:
-            f.write("started\n")
-    except OSError:
-        pass  # best effort: a step that shows no progress of its own is then called hung, as before
 
 
 def _token(owner: str | None) -> str | None:

@@ -17,6 +17,7 @@ import tempfile
 import threading
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 from marinbuild.backends.base import Job, Outcome
 from marinbuild.backends.environments import DECLARED_ENV_EXTRA, remote_prefix, spec_of
@@ -128,6 +129,10 @@ class TpuDispatch(TpuAttempts):
         staging = tempfile.mkdtemp(prefix="step-", dir=self._tmp)
         return TpuStep(self.tpu_job(job), self.cluster, packed=self._pack(), staging_dir=staging,
                        console=self.console, output=self.output)
+
+    def amend_ledger(self, job: Job, entries: list[dict[str, Any]]) -> None:
+        if self.created is not None:
+            self.created.amend_ledger(job, entries)
 
     def step_ended(self, job: Job) -> None:
         if self.created is not None:

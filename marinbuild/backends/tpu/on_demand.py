@@ -22,11 +22,13 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from marinbuild.backends.base import Cause, Job, Outcome
 from marinbuild.backends.tpu.cluster import Cluster
 from marinbuild.backends.tpu.provision import (
     CapacityUnavailable,
+    HeldResource,
     ProvisionCancelled,
     ProvisionRequest,
     SliceProvider,
@@ -59,6 +61,7 @@ class CreatedSlices:
         self.console = console
         self._api: TpuApi | None = None
         self._providers: dict[str, SliceProvider] = {}
+        self._released: dict[str, list[HeldResource]] = {}  # at the step's end, for amend_ledger
         self._lock = threading.Lock()
         endpoint = (cluster.gcp.api_endpoint or "") if cluster.gcp is not None else ""
         # How often the API is asked whether a node was preempted while the gang runs.
@@ -104,15 +107,12 @@ class CreatedSlices:
         try:
             got = provider.acquire(cancel)
         except ProvisionCancelled as e:
-            step.ended_without_hosts(job.attempt, Cause.CANCELLED)
             return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cancelled=True,
                            cause=Cause.CANCELLED, details=self._details(provider, first))
         except CapacityUnavailable as e:
-            step.ended_without_hosts(job.attempt, Cause.PROVISIONING)
             return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cause=Cause.PROVISIONING,
                            fatal=e.timed_out, details=self._details(provider, first))
         except TpuApiError as e:
-            step.ended_without_hosts(job.attempt, Cause.INFRA)
             return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cause=Cause.INFRA,
                            details=self._details(provider, first))
         preempted: list[tuple[str, ...]] = []
@@ -193,3 +193,20 @@ class CreatedSlices:
             provider = self._providers.pop(job.output_path, None)
         if provider is not None:
             provider.release()
+            with self._lock:
+                self._released[job.output_path] = provider.held
+
+    def amend_ledger(self, job: Job, entries: list[dict[str, Any]]) -> None:
+        """Give the attempts' entries the deletes only the step's end achieved (their delete had failed).
+
+        The entry keeps its ``delete_error``: the queued resource was held, and cost, until then.
+        """
+        with self._lock:
+            held = {r.name: r for r in self._released.pop(job.output_path, [])}
+        for entry in entries:
+            provisioned = entry.get(PROVISIONED_EXTRA)
+            for p in provisioned if isinstance(provisioned, list) else ():
+                record = held.get(str(p.get("queued_resource"))) if isinstance(p, dict) else None
+                if record is not None and record.deleted_at is not None and p.get("deleted_at") is None:
+                    p["deleted_at"] = round(record.deleted_at, 3)
+                    p["why_deleted"] = record.why_deleted

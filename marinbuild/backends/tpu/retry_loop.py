@@ -266,8 +266,9 @@ class TpuStep:
         self.token = secrets.token_hex(6)
         self.answered: set[str] = set()  # hosts that answered SSH in an attempt: silence later is preemption
         self.attempts: list[TpuAttempt] = []
-        self.hostless: list[tuple[int, Cause]] = []
-        """Attempts that ended before any host was reached (no slice provisioned, cancelled while waiting)."""
+        self.ended_as: dict[int, Cause] = {}
+        """How each attempt ended as the retry loop counts it (a wall time turns a cancel into a
+        TIMEOUT), those that never reached a host (no slice provisioned) included."""
 
     def ledger_head(self) -> dict[str, Any]:
         """What ``attempts.json`` says about the step at its top: command, env, static slices."""
@@ -385,14 +386,10 @@ class TpuStep:
             details={**attempt.details(), HELD_EXTRA: held}, fatal=attempt.fatal,
         )
 
-    def ended_without_hosts(self, number: int, cause: Cause) -> None:
-        """Count attempt ``number``, which ended with ``cause`` before reaching a host, in :meth:`summary`."""
-        self.hostless.append((number, cause))
-
     def summary(self) -> str:
-        """One line for the step's log once it ended: every attempt, hosts reached or not."""
-        ended = sorted([(a.number, a.classification) for a in self.attempts] + self.hostless)
-        classes = ", ".join(cause.value for _, cause in ended)
+        """One line for the step's log once it ended: every attempt, hosts reached or not, as the ledger has it."""
+        ended = {a.number: a.classification for a in self.attempts} | self.ended_as
+        classes = ", ".join(ended[n].value for n in sorted(ended))
         return f"{len(ended)} attempt(s): {classes or 'none finished'}; per-host logs in logs/slice_*_worker_*.log"
 
 
@@ -435,6 +432,11 @@ class TpuAttempts:
             if found is None:
                 found = self._steps[job.output_path] = self._step_for(job)
             return found
+
+    def made(self, job: Job) -> TpuStep | None:
+        """The step's state if an attempt made it, else None (never makes one)."""
+        with self._lock:
+            return self._steps.get(job.output_path)
 
     def ledger_head(self, job: Job) -> Mapping[str, Any]:
         try:
@@ -493,6 +495,9 @@ class _TpuAttemptRun:
             outcome = Outcome(ok=False, started=outcome.started, ended=outcome.ended, error=self.reason,
                               returncode=outcome.returncode, timed_out=self.timed_out, cancelled=not self.timed_out,
                               cause=cause, details=outcome.details)
+        step = self.owner.made(self.job)
+        if step is not None:  # None: its state could not be made, and the outcome says why
+            step.ended_as[self.job.attempt] = outcome.kind
         self.on_done(outcome)
 
     def cancel(self, reason: str) -> None:

@@ -90,18 +90,18 @@ def test_a_watch_tells_of_its_start_and_of_each_look_that_saw_a_change() -> None
     assert len(told) == 3 and told == sorted(told)  # the start, then two looks that saw a change
 
 
-def test_a_watch_from_the_first_change_waits_through_any_silence_before_it() -> None:
+def test_a_watch_started_later_waits_through_any_silence_before_the_start() -> None:
     """Queued work (a Ray task waiting for a node) is silent until it starts: that is no hang."""
     fired = threading.Event()
     polls = threading.Semaphore(0)
     started = threading.Event()
     told: list[float] = []
 
-    def changed() -> bool:
+    def has_started() -> bool:
         polls.release()
-        return started.is_set() and len(told) == 0  # moves once: the start line, then silence
+        return started.is_set()
 
-    watch = HangWatch(0.2, changed, lambda last: fired.set(), on_moved=told.append, from_first_change=True)
+    watch = HangWatch(0.2, lambda: False, lambda last: fired.set(), on_moved=told.append, started=has_started)
     for _ in range(12):  # three timeouts' worth of looks while queued
         assert polls.acquire(timeout=10)
     assert not fired.is_set() and told == []
@@ -112,14 +112,14 @@ def test_a_watch_from_the_first_change_waits_through_any_silence_before_it() -> 
     assert len(told) == 1 and told[0] >= before and watch.clock.last == told[0]
 
 
-def test_a_watch_from_the_first_change_stopped_while_waiting_ends_its_thread() -> None:
+def test_a_watch_stopped_while_waiting_for_the_start_ends_its_thread() -> None:
     polls = threading.Semaphore(0)
 
-    def changed() -> bool:
+    def has_started() -> bool:
         polls.release()
         return False
 
-    watch = HangWatch(0.2, changed, lambda last: None, from_first_change=True)
+    watch = HangWatch(0.2, lambda: True, lambda last: None, started=has_started)
     assert polls.acquire(timeout=10)
     watch.stop()
     watch._thread.join(10)

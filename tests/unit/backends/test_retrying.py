@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import queue
 import threading
 import time
@@ -22,6 +23,8 @@ from marinbuild.backends.retrying import (
     step_retry_policy,
     with_retries,
 )
+from marinbuild.store.markers import RUNNING, write_status
+from marinbuild.store.storage import Storage
 
 
 def counter(**budgets: object) -> RetryCounter:
@@ -237,11 +240,13 @@ def test_a_finished_local_step_leaves_no_reference_cycle_behind(tmp_path: Path) 
 
 
 class _Queued:
-    """Waits silently (queued for a node), writes its start line to the log, then succeeds at once."""
+    """Waits silently (queued for a node), rewrites the step's RUNNING marker as it starts, then
+    stays silent for a while (``runs_s``) and succeeds."""
 
-    def __init__(self, announces_start: bool, queued_s: float) -> None:
+    def __init__(self, announces_start: bool, queued_s: float, runs_s: float = 0.0) -> None:
         self.announces_start = announces_start
         self.queued_s = queued_s
+        self.runs_s = runs_s
         self.jobs: list[Job] = []
         self.cancelled: list[str] = []
         self._stop = threading.Event()
@@ -254,8 +259,10 @@ class _Queued:
             if self._stop.wait(self.queued_s):
                 on_done(Outcome(ok=False, started=began, ended=time.time(), error="cancelled"))
                 return
-            with open(job.log_file, "a") as log:
-                log.write("marinbuild: started on a node\n")
+            write_status(Storage.for_prefix(os.path.dirname(job.output_path)), job.output_path, RUNNING, owner="node")
+            if self._stop.wait(self.runs_s):
+                on_done(Outcome(ok=False, started=began, ended=time.time(), error="cancelled"))
+                return
             on_done(Outcome(ok=True, started=began, ended=time.time()))
 
         threading.Thread(target=work).start()
@@ -278,3 +285,26 @@ def test_time_queued_before_an_announced_start_is_not_a_hang(tmp_path: Path, mon
         assert outcome.ok and inner.cancelled == [] and len(inner.jobs) == 1
     else:  # the loop cannot tell waiting from wedged: the clock ran from submission
         assert not outcome.ok and outcome.cause is Cause.HANG and len(inner.cancelled) == 1
+
+
+def test_an_attempt_silent_after_its_announced_start_is_a_hang(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MARINBUILD_RETRY_BASE_DELAY", "0.001")
+    inner = _Queued(True, queued_s=0.6, runs_s=30.0)  # starts, then never shows progress
+    done: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+    job = dataclasses.replace(_job(tmp_path), progress_timeout=0.2)
+    Retrying(inner, lambda name: RetryBudgets(hang=0)).start(job, done.put)  # type: ignore[arg-type]
+    outcome = done.get(timeout=20)
+    assert not outcome.ok and outcome.cause is Cause.HANG and len(inner.cancelled) == 1
+
+
+def test_a_retry_the_wall_time_rules_out_is_not_counted(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MARINBUILD_RETRY_BASE_DELAY", "60")  # the back-off would outlast the wall time
+    inner = _Scripted([Cause.FAILED, Cause.SUCCESS])
+    done: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+    job = dataclasses.replace(_job(tmp_path), timeout=20.0)
+    Retrying(inner, lambda name: RetryBudgets(failure=2)).start(job, done.put)
+    outcome = done.get(timeout=10)
+    assert not outcome.ok and len(inner.jobs) == 1
+    assert outcome.retries is not None and outcome.retries["failure"] == {"used": 0, "max": 2}
+    ledger = json.loads(outcome.records[str(tmp_path / "out" / "attempts.json")])
+    assert ledger["retries"]["failure"] == {"used": 0, "max": 2}

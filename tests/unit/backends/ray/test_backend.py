@@ -136,11 +136,3 @@ def test_the_final_status_carries_the_drivers_retry_counts(tmp_path: Path) -> No
     assert status is not None and status.status == SUCCESS
     assert decode_retries(status.retries) == counts
 
-
-def test_a_progress_file_is_touched_on_start_only_when_the_driver_watches_it(tmp_path: Path) -> None:
-    for watched in (True, False):
-        out = tmp_path / f"s-{watched}"
-        progress = out / "logs" / "progress"
-        assert _execute(tmp_path, out, f"tok{watched}", command="true", announce_start=watched,
-                        env={"MARINBUILD_PROGRESS": str(progress)})["ok"]
-        assert progress.exists() is watched
