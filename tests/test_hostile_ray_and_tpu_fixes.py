@@ -102,7 +102,7 @@ def test_ray_step_whose_progress_file_cannot_be_touched_is_still_called_a_hang(
         from marinbuild import Cores, WTime, step
         step("blocked", cmd='if [ "$MARINBUILD_ATTEMPT" = 1 ]; then rm -f "$MARINBUILD_PROGRESS"; '
                             'mkdir -p "$MARINBUILD_PROGRESS"; exit 3; fi; exec sleep 3082',
-             progress_timeout=0.5, max_retries_failure=1, max_retries_hang=0, resources=Cores(1) & WTime(T=8))
+             progress_timeout=0.5, max_retries_failure=1, max_retries_hang=0, resources=Cores(1) & WTime(T=60))
     """)
     result = _ray_run(ray_cluster, project)
     assert result.returncode != 0
