@@ -35,9 +35,18 @@ class MadeResource:
     output_path: str | None
     holder: str | None
     """The live runner holding the step's lease (``host:pid since ...``); None: no one."""
+    prefix: str | None = None
+    """The prefix it was found under, when one was given."""
 
     @property
     def step(self) -> str:
+        """The step's name, read from its output path under the prefix (``train/Big`` of
+        ``PREFIX/train/Big-0123abcd``); else the label, which had to lose case and slashes."""
+        top = (self.prefix or "").rstrip("/")
+        if top and self.output_path and self.output_path.startswith(top + "/"):
+            name, dash, digest = self.output_path[len(top) + 1:].rpartition("-")
+            if name and dash and digest and all(c in "0123456789abcdef" for c in digest):
+                return name
         return self.info.labels.get(f"{LABEL_PREFIX}-step", "")
 
     def hours_held(self, now: float | None = None) -> float:
@@ -64,7 +73,7 @@ def find_made(api: TpuApi, prefix: str | None, storage: Storage | None = None) -
         and (wanted is None or q.labels.get(f"{LABEL_PREFIX}-prefix-id") == wanted)
     ]
     holders = _holders(infos, storage)
-    return [MadeResource(q, output_of(q), holders.get(q.name)) for q in infos]
+    return [MadeResource(q, output_of(q), holders.get(q.name), prefix) for q in infos]
 
 
 def _holders(infos: list[QueuedResourceInfo], storage: Storage | None) -> dict[str, str | None]:

@@ -75,3 +75,16 @@ def test_down_by_name_and_bad_input(emulator: TpuApiEmulator, tmp_path: Path, ca
     assert code == 2 and "has no [gcp] table" in errors
     code, _, _ = cli(["tpu", "down", *common, "--all"], capsys)
     assert code == 0 and emulator.queued_resource_names() == []
+
+
+def test_list_names_a_step_as_declared_not_as_its_label(
+        emulator: TpuApiEmulator, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    prefix = str(tmp_path / "out")
+    name, _ = leave_behind(emulator, tmp_path, prefix, "sweep/Lr_3")  # its label: sweep-lr_3
+    cluster = write_cluster(emulator, tmp_path)
+    code, text, _ = cli(["tpu", "list", "--cluster", str(cluster), "--prefix", prefix, "--json"], capsys)
+    assert code == 0 and [(r["name"], r["step"]) for r in json.loads(text)] == [(name, "sweep/Lr_3")]
+    code, text, _ = cli(["tpu", "list", "--cluster", str(cluster), "--prefix", prefix], capsys)
+    assert code == 0 and "sweep/Lr_3" in text
+    cli(["tpu", "down", "--cluster", str(cluster), "--prefix", prefix], capsys)
