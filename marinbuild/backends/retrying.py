@@ -276,6 +276,7 @@ class _StepRun:
         self._reason: str | None = None
         self._hung_at: float | None = None
         self._watch: HangWatch | None = None
+        self._ended_attempt = 0
         self._waiting = threading.Event()  # set to end a back-off early
 
     def launch(self) -> None:
@@ -296,16 +297,7 @@ class _StepRun:
             self._hung_at = None
             self._handle = None  # the last attempt's: a hang of this one must not cancel it
         if job.progress_timeout is not None and not _watches_itself(self.inner, job):
-            timeout_s, out = job.progress_timeout, job.output_path
-            self._watch = HangWatch(
-                timeout_s, FileProgress([job.log_file, progress]).changed,
-                lambda last: self._hung(number, last, timeout_s), name=f"progress-{job.name}",
-                on_moved=lambda last: write_progress_note(out, number, last, timeout_s),
-                # Queued elsewhere: the clock starts when the attempt rewrites the step's
-                # RUNNING marker (or shows progress), not at submission.
-                started=(FileProgress([status_path(out), job.log_file, progress]).changed
-                         if getattr(self.inner, "announces_start", False) else None),
-            )
+            self._watch = self._hang_watch(job, number, job.progress_timeout)
         handle = self.inner.start(job, lambda outcome: self._attempt_done(number, outcome))
         with self._lock:
             self._handle = handle
@@ -315,7 +307,30 @@ class _StepRun:
         elif hung_at is not None and job.progress_timeout is not None:  # hung before it was even started
             handle.cancel(_hang_error(hung_at, job.progress_timeout))
 
-    def _hung(self, number: int, last: float, timeout: float) -> None:
+    def _hang_watch(self, job: Job, number: int, timeout: float) -> HangWatch:
+        """Watch attempt ``number`` of ``job`` for a hang: its log and progress file standing still."""
+        out, progress = job.output_path, progress_file(job)
+        return HangWatch(
+            timeout, FileProgress([job.log_file, progress]).changed,
+            lambda last: self._hung(job, number, last, timeout), name=f"progress-{job.name}",
+            on_moved=lambda last: write_progress_note(out, number, last, timeout),
+            # Queued elsewhere: the clock starts when the attempt rewrites the step's RUNNING
+            # marker (or shows progress), not at submission.
+            started=(FileProgress([status_path(out), job.log_file, progress]).changed
+                     if getattr(self.inner, "announces_start", False) else None),
+        )
+
+    def _hung(self, job: Job, number: int, last: float, timeout: float) -> None:
+        requeued = getattr(self.inner, "requeued", None)
+        if requeued is not None and requeued(job):
+            # Its worker is gone and it waits to run again (Ray reruns a task whose worker it
+            # lost): no hang yet, and the clock waits for it to start again.
+            append_note(self.job.log_file, f"marinbuild: attempt {number}: its worker was lost; "
+                                           "no hang is counted while it waits to run again")
+            with self._lock:
+                if self._reason is None and self._ended_attempt < number:
+                    self._watch = self._hang_watch(job, number, timeout)
+            return
         with self._lock:
             if self._reason is not None:
                 return
@@ -328,8 +343,11 @@ class _StepRun:
             handle.cancel(_hang_error(last, timeout))
 
     def _attempt_done(self, number: int, outcome: Outcome) -> None:
-        if self._watch is not None:
-            self._watch.stop()
+        with self._lock:
+            self._ended_attempt = number  # a hang watch restarted from now on would outlive it
+            watch = self._watch
+        if watch is not None:
+            watch.stop()
         if self.first_start is None:
             self.first_start = outcome.started
         with self._lock:

@@ -68,6 +68,7 @@ __all__ = [
     "lease_path",
     "observe",
     "owner_alive",
+    "process_running",
     "read_leases",
     "waiting_reason",
 ]
@@ -231,6 +232,11 @@ def _start_time(pid: int) -> str | None:
     if fields[0] in ("Z", "X"):  # a zombie has finished; only its exit status is left
         return None
     return fields[19]
+
+
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` is a live process here (a zombie is not: it only waits to be reaped)."""
+    return _start_time(pid) is not None
 
 
 def owner_alive(owner: Owner) -> bool | None:

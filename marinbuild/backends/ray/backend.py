@@ -65,7 +65,7 @@ from marinbuild.backends.local.backend import _describe_exit
 from marinbuild.backends.local.containment import TOKEN_VAR, kill_token
 from marinbuild.backends.ray.cluster import Placement, require_ray
 from marinbuild.graph import StepGraph, StepNode
-from marinbuild.store.lease import DEFAULT_EXPIRY, LeaseRecord, Owner, lease_path
+from marinbuild.store.lease import DEFAULT_EXPIRY, LeaseRecord, Owner, lease_path, process_running
 from marinbuild.store.markers import (
     FAILED,
     MARKER_DIR,
@@ -297,6 +297,21 @@ class RayBackend:
         text = storage.read_text(path)
         record = LeaseRecord.from_json(text) if text is not None else None
         return LeaseFence(self.graph.prefix, path, record.owner) if record is not None else None
+
+    def requeued(self, job: Job) -> bool:
+        """Whether the task that started ``job`` has lost its worker (and Ray will run it again).
+
+        Asked before a silent task is called a hang: the ``RUNNING`` marker names the worker
+        that wrote it, and a worker of this machine that is gone is no hang. A worker on
+        another machine cannot be looked at from here: its silence counts.
+        """
+        out = job.output_path
+        record = read_statuses(Storage.for_prefix(self.graph.prefix), [out]).get(out)
+        if record is None or record.status != RUNNING or _token(record.owner) is None:
+            return False
+        where = (record.owner or "").split(" ", 1)[0]
+        host, _, pid = where.rpartition(":")
+        return host == socket.gethostname() and pid.isdigit() and not process_running(int(pid))
 
     def watches_progress(self, job: Job) -> bool:
         """Whether the retry loop must leave hangs of ``job`` alone: its log is written on the node.

@@ -181,6 +181,9 @@ def public_key_line(ssh: SshSettings) -> str:
     return f"{key.get_name()} {key.get_base64()}"
 
 
+_IMPATIENT_TRIES = 2
+"""Tries of a delete while the runner stops (a Ctrl-C): one retry, after the API's first back-off."""
+
 _LIVE: dict[str, tuple[TpuApi, str]] = {}
 _LIVE_LOCK = threading.Lock()
 
@@ -387,14 +390,19 @@ class SliceProvider:
             self.current = None
             self._delete(record, why)
 
-    def release(self, why: str = "step ended") -> None:
-        """Delete everything still held (the attempt or the step is over), a failed delete again."""
+    def release(self, why: str = "step ended", patient: bool = True) -> None:
+        """Delete everything still held (the attempt or the step is over), a failed delete again.
+
+        Not ``patient`` (a cancelled step, whose stopping runner waits only so long for it):
+        each delete is tried twice, half a second apart, not five times over eight seconds;
+        what is still held then is left to the exit handler, which is patient.
+        """
         self.current = None
         for r in self.held:
             if r.deleted_at is None:
-                self._delete(r, why)
+                self._delete(r, why, tries=None if patient else _IMPATIENT_TRIES)
 
-    def _delete(self, record: HeldResource, why: str) -> bool:
+    def _delete(self, record: HeldResource, why: str, tries: int | None = None) -> bool:
         """Delete one queued resource; whether it is gone.
 
         A delete the API keeps refusing leaves the record held, with its ``delete_error``: it
@@ -403,7 +411,10 @@ class SliceProvider:
         raised: a slice that could not be deleted must not turn the step's outcome into an error.
         """
         try:
-            self.api.delete(record.name, force=True)
+            if tries is None:
+                self.api.delete(record.name, force=True)
+            else:
+                self.api.delete(record.name, force=True, tries=tries)
         except TpuApiError as e:
             record.delete_error = str(e)
             self.report(f"could not delete queued resource {record.name} ({why}): {str(e).rstrip('.')}; "

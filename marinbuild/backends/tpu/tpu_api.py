@@ -163,8 +163,9 @@ class TpuApi:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)``, retried while the API answers "try again"; NotFound passes through.
+    def _call(self, what: str, fn: Any, *args: Any, tries: int = _TRIES, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, retried while the API answers "try again" (up to ``tries``
+        times in all); NotFound passes through.
 
         Google's APIs answer 503 or 429 now and then: giving up at once would end an attempt
         (losing the queue position of a slice still waiting for capacity) or leave a queued
@@ -176,7 +177,7 @@ class TpuApi:
         transient = (exceptions.TooManyRequests, exceptions.InternalServerError, exceptions.BadGateway,
                      exceptions.ServiceUnavailable, exceptions.GatewayTimeout, exceptions.DeadlineExceeded)
         delay = _RETRY_DELAY_S
-        for attempt in range(1, _TRIES + 1):
+        for attempt in range(1, tries + 1):
             try:
                 return fn(*args, timeout=_TIMEOUT_S, **kwargs)
             except exceptions.NotFound:
@@ -186,9 +187,9 @@ class TpuApi:
                     return None
                 raise TpuApiError(f"TPU API: {what} in {self.parent} failed: {_why(e)}") from None
             except transient as e:
-                if attempt == _TRIES:
+                if attempt == tries:
                     raise TpuApiError(
-                        f"TPU API: {what} in {self.parent} failed ({_TRIES} tries): {_why(e)}"
+                        f"TPU API: {what} in {self.parent} failed ({tries} tries): {_why(e)}"
                     ) from None
                 time.sleep(delay)
                 delay *= 2
@@ -244,14 +245,14 @@ class TpuApi:
         except Exception as e:  # a later page can fail too
             raise TpuApiError(f"TPU API: listing queued resources in {self.parent} failed: {_why(e)}") from None
 
-    def delete(self, name: str, *, force: bool = True, wait: float | None = _TIMEOUT_S) -> bool:
+    def delete(self, name: str, *, force: bool = True, wait: float | None = _TIMEOUT_S, tries: int = _TRIES) -> bool:
         """Delete the queued resource and its nodes; False when it was already gone."""
         from google.api_core import exceptions
 
         request = self._tpu.DeleteQueuedResourceRequest(name=f"{self.parent}/queuedResources/{name}", force=force)
         try:
             operation = self._call(f"deleting queued resource {name}", self._client.delete_queued_resource,
-                                   request=request)
+                                   request=request, tries=tries)
         except exceptions.NotFound:
             return False
         if wait:

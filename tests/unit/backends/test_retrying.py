@@ -308,3 +308,43 @@ def test_a_retry_the_wall_time_rules_out_is_not_counted(tmp_path: Path, monkeypa
     assert outcome.retries is not None and outcome.retries["failure"] == {"used": 0, "max": 2}
     ledger = json.loads(outcome.records[str(tmp_path / "out" / "attempts.json")])
     assert ledger["retries"]["failure"] == {"used": 0, "max": 2}
+
+
+class _LostAndRequeued(_Queued):
+    """Starts, loses its worker (silence, ``requeued`` says so), waits, starts again and succeeds."""
+
+    def __init__(self) -> None:
+        super().__init__(True, queued_s=0.0)
+        self.lost = threading.Event()
+
+    def requeued(self, job: Job) -> bool:
+        return self.lost.is_set()
+
+    def start(self, job: Job, on_done):  # type: ignore[no-untyped-def]
+        self.jobs.append(job)
+        storage = Storage.for_prefix(os.path.dirname(job.output_path))
+
+        def work() -> None:
+            began = time.time()
+            write_status(storage, job.output_path, RUNNING, owner="node-a")
+            self.lost.set()
+            if self._stop.wait(1.0):  # five progress timeouts in Ray's queue again
+                on_done(Outcome(ok=False, started=began, ended=time.time(), error="cancelled"))
+                return
+            self.lost.clear()
+            write_status(storage, job.output_path, RUNNING, owner="node-b")
+            on_done(Outcome(ok=True, started=began, ended=time.time()))
+
+        threading.Thread(target=work).start()
+        return self
+
+
+def test_an_attempt_whose_worker_was_lost_is_no_hang_while_it_waits_to_run_again(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MARINBUILD_RETRY_BASE_DELAY", "0.001")
+    inner = _LostAndRequeued()
+    done: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+    job = dataclasses.replace(_job(tmp_path), progress_timeout=0.2)
+    Retrying(inner, lambda name: RetryBudgets(hang=0)).start(job, done.put)  # type: ignore[arg-type]
+    outcome = done.get(timeout=20)
+    assert outcome.ok and inner.cancelled == [] and len(inner.jobs) == 1
+    assert "its worker was lost; no hang is counted" in (tmp_path / "logs" / "step.log").read_text()

@@ -1,0 +1,463 @@
+"""When the hang clock starts, which retries are counted, and what the attempt ledger says once
+a step's held queued resources are let go at its end: real `marinbuild` processes, a real Ray
+cluster, the TPU API emulator on loopback with real sshd hosts, real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.fixtures_ssh import FakeFleet, live_processes_matching, start_fleet, stop_fleet, wait_for
+from tests.tpu_api_emulator import TpuApiEmulator, _ApiError, cluster_toml, fleet_hosts
+
+from .helpers import marinbuild, plan_json, start_marinbuild, status_of, write_marinfile
+
+if TYPE_CHECKING:
+    from .fixtures_ray import RayCluster
+
+pytest_plugins = ["tests.fixtures_ray"]
+
+FAST = {"MARINBUILD_RETRY_BASE_DELAY": "0.01"}
+
+
+def _ledger(out: Path) -> dict[str, Any]:
+    return json.loads((out / "attempts.json").read_text())
+
+
+def _classes(out: Path) -> list[str]:
+    return [a["class"] for a in _ledger(out)["attempts"]]
+
+
+def _status_row(project: Path, name: str, *args: str) -> dict[str, Any]:
+    result = marinbuild("status", "--json", *args, cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return next(r for r in json.loads(result.stdout) if r["name"] == name)
+
+
+def _show_row(project: Path, name: str) -> dict[str, Any]:
+    result = marinbuild("show", "--json", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return next(r for r in json.loads(result.stdout) if r["step"] == name)
+
+
+def _gone(pattern: str, seconds: float = 60) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while live_processes_matching(pattern) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return live_processes_matching(pattern)
+
+
+_SHORT = {"f": "failure", "p": "preemption", "h": "hang", "i": "infra", "v": "provisioning"}
+
+
+def _used(retries: dict[str, Any] | str) -> dict[str, int]:
+    """Retries used of each budget, from the ledger's (or status's) mapping or a marker's short form."""
+    if isinstance(retries, str):  # "f1.3_p0.100_h0.2_i0.2_v0.3600.0"
+        return {_SHORT[part[0]]: int(part[1:].split(".")[0]) for part in retries.split("_")}
+    return {k: v["used"] for k, v in retries.items()}
+
+
+# ---------------------------------------------------------------------------------------
+# Local steps: the hang clock starts at launch; a retry the wall time rules out is not counted.
+
+
+def test_local_silent_step_is_a_hang_counted_from_its_launch(project: Path) -> None:
+    write_marinfile(project, """
+        from marinbuild import step
+        step("silent", cmd='exec sleep 3091', progress_timeout=0.5, max_retries_hang=1)
+    """)
+    result = marinbuild("run", cwd=project, env=FAST, timeout=60)
+    assert result.returncode != 0
+    out = Path(plan_json(project)["silent"]["output_path"])
+    record = _ledger(out)
+    assert [a["class"] for a in record["attempts"]] == ["HANG", "HANG"], record
+    assert record["retries"]["hang"] == {"used": 1, "max": 1}
+    assert (out / "logs" / "step.log").read_text().count("killing it as a hang") == 2
+    assert _gone("sleep 3091") == []
+
+
+def test_local_hang_retry_the_wall_time_rules_out_is_counted_nowhere(project: Path) -> None:
+    write_marinfile(project, """
+        from marinbuild import Cores, WTime, step
+        step("stuck", cmd='echo $MARINBUILD_ATTEMPT >> {output}/tries; exec sleep 3092', progress_timeout=0.5,
+             max_retries_hang=2, resources=Cores(1) & WTime(T=20))
+    """)
+    result = marinbuild("run", cwd=project, env={"MARINBUILD_RETRY_BASE_DELAY": "60"}, timeout=60)
+    assert result.returncode != 0
+    out = Path(plan_json(project)["stuck"]["output_path"])
+    assert (out / "tries").read_text().split() == ["1"]
+    record = _ledger(out)
+    assert [a["class"] for a in record["attempts"]] == ["HANG"], record
+    assert record["retries"]["hang"]["used"] == 0, record["retries"]
+    marker = status_of(str(out))
+    assert marker is not None and marker["status"] == "FAILED"
+    assert _used(marker["retries"])["hang"] == 0, marker
+    shown = _status_row(project, "stuck")
+    assert _used(shown["retries"]) == _used(record["retries"]), (shown, record["retries"])
+    assert "wall time would pass during the back-off" in result.stdout + result.stderr + json.dumps(marker)
+    assert _gone("sleep 3092") == []
+
+
+def test_local_failures_counted_are_exactly_the_retries_made(project: Path) -> None:
+    # Retries go on while the wall time allows the back-off: however many that is, each one
+    # made is counted and the one refused is not.
+    write_marinfile(project, """
+        from marinbuild import Cores, WTime, step
+        step("flaky", cmd='echo $MARINBUILD_ATTEMPT >> {output}/tries; exit 4', max_retries_failure=6,
+             resources=Cores(1) & WTime(T=3))
+    """)
+    result = marinbuild("run", cwd=project, env={"MARINBUILD_RETRY_BASE_DELAY": "0.4"}, timeout=60)
+    assert result.returncode != 0
+    out = Path(plan_json(project)["flaky"]["output_path"])
+    tries = (out / "tries").read_text().split()
+    record = _ledger(out)
+    assert len(record["attempts"]) == len(tries) >= 2, (tries, record)
+    assert 1 < len(tries) < 7, tries  # stopped by the wall time, not by the budget
+    assert record["retries"]["failure"]["used"] == len(tries) - 1, record["retries"]
+    marker = status_of(str(out))
+    assert marker is not None and _used(marker["retries"])["failure"] == len(tries) - 1, marker
+    assert _used(_status_row(project, "flaky")["retries"])["failure"] == len(tries) - 1
+
+
+# ---------------------------------------------------------------------------------------
+# Ray: the hang clock and a worker Ray lost and ran the task again for.
+
+
+def _ray_args(ray_cluster: RayCluster) -> list[str]:
+    return ["--backend", "ray", "--ray-address", ray_cluster.address]
+
+
+def test_ray_step_rerun_by_ray_after_a_lost_worker_and_queued_again_is_not_a_hang(
+        ray_cluster: RayCluster, project: Path) -> None:
+    # Two steps share the cluster's one "special"; each shows progress for a while and succeeds.
+    # The worker of the one that starts first is killed: Ray runs its task again, which waits
+    # in Ray's queue while the other one holds "special". Waiting there is not a hang.
+    body = ('echo $PPID >> {output}/pids; '
+            'for i in $(seq 1 25); do touch "$MARINBUILD_PROGRESS"; sleep 0.2; done; echo ok > {output}/out')
+    write_marinfile(project, f"""
+        from marinbuild import step
+        from marinbuild.resources import Custom
+        for name in ("left", "right"):
+            step(name, cmd={body!r}, resources=Custom("special", 1), progress_timeout=1.5, max_retries_hang=1)
+    """)
+    plan = plan_json(project, "--resources", "special=1")
+    outs = {n: Path(plan[n]["output_path"]) for n in ("left", "right")}
+    runner = start_marinbuild("run", "-j", "2", *_ray_args(ray_cluster), cwd=project,
+                              env={**ray_cluster.env, **FAST})
+    try:
+        wait_for(lambda: any((o / "pids").exists() for o in outs.values()), timeout=90)
+        first = next(n for n, o in outs.items() if (o / "pids").exists())
+        victim = outs[first]
+        wait_for(lambda: bool((victim / "pids").read_text().split()), timeout=10)
+        pid = int((victim / "pids").read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+        stdout, stderr = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+    other = outs["right" if first == "left" else "left"]
+    assert runner.returncode == 0, stdout + stderr
+    # The other step ran to its end before the killed one ran again: it waited in the queue.
+    ran_again_after_other = (victim / "out").stat().st_mtime_ns > (other / "out").stat().st_mtime_ns
+    record = _ledger(victim)
+    log = (victim / "logs" / "step.log").read_text()
+    assert ran_again_after_other, "Ray ran the killed task again before the queued one: nothing waited"
+    assert "as a hang" not in log, log
+    assert [a["class"] for a in record["attempts"]] == ["SUCCESS"], record
+    assert record["attempts"][0].get("ray_lost_workers") == 1, record
+    assert record["retries"]["hang"]["used"] == 0
+
+
+def test_ray_step_queued_while_others_read_and_wait_on_it_is_not_a_hang(
+        ray_cluster: RayCluster, project: Path) -> None:
+    # "queued" waits in Ray's queue behind "holder" for many of its progress timeouts while
+    # `status` is run and a second runner of it waits on its lease and is interrupted.
+    release = project / "release"
+    write_marinfile(project, f"""
+        from marinbuild import step
+        from marinbuild.resources import Custom
+        step("holder", cmd='touch {{output}}/started; '
+                           'while [ ! -e {release} ]; do touch "$MARINBUILD_PROGRESS"; sleep 0.2; done',
+             resources=Custom("special", 1), progress_timeout=3)
+        step("queued", cmd='echo $MARINBUILD_ATTEMPT >> {{output}}/tries; echo ok > {{output}}/out',
+             resources=Custom("special", 1), progress_timeout=0.5, max_retries_hang=1)
+    """)
+    plan = plan_json(project, "--resources", "special=1")
+    holder, queued = Path(plan["holder"]["output_path"]), Path(plan["queued"]["output_path"])
+    env = {**ray_cluster.env, **FAST}
+    runner = start_marinbuild("run", "-j", "2", *_ray_args(ray_cluster), cwd=project, env=env)
+    second = None
+    try:
+        wait_for(lambda: (holder / "started").exists() and (queued / "logs" / "step.log").exists(), timeout=90)
+        assert not (queued / "out").exists()
+        second = start_marinbuild("run", "queued", *_ray_args(ray_cluster), cwd=project, env=env)
+        for args in (("status",), ("status", "--json"), ("status",), ("status", "--json")):
+            shown = marinbuild(*args, cwd=project)
+            assert shown.returncode == 0, shown.stdout + shown.stderr
+        second.send_signal(signal.SIGINT)
+        second.communicate(timeout=60)
+        for args in (("status",), ("status", "--json")):
+            assert marinbuild(*args, cwd=project).returncode == 0
+        assert not (queued / "out").exists()  # still queued all this while
+        release.touch()
+        stdout, stderr = runner.communicate(timeout=120)
+    finally:
+        for proc in (runner, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert runner.returncode == 0, stdout + stderr
+    log = (queued / "logs" / "step.log").read_text()
+    assert "as a hang" not in log, log
+    assert _classes(queued) == ["SUCCESS"], _ledger(queued)
+    assert (queued / "tries").read_text().split() == ["1"]
+    assert status_of(str(queued))["status"] == "SUCCESS"
+
+
+# ---------------------------------------------------------------------------------------
+# TPU: queued resources whose deletes the API refuses, and the step log's closing line.
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeFleet]:
+    fleet = start_fleet(4, tmp_path_factory.mktemp("tpu-vms"), same_port=True)
+    try:
+        yield fleet
+    finally:
+        stop_fleet(fleet)
+
+
+@pytest.fixture
+def emulator(hosts: FakeFleet) -> Iterator[TpuApiEmulator]:
+    for h in hosts.hosts:
+        if not h.running:
+            h.start()
+    with TpuApiEmulator(fleet_hosts(hosts), waiting_s=0.05, provisioning_s=0.05) as emu:
+        yield emu
+    for h in hosts.hosts:
+        if not h.running:
+            h.start()
+
+
+def _tpu_setup(project: Path, emulator: TpuApiEmulator, hosts: FakeFleet, cmd: str, *, walltime: float | None = None,
+               extra: str = "") -> Path:
+    wall = f", walltime={walltime!r}" if walltime is not None else ""
+    write_marinfile(project, f"""
+from marinbuild import step, ResourceConfig
+train = step("train", cmd={cmd!r}, resources=ResourceConfig.with_tpu("v4-8", slice_count=1{wall}){extra})
+""")
+    cluster = project / "cluster.toml"
+    cluster.write_text(cluster_toml(emulator, hosts))
+    return cluster
+
+
+def _deletes_answer(emulator: TpuApiEmulator, answers: list[str | int]) -> list[str]:
+    """Deletes of a queued resource answered in turn by ``answers``: "refuse" (403), an HTTP
+    code that asks for another try (503), "ok"; every later one is done. Returns what was answered."""
+    real = emulator._delete_qr
+    given: list[str] = []
+    lock = threading.Lock()
+
+    def answering(name: str, query: dict[str, str]) -> dict[str, Any]:
+        with lock:
+            what = answers[len(given)] if len(given) < len(answers) else "ok"
+            given.append(str(what))
+        if what == "refuse":
+            raise _ApiError(403, "PERMISSION_DENIED", "deletes are refused for this test")
+        if what == 503:
+            raise _ApiError(503, "UNAVAILABLE", "The service is currently unavailable.")
+        return real(name, query)
+
+    emulator._delete_qr = answering  # type: ignore[method-assign]
+    return given
+
+
+def _train_out(project: Path, cluster: Path) -> Path:
+    return Path(plan_json(project, "--cluster", str(cluster))["train"]["output_path"])
+
+
+def _closing_lines(out: Path) -> list[str]:
+    return [line for line in (out / "logs" / "step.log").read_text().splitlines() if " attempt(s): " in line]
+
+
+def _line_matches_ledger(out: Path, attempts: list[dict[str, Any]]) -> None:
+    lines = _closing_lines(out)
+    assert len(lines) == 1, lines
+    m = re.search(r"(\d+) attempt\(s\): ([A-Z, ]+);", lines[0])
+    assert m is not None, lines[0]
+    assert int(m.group(1)) == len(attempts), (lines[0], attempts)
+    assert m.group(2).split(", ") == [a["class"] for a in attempts], (lines[0], [a["class"] for a in attempts])
+
+
+def _iso(text: str) -> float:
+    from datetime import datetime
+    return datetime.fromisoformat(text).timestamp()
+
+
+def test_tpu_two_attempts_each_with_a_refused_delete_are_both_amended_and_counted(
+        project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
+    # Attempt 1 fails and its delete is refused; attempt 2 succeeds, its delete is refused and
+    # the retry of attempt 1's too; the step's end deletes both.
+    given = _deletes_answer(emulator, ["refuse", "refuse", "refuse"])
+    cluster = _tpu_setup(project, emulator, hosts,
+                         'sleep 0.3; test "$MARINBUILD_ATTEMPT" -ge 2 || exit 3; echo ok > {output}/out',
+                         extra=", max_retries_failure=1")
+    result = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = _train_out(project, cluster)
+    record = _ledger(out)
+    attempts = record["attempts"]
+    assert [a["class"] for a in attempts] == ["FAILED", "SUCCESS"], record
+    names = [a["provisioned"][0]["queued_resource"] for a in attempts]
+    assert len(set(names)) == 2 and sorted(names) == sorted(emulator.deleted), (names, emulator.deleted)
+    assert emulator.queued_resource_names() == []
+    assert given[:3] == ["refuse", "refuse", "refuse"] and given.count("ok") == 2, given
+    for a in attempts:
+        (p,) = a["provisioned"]
+        assert "deletes are refused" in p.get("delete_error", ""), a
+        assert p["deleted_at"] is not None and p["deleted_at"] >= p["created_at"], a
+        assert p["deleted_at"] >= _iso(a["ended_at"]) - 1, a
+        assert p["why_deleted"], a
+    assert record["retries"]["failure"] == {"used": 1, "max": 1}
+    _line_matches_ledger(out, attempts)
+    row = _show_row(project, "train")
+    held_hours = sum((a["provisioned"][0]["deleted_at"] - a["provisioned"][0]["created_at"]) / 3600 for a in attempts)
+    assert row["provisioned_chip_hours"] == pytest.approx(held_hours * 4, rel=0.02, abs=1e-6), (row, held_hours)
+    assert row["provisioned_chip_hours"] >= row["accelerator_hours"], row
+
+
+def test_tpu_cancel_during_the_back_off_amends_the_ledger_once(
+        project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
+    # Attempt 1 fails, its delete is refused; the runner is interrupted while waiting to retry:
+    # the step's end deletes the queued resource and the ledger says when.
+    given = _deletes_answer(emulator, ["refuse"])
+    cluster = _tpu_setup(project, emulator, hosts, 'echo $MARINBUILD_ATTEMPT >> {output}/tries; exit 3',
+                         extra=", max_retries_failure=2")
+    out = _train_out(project, cluster)
+    runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project,
+                              env={"MARINBUILD_RETRY_BASE_DELAY": "60"})
+    try:
+        wait_for(lambda: (out / "attempts.json").exists() and "retry 1" in (out / "logs" / "step.log").read_text(),
+                 timeout=60)
+        runner.send_signal(signal.SIGINT)
+        stdout, stderr = runner.communicate(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+    assert runner.returncode != 0, stdout + stderr
+    assert (out / "tries").read_text().split() == ["1"]
+    assert given == ["refuse", "ok"], given
+    assert emulator.queued_resource_names() == []
+    record = _ledger(out)
+    assert [a["class"] for a in record["attempts"]] == ["FAILED"], record
+    (p,) = record["attempts"][0]["provisioned"]
+    assert p["deleted_at"] is not None and "deletes are refused" in p["delete_error"], p
+    _line_matches_ledger(out, record["attempts"])
+    marker = status_of(str(out))
+    assert marker is not None and marker["status"] != "RUNNING", marker
+    assert _used(marker["retries"]) == _used(record["retries"]), (marker, record["retries"])
+
+
+def test_tpu_interrupt_while_the_deletes_are_slow_still_records_the_attempt(
+        project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
+    # The API asks for another try at every delete for a while: a cancelled attempt's delete
+    # is tried twice and gives up, so is the step's end's (the stopping runner waits only so
+    # long for it), and the exit handler, patient, gets through.
+    given = _deletes_answer(emulator, [503] * 2 + [503] * 2 + [503])
+    cluster = _tpu_setup(project, emulator, hosts, "touch {output}/started; sleep 60")
+    out = _train_out(project, cluster)
+    runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
+    try:
+        wait_for(lambda: (out / "started").exists(), timeout=60)
+        runner.send_signal(signal.SIGINT)
+        stdout, stderr = runner.communicate(timeout=90)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+    assert runner.returncode != 0, stdout + stderr
+    assert given.count("ok") == 1 and emulator.queued_resource_names() == [], given
+    marker = status_of(str(out))
+    assert marker is not None and marker["status"] != "RUNNING", (marker, stdout + stderr)
+    record = _ledger(out)
+    assert [a["class"] for a in record["attempts"]] == ["CANCELLED"], record
+    (p,) = record["attempts"][0]["provisioned"]
+    assert p["deleted_at"] is None and "currently unavailable" in p["delete_error"], p
+    _line_matches_ledger(out, record["attempts"])
+
+
+def test_tpu_wall_time_passing_while_the_gang_runs_is_a_timeout_in_ledger_and_log(
+        project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
+    cluster = _tpu_setup(project, emulator, hosts, "touch {output}/started; exec sleep 3093", walltime=4)
+    result = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
+    assert result.returncode != 0
+    out = _train_out(project, cluster)
+    assert (out / "started").exists()  # the gang ran: the wall time passed on the hosts
+    record = _ledger(out)
+    assert [a["class"] for a in record["attempts"]] == ["TIMEOUT"], record
+    assert record["attempts"][0]["provisioned"][0]["active_at"] is not None
+    _line_matches_ledger(out, record["attempts"])
+    assert emulator.queued_resource_names() == []
+    assert _gone("sleep 3093") == []
+
+
+def test_tpu_preemption_then_success_closing_line_and_ledger_agree(
+        project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
+    cluster = _tpu_setup(project, emulator, hosts,
+                         'touch {output}/a$MARINBUILD_ATTEMPT; test $MARINBUILD_ATTEMPT -ge 2 || sleep 60; '
+                         'echo ok > {output}/out')
+    out = _train_out(project, cluster)
+    runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
+    try:
+        wait_for(lambda: (out / "a1").exists(), timeout=60)
+        emulator.preempt(emulator.active_nodes()[-1])
+        stdout, stderr = runner.communicate(timeout=90)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+    assert runner.returncode == 0, stdout + stderr
+    record = _ledger(out)
+    assert [a["class"] for a in record["attempts"]] == ["PREEMPTED", "SUCCESS"], record
+    assert record["retries"]["preemption"]["used"] == 1
+    _line_matches_ledger(out, record["attempts"])
+    marker = status_of(str(out))
+    assert marker is not None and marker["status"] == "SUCCESS" and _used(marker["retries"])["preemption"] == 1
+
+
+def test_tpu_preemption_retry_the_wall_time_rules_out_is_not_counted(
+        project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
+    cluster = _tpu_setup(project, emulator, hosts,
+                         'touch {output}/a$MARINBUILD_ATTEMPT; sleep 60', walltime=30)
+    out = _train_out(project, cluster)
+    runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project,
+                              env={"MARINBUILD_RETRY_BASE_DELAY": "120"})
+    try:
+        wait_for(lambda: (out / "a1").exists(), timeout=60)
+        emulator.preempt(emulator.active_nodes()[-1])
+        stdout, stderr = runner.communicate(timeout=90)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+    assert runner.returncode != 0, stdout + stderr
+    assert not (out / "a2").exists()
+    record = _ledger(out)
+    assert [a["class"] for a in record["attempts"]] == ["PREEMPTED"], record
+    assert record["retries"]["preemption"]["used"] == 0, record["retries"]
+    marker = status_of(str(out))
+    assert marker is not None and marker["status"] == "FAILED"
+    assert _used(marker["retries"])["preemption"] == 0, marker
+    assert _used(_status_row(project, "train")["retries"])["preemption"] == 0
+    _line_matches_ledger(out, record["attempts"])
