@@ -373,6 +373,14 @@ def live_processes_matching(text: str) -> list[str]:
     return [ln for ln in ps.stdout.splitlines() if text in ln and ln.split()[1][0] != "Z"]
 
 
+def processes_gone(text: str, seconds: float = 60) -> list[str]:
+    """Wait up to ``seconds`` for no process to match ``text``; those still matching then."""
+    deadline = time.monotonic() + seconds
+    while live_processes_matching(text) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return live_processes_matching(text)
+
+
 @pytest.fixture(scope="session")
 def ssh_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeFleet]:
     """Four fake TPU hosts for the whole test session."""

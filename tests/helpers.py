@@ -85,6 +85,13 @@ def plan_json(cwd: Path, *args: str, env: dict[str, str] | None = None) -> dict[
     return {row["name"]: row for row in json.loads(result.stdout)}
 
 
+def status_row(project: Path, name: str, *args: str) -> dict:
+    """The row of step ``name`` in ``marinbuild status --json`` (more options in ``args``)."""
+    result = marinbuild("status", "--json", *args, cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return next(r for r in json.loads(result.stdout) if r["name"] == name)
+
+
 def status_of(output_path: str) -> dict | None:
     p = Path(output_path) / ".marinbuild" / "status"
     return json.loads(p.read_text()) if p.exists() else None

@@ -6,54 +6,35 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.fixtures_ssh import FakeFleet, live_processes_matching, start_fleet, stop_fleet, wait_for
-from tests.tpu_api_emulator import TpuApiEmulator, _ApiError, cluster_toml, fleet_hosts
+from tests.fixtures_created_slices import assert_closing_line_matches, ledger, train_out, train_step
+from tests.fixtures_ssh import FakeFleet, processes_gone, wait_for
+from tests.tpu_api_emulator import TpuApiEmulator, _ApiError
 
-from .helpers import marinbuild, plan_json, start_marinbuild, status_of, write_marinfile
+from .helpers import marinbuild, plan_json, start_marinbuild, status_of, status_row, write_marinfile
 
 if TYPE_CHECKING:
     from .fixtures_ray import RayCluster
 
-pytest_plugins = ["tests.fixtures_ray"]
+pytest_plugins = ["tests.fixtures_ray", "tests.fixtures_created_slices"]
 
 FAST = {"MARINBUILD_RETRY_BASE_DELAY": "0.01"}
 
 
-def _ledger(out: Path) -> dict[str, Any]:
-    return json.loads((out / "attempts.json").read_text())
-
-
 def _classes(out: Path) -> list[str]:
-    return [a["class"] for a in _ledger(out)["attempts"]]
-
-
-def _status_row(project: Path, name: str, *args: str) -> dict[str, Any]:
-    result = marinbuild("status", "--json", *args, cwd=project)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return next(r for r in json.loads(result.stdout) if r["name"] == name)
+    return [a["class"] for a in ledger(out)["attempts"]]
 
 
 def _show_row(project: Path, name: str) -> dict[str, Any]:
     result = marinbuild("show", "--json", cwd=project)
     assert result.returncode == 0, result.stdout + result.stderr
     return next(r for r in json.loads(result.stdout) if r["step"] == name)
-
-
-def _gone(pattern: str, seconds: float = 60) -> list[int]:
-    deadline = time.monotonic() + seconds
-    while live_processes_matching(pattern) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return live_processes_matching(pattern)
 
 
 _SHORT = {"f": "failure", "p": "preemption", "h": "hang", "i": "infra", "v": "provisioning"}
@@ -78,11 +59,11 @@ def test_local_silent_step_is_a_hang_counted_from_its_launch(project: Path) -> N
     result = marinbuild("run", cwd=project, env=FAST, timeout=60)
     assert result.returncode != 0
     out = Path(plan_json(project)["silent"]["output_path"])
-    record = _ledger(out)
+    record = ledger(out)
     assert [a["class"] for a in record["attempts"]] == ["HANG", "HANG"], record
     assert record["retries"]["hang"] == {"used": 1, "max": 1}
     assert (out / "logs" / "step.log").read_text().count("killing it as a hang") == 2
-    assert _gone("sleep 3091") == []
+    assert processes_gone("sleep 3091") == []
 
 
 def test_local_hang_retry_the_wall_time_rules_out_is_counted_nowhere(project: Path) -> None:
@@ -95,16 +76,16 @@ def test_local_hang_retry_the_wall_time_rules_out_is_counted_nowhere(project: Pa
     assert result.returncode != 0
     out = Path(plan_json(project)["stuck"]["output_path"])
     assert (out / "tries").read_text().split() == ["1"]
-    record = _ledger(out)
+    record = ledger(out)
     assert [a["class"] for a in record["attempts"]] == ["HANG"], record
     assert record["retries"]["hang"]["used"] == 0, record["retries"]
     marker = status_of(str(out))
     assert marker is not None and marker["status"] == "FAILED"
     assert _used(marker["retries"])["hang"] == 0, marker
-    shown = _status_row(project, "stuck")
+    shown = status_row(project, "stuck")
     assert _used(shown["retries"]) == _used(record["retries"]), (shown, record["retries"])
     assert "wall time would pass during the back-off" in result.stdout + result.stderr + json.dumps(marker)
-    assert _gone("sleep 3092") == []
+    assert processes_gone("sleep 3092") == []
 
 
 def test_local_failures_counted_are_exactly_the_retries_made(project: Path) -> None:
@@ -119,13 +100,13 @@ def test_local_failures_counted_are_exactly_the_retries_made(project: Path) -> N
     assert result.returncode != 0
     out = Path(plan_json(project)["flaky"]["output_path"])
     tries = (out / "tries").read_text().split()
-    record = _ledger(out)
+    record = ledger(out)
     assert len(record["attempts"]) == len(tries) >= 2, (tries, record)
     assert 1 < len(tries) < 7, tries  # stopped by the wall time, not by the budget
     assert record["retries"]["failure"]["used"] == len(tries) - 1, record["retries"]
     marker = status_of(str(out))
     assert marker is not None and _used(marker["retries"])["failure"] == len(tries) - 1, marker
-    assert _used(_status_row(project, "flaky")["retries"])["failure"] == len(tries) - 1
+    assert _used(status_row(project, "flaky")["retries"])["failure"] == len(tries) - 1
 
 
 # ---------------------------------------------------------------------------------------
@@ -147,7 +128,7 @@ def test_ray_step_rerun_by_ray_after_a_lost_worker_and_queued_again_is_not_a_han
         from marinbuild import step
         from marinbuild.resources import Custom
         for name in ("left", "right"):
-            step(name, cmd={body!r}, resources=Custom("special", 1), progress_timeout=1.5, max_retries_hang=1)
+            step(name, cmd={body!r}, resources=Custom("special", 1), progress_timeout=3, max_retries_hang=1)
     """)
     plan = plan_json(project, "--resources", "special=1")
     outs = {n: Path(plan[n]["output_path"]) for n in ("left", "right")}
@@ -169,7 +150,7 @@ def test_ray_step_rerun_by_ray_after_a_lost_worker_and_queued_again_is_not_a_han
     assert runner.returncode == 0, stdout + stderr
     # The other step ran to its end before the killed one ran again: it waited in the queue.
     ran_again_after_other = (victim / "out").stat().st_mtime_ns > (other / "out").stat().st_mtime_ns
-    record = _ledger(victim)
+    record = ledger(victim)
     log = (victim / "logs" / "step.log").read_text()
     assert ran_again_after_other, "Ray ran the killed task again before the queued one: nothing waited"
     assert "as a hang" not in log, log
@@ -219,46 +200,13 @@ def test_ray_step_queued_while_others_read_and_wait_on_it_is_not_a_hang(
     assert runner.returncode == 0, stdout + stderr
     log = (queued / "logs" / "step.log").read_text()
     assert "as a hang" not in log, log
-    assert _classes(queued) == ["SUCCESS"], _ledger(queued)
+    assert _classes(queued) == ["SUCCESS"], ledger(queued)
     assert (queued / "tries").read_text().split() == ["1"]
     assert status_of(str(queued))["status"] == "SUCCESS"
 
 
 # ---------------------------------------------------------------------------------------
 # TPU: queued resources whose deletes the API refuses, and the step log's closing line.
-
-
-@pytest.fixture(scope="module")
-def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeFleet]:
-    fleet = start_fleet(4, tmp_path_factory.mktemp("tpu-vms"), same_port=True)
-    try:
-        yield fleet
-    finally:
-        stop_fleet(fleet)
-
-
-@pytest.fixture
-def emulator(hosts: FakeFleet) -> Iterator[TpuApiEmulator]:
-    for h in hosts.hosts:
-        if not h.running:
-            h.start()
-    with TpuApiEmulator(fleet_hosts(hosts), waiting_s=0.05, provisioning_s=0.05) as emu:
-        yield emu
-    for h in hosts.hosts:
-        if not h.running:
-            h.start()
-
-
-def _tpu_setup(project: Path, emulator: TpuApiEmulator, hosts: FakeFleet, cmd: str, *, walltime: float | None = None,
-               extra: str = "") -> Path:
-    wall = f", walltime={walltime!r}" if walltime is not None else ""
-    write_marinfile(project, f"""
-from marinbuild import step, ResourceConfig
-train = step("train", cmd={cmd!r}, resources=ResourceConfig.with_tpu("v4-8", slice_count=1{wall}){extra})
-""")
-    cluster = project / "cluster.toml"
-    cluster.write_text(cluster_toml(emulator, hosts))
-    return cluster
 
 
 def _deletes_answer(emulator: TpuApiEmulator, answers: list[str | int]) -> list[str]:
@@ -282,23 +230,6 @@ def _deletes_answer(emulator: TpuApiEmulator, answers: list[str | int]) -> list[
     return given
 
 
-def _train_out(project: Path, cluster: Path) -> Path:
-    return Path(plan_json(project, "--cluster", str(cluster))["train"]["output_path"])
-
-
-def _closing_lines(out: Path) -> list[str]:
-    return [line for line in (out / "logs" / "step.log").read_text().splitlines() if " attempt(s): " in line]
-
-
-def _line_matches_ledger(out: Path, attempts: list[dict[str, Any]]) -> None:
-    lines = _closing_lines(out)
-    assert len(lines) == 1, lines
-    m = re.search(r"(\d+) attempt\(s\): ([A-Z, ]+);", lines[0])
-    assert m is not None, lines[0]
-    assert int(m.group(1)) == len(attempts), (lines[0], attempts)
-    assert m.group(2).split(", ") == [a["class"] for a in attempts], (lines[0], [a["class"] for a in attempts])
-
-
 def _iso(text: str) -> float:
     from datetime import datetime
     return datetime.fromisoformat(text).timestamp()
@@ -309,13 +240,13 @@ def test_tpu_two_attempts_each_with_a_refused_delete_are_both_amended_and_counte
     # Attempt 1 fails and its delete is refused; attempt 2 succeeds, its delete is refused and
     # the retry of attempt 1's too; the step's end deletes both.
     given = _deletes_answer(emulator, ["refuse", "refuse", "refuse"])
-    cluster = _tpu_setup(project, emulator, hosts,
+    cluster = train_step(project, emulator, hosts,
                          'sleep 0.3; test "$MARINBUILD_ATTEMPT" -ge 2 || exit 3; echo ok > {output}/out',
                          extra=", max_retries_failure=1")
     result = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
     assert result.returncode == 0, result.stdout + result.stderr
-    out = _train_out(project, cluster)
-    record = _ledger(out)
+    out = train_out(project, cluster)
+    record = ledger(out)
     attempts = record["attempts"]
     assert [a["class"] for a in attempts] == ["FAILED", "SUCCESS"], record
     names = [a["provisioned"][0]["queued_resource"] for a in attempts]
@@ -329,7 +260,7 @@ def test_tpu_two_attempts_each_with_a_refused_delete_are_both_amended_and_counte
         assert p["deleted_at"] >= _iso(a["ended_at"]) - 1, a
         assert p["why_deleted"], a
     assert record["retries"]["failure"] == {"used": 1, "max": 1}
-    _line_matches_ledger(out, attempts)
+    assert_closing_line_matches(out, attempts)
     row = _show_row(project, "train")
     held_hours = sum((a["provisioned"][0]["deleted_at"] - a["provisioned"][0]["created_at"]) / 3600 for a in attempts)
     assert row["provisioned_chip_hours"] == pytest.approx(held_hours * 4, rel=0.02, abs=1e-6), (row, held_hours)
@@ -341,9 +272,9 @@ def test_tpu_cancel_during_the_back_off_amends_the_ledger_once(
     # Attempt 1 fails, its delete is refused; the runner is interrupted while waiting to retry:
     # the step's end deletes the queued resource and the ledger says when.
     given = _deletes_answer(emulator, ["refuse"])
-    cluster = _tpu_setup(project, emulator, hosts, 'echo $MARINBUILD_ATTEMPT >> {output}/tries; exit 3',
+    cluster = train_step(project, emulator, hosts, 'echo $MARINBUILD_ATTEMPT >> {output}/tries; exit 3',
                          extra=", max_retries_failure=2")
-    out = _train_out(project, cluster)
+    out = train_out(project, cluster)
     runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project,
                               env={"MARINBUILD_RETRY_BASE_DELAY": "60"})
     try:
@@ -359,11 +290,11 @@ def test_tpu_cancel_during_the_back_off_amends_the_ledger_once(
     assert (out / "tries").read_text().split() == ["1"]
     assert given == ["refuse", "ok"], given
     assert emulator.queued_resource_names() == []
-    record = _ledger(out)
+    record = ledger(out)
     assert [a["class"] for a in record["attempts"]] == ["FAILED"], record
     (p,) = record["attempts"][0]["provisioned"]
     assert p["deleted_at"] is not None and "deletes are refused" in p["delete_error"], p
-    _line_matches_ledger(out, record["attempts"])
+    assert_closing_line_matches(out, record["attempts"])
     marker = status_of(str(out))
     assert marker is not None and marker["status"] != "RUNNING", marker
     assert _used(marker["retries"]) == _used(record["retries"]), (marker, record["retries"])
@@ -375,8 +306,8 @@ def test_tpu_interrupt_while_the_deletes_are_slow_still_records_the_attempt(
     # is tried twice and gives up, so is the step's end's (the stopping runner waits only so
     # long for it), and the exit handler, patient, gets through.
     given = _deletes_answer(emulator, [503] * 2 + [503] * 2 + [503])
-    cluster = _tpu_setup(project, emulator, hosts, "touch {output}/started; sleep 60")
-    out = _train_out(project, cluster)
+    cluster = train_step(project, emulator, hosts, "touch {output}/started; sleep 60")
+    out = train_out(project, cluster)
     runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
     try:
         wait_for(lambda: (out / "started").exists(), timeout=60)
@@ -390,34 +321,34 @@ def test_tpu_interrupt_while_the_deletes_are_slow_still_records_the_attempt(
     assert given.count("ok") == 1 and emulator.queued_resource_names() == [], given
     marker = status_of(str(out))
     assert marker is not None and marker["status"] != "RUNNING", (marker, stdout + stderr)
-    record = _ledger(out)
+    record = ledger(out)
     assert [a["class"] for a in record["attempts"]] == ["CANCELLED"], record
     (p,) = record["attempts"][0]["provisioned"]
     assert p["deleted_at"] is None and "currently unavailable" in p["delete_error"], p
-    _line_matches_ledger(out, record["attempts"])
+    assert_closing_line_matches(out, record["attempts"])
 
 
 def test_tpu_wall_time_passing_while_the_gang_runs_is_a_timeout_in_ledger_and_log(
         project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
-    cluster = _tpu_setup(project, emulator, hosts, "touch {output}/started; exec sleep 3093", walltime=4)
+    cluster = train_step(project, emulator, hosts, "touch {output}/started; exec sleep 3093", walltime=4)
     result = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
     assert result.returncode != 0
-    out = _train_out(project, cluster)
+    out = train_out(project, cluster)
     assert (out / "started").exists()  # the gang ran: the wall time passed on the hosts
-    record = _ledger(out)
+    record = ledger(out)
     assert [a["class"] for a in record["attempts"]] == ["TIMEOUT"], record
     assert record["attempts"][0]["provisioned"][0]["active_at"] is not None
-    _line_matches_ledger(out, record["attempts"])
+    assert_closing_line_matches(out, record["attempts"])
     assert emulator.queued_resource_names() == []
-    assert _gone("sleep 3093") == []
+    assert processes_gone("sleep 3093") == []
 
 
 def test_tpu_preemption_then_success_closing_line_and_ledger_agree(
         project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
-    cluster = _tpu_setup(project, emulator, hosts,
+    cluster = train_step(project, emulator, hosts,
                          'touch {output}/a$MARINBUILD_ATTEMPT; test $MARINBUILD_ATTEMPT -ge 2 || sleep 60; '
                          'echo ok > {output}/out')
-    out = _train_out(project, cluster)
+    out = train_out(project, cluster)
     runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
     try:
         wait_for(lambda: (out / "a1").exists(), timeout=60)
@@ -428,19 +359,19 @@ def test_tpu_preemption_then_success_closing_line_and_ledger_agree(
             runner.kill()
             runner.communicate()
     assert runner.returncode == 0, stdout + stderr
-    record = _ledger(out)
+    record = ledger(out)
     assert [a["class"] for a in record["attempts"]] == ["PREEMPTED", "SUCCESS"], record
     assert record["retries"]["preemption"]["used"] == 1
-    _line_matches_ledger(out, record["attempts"])
+    assert_closing_line_matches(out, record["attempts"])
     marker = status_of(str(out))
     assert marker is not None and marker["status"] == "SUCCESS" and _used(marker["retries"])["preemption"] == 1
 
 
 def test_tpu_preemption_retry_the_wall_time_rules_out_is_not_counted(
         project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
-    cluster = _tpu_setup(project, emulator, hosts,
+    cluster = train_step(project, emulator, hosts,
                          'touch {output}/a$MARINBUILD_ATTEMPT; sleep 60', walltime=30)
-    out = _train_out(project, cluster)
+    out = train_out(project, cluster)
     runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project,
                               env={"MARINBUILD_RETRY_BASE_DELAY": "120"})
     try:
@@ -453,11 +384,11 @@ def test_tpu_preemption_retry_the_wall_time_rules_out_is_not_counted(
             runner.communicate()
     assert runner.returncode != 0, stdout + stderr
     assert not (out / "a2").exists()
-    record = _ledger(out)
+    record = ledger(out)
     assert [a["class"] for a in record["attempts"]] == ["PREEMPTED"], record
     assert record["retries"]["preemption"]["used"] == 0, record["retries"]
     marker = status_of(str(out))
     assert marker is not None and marker["status"] == "FAILED"
     assert _used(marker["retries"])["preemption"] == 0, marker
-    assert _used(_status_row(project, "train")["retries"])["preemption"] == 0
-    _line_matches_ledger(out, record["attempts"])
+    assert _used(status_row(project, "train")["retries"])["preemption"] == 0
+    assert_closing_line_matches(out, record["attempts"])

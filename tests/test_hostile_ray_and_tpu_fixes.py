@@ -5,43 +5,25 @@ emulator on loopback with real sshd hosts, real signals."""
 from __future__ import annotations
 
 import json
-import re
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.fixtures_ssh import FakeFleet, live_processes_matching, start_fleet, stop_fleet, wait_for
-from tests.tpu_api_emulator import TpuApiEmulator, _ApiError, cluster_toml, fleet_hosts
+from tests.fixtures_created_slices import assert_closing_line_matches, ledger, train_out, train_step
+from tests.fixtures_ssh import FakeFleet, processes_gone, wait_for
+from tests.tpu_api_emulator import TpuApiEmulator, _ApiError
 
-from .helpers import marinbuild, plan_json, start_marinbuild, status_of, write_marinfile
+from .helpers import marinbuild, plan_json, start_marinbuild, status_of, status_row, write_marinfile
 
 if TYPE_CHECKING:
     from .fixtures_ray import RayCluster
 
-pytest_plugins = ["tests.fixtures_ray"]
+pytest_plugins = ["tests.fixtures_ray", "tests.fixtures_created_slices"]
 
 FAST = {"MARINBUILD_RETRY_BASE_DELAY": "0.01"}
-
-
-def _ledger(out: Path) -> dict[str, Any]:
-    return json.loads((out / "attempts.json").read_text())
-
-
-def _status_row(project: Path, name: str, *args: str) -> dict[str, Any]:
-    result = marinbuild("status", "--json", *args, cwd=project)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return next(r for r in json.loads(result.stdout) if r["name"] == name)
-
-
-def _gone(pattern: str, seconds: float = 60) -> list[int]:
-    deadline = time.monotonic() + seconds
-    while live_processes_matching(pattern) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return live_processes_matching(pattern)
 
 
 # ---------------------------------------------------------------------------------------
@@ -86,13 +68,13 @@ def test_ray_step_queued_behind_another_and_interrupted_is_cancelled_not_hung(
     assert runner.returncode != 0, stdout + stderr
     log = (queued / "logs" / "step.log").read_text()
     assert "as a hang" not in log, log
-    assert [a["class"] for a in _ledger(queued)["attempts"]] == ["CANCELLED"], _ledger(queued)
-    assert [a["class"] for a in _ledger(holder)["attempts"]] == ["CANCELLED"], _ledger(holder)
-    assert _ledger(queued)["retries"]["hang"]["used"] == 0
+    assert [a["class"] for a in ledger(queued)["attempts"]] == ["CANCELLED"], ledger(queued)
+    assert [a["class"] for a in ledger(holder)["attempts"]] == ["CANCELLED"], ledger(holder)
+    assert ledger(queued)["retries"]["hang"]["used"] == 0
     for out in (holder, queued):
         record = status_of(str(out))
         assert record is None or record["status"] != "RUNNING", record
-    assert _gone("sleep 3081") == []
+    assert processes_gone("sleep 3081") == []
 
 
 def test_ray_step_whose_progress_file_cannot_be_touched_is_still_called_a_hang(
@@ -108,9 +90,9 @@ def test_ray_step_whose_progress_file_cannot_be_touched_is_still_called_a_hang(
     assert result.returncode != 0
     out = Path(plan_json(project)["blocked"]["output_path"])
     try:
-        assert [a["class"] for a in _ledger(out)["attempts"]] == ["FAILED", "HANG"], _ledger(out)
+        assert [a["class"] for a in ledger(out)["attempts"]] == ["FAILED", "HANG"], ledger(out)
     finally:
-        assert _gone("sleep 3082") == []
+        assert processes_gone("sleep 3082") == []
 
 
 def test_ray_step_that_deletes_its_progress_file_at_once_and_goes_silent_is_a_hang(
@@ -127,10 +109,10 @@ def test_ray_step_that_deletes_its_progress_file_at_once_and_goes_silent_is_a_ha
     plan = plan_json(project)
     try:
         for i in range(3):
-            attempts = _ledger(Path(plan[f"gone{i}"]["output_path"]))["attempts"]
+            attempts = ledger(Path(plan[f"gone{i}"]["output_path"]))["attempts"]
             assert [a["class"] for a in attempts] == ["HANG"], attempts
     finally:
-        assert _gone("sleep 3084") == []
+        assert processes_gone("sleep 3084") == []
 
 
 def test_ray_step_that_deletes_its_progress_file_later_and_goes_silent_is_a_hang(
@@ -142,15 +124,15 @@ def test_ray_step_that_deletes_its_progress_file_later_and_goes_silent_is_a_hang
         step("wedge", cmd='for i in 1 2 3 4; do touch "$MARINBUILD_PROGRESS"; sleep 0.2; done; '
                           'rm -f "$MARINBUILD_PROGRESS"; '
                           'if [ "$MARINBUILD_ATTEMPT" = 1 ]; then exec sleep 3083; fi; echo ok > {output}/out',
-             progress_timeout=1)
+             progress_timeout=2)
     """)
     result = _ray_run(ray_cluster, project)
     assert result.returncode == 0, result.stdout + result.stderr
     out = Path(plan_json(project)["wedge"]["output_path"])
-    record = _ledger(out)
+    record = ledger(out)
     assert [a["class"] for a in record["attempts"]] == ["HANG", "SUCCESS"], record
     assert record["retries"]["hang"] == {"used": 1, "max": 2}
-    assert _gone("sleep 3083") == []
+    assert processes_gone("sleep 3083") == []
 
 
 # ---------------------------------------------------------------------------------------
@@ -172,15 +154,15 @@ def test_ray_status_shows_the_retry_counts_of_a_late_success_and_of_a_failure_fo
     third, never = Path(plan["third_time"]["output_path"]), Path(plan["never"]["output_path"])
     assert (third / "tries").read_text().split() == ["1", "2", "3"]
     assert (never / "tries").read_text().split() == ["1", "2"]
-    assert [a["class"] for a in _ledger(third)["attempts"]] == ["FAILED", "FAILED", "SUCCESS"]
-    assert [a["class"] for a in _ledger(never)["attempts"]] == ["FAILED", "FAILED"]
-    shown_third, shown_never = _status_row(project, "third_time"), _status_row(project, "never")
+    assert [a["class"] for a in ledger(third)["attempts"]] == ["FAILED", "FAILED", "SUCCESS"]
+    assert [a["class"] for a in ledger(never)["attempts"]] == ["FAILED", "FAILED"]
+    shown_third, shown_never = status_row(project, "third_time"), status_row(project, "never")
     assert shown_third["status"] == "SUCCESS" and shown_never["status"] == "FAILED"
     assert shown_third["retries"]["failure"] == {"used": 2, "max": 2}
     assert shown_never["retries"]["failure"] == {"used": 1, "max": 1}
     # What status reads from the task's own marker agrees with the ledger's head.
     for out, shown in ((third, shown_third), (never, shown_never)):
-        head = _ledger(out)["retries"]
+        head = ledger(out)["retries"]
         assert {k: v["used"] for k, v in shown["retries"].items()} == {k: v["used"] for k, v in head.items()}
     table = marinbuild("status", cwd=project).stdout
     assert "unknown" not in table, table
@@ -197,47 +179,15 @@ def test_ray_status_agrees_with_the_ledger_when_the_wall_time_refuses_a_retry(
     assert result.returncode != 0
     out = Path(plan_json(project)["short_lived"]["output_path"])
     assert (out / "tries").read_text().split() == ["1"]
-    record = _ledger(out)
+    record = ledger(out)
     assert [a["class"] for a in record["attempts"]] == ["FAILED"]
-    shown = _status_row(project, "short_lived")
+    shown = status_row(project, "short_lived")
     assert shown["status"] == "FAILED"
     assert shown["retries"]["failure"]["used"] == record["retries"]["failure"]["used"] == 0, (shown, record["retries"])
 
 
 # ---------------------------------------------------------------------------------------
 # TPU: queued resources the API refuses to delete; the step log's closing line.
-
-
-@pytest.fixture(scope="module")
-def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeFleet]:
-    fleet = start_fleet(4, tmp_path_factory.mktemp("tpu-vms"), same_port=True)
-    try:
-        yield fleet
-    finally:
-        stop_fleet(fleet)
-
-
-@pytest.fixture
-def emulator(hosts: FakeFleet) -> Iterator[TpuApiEmulator]:
-    for h in hosts.hosts:
-        if not h.running:
-            h.start()
-    with TpuApiEmulator(fleet_hosts(hosts), waiting_s=0.05, provisioning_s=0.05) as emu:
-        yield emu
-    for h in hosts.hosts:
-        if not h.running:
-            h.start()
-
-
-def _tpu_setup(project: Path, emulator: TpuApiEmulator, hosts: FakeFleet, cmd: str, *, walltime: float | None = None) -> Path:
-    extra = f", walltime={walltime!r}" if walltime is not None else ""
-    write_marinfile(project, f"""
-from marinbuild import step, ResourceConfig
-train = step("train", cmd={cmd!r}, resources=ResourceConfig.with_tpu("v4-8", slice_count=1{extra}))
-""")
-    cluster = project / "cluster.toml"
-    cluster.write_text(cluster_toml(emulator, hosts))
-    return cluster
 
 
 def _refuse_deletes(emulator: TpuApiEmulator, n: int | None) -> list[str]:
@@ -258,41 +208,24 @@ def _refuse_deletes(emulator: TpuApiEmulator, n: int | None) -> list[str]:
     return answers
 
 
-def _train_out(project: Path, cluster: Path) -> Path:
-    return Path(plan_json(project, "--cluster", str(cluster))["train"]["output_path"])
-
-
-def _closing_line(out: Path) -> str:
-    lines = [line for line in (out / "logs" / "step.log").read_text().splitlines() if " attempt(s): " in line]
-    assert len(lines) == 1, lines
-    return lines[0]
-
-
-def _line_matches_ledger(line: str, attempts: list[dict[str, Any]]) -> None:
-    m = re.search(r"(\d+) attempt\(s\): ([A-Z, ]+);", line)
-    assert m is not None, line
-    assert int(m.group(1)) == len(attempts), (line, attempts)
-    assert m.group(2).split(", ") == [a["class"] for a in attempts], (line, [a["class"] for a in attempts])
-
-
 def test_tpu_delete_refused_at_attempt_end_is_retried_when_the_step_ends(
         project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
     answers = _refuse_deletes(emulator, 1)
-    cluster = _tpu_setup(project, emulator, hosts, "echo ok > {output}/out")
+    cluster = train_step(project, emulator, hosts, "echo ok > {output}/out")
     result = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
     assert result.returncode == 0, result.stdout + result.stderr
-    out = _train_out(project, cluster)
+    out = train_out(project, cluster)
     assert status_of(str(out))["status"] == "SUCCESS"
     assert (out / "out").read_text() == "ok\n"
-    record = _ledger(out)
+    record = ledger(out)
     assert [a["class"] for a in record["attempts"]] == ["SUCCESS"]
     held = record["attempts"][0]["provisioned"]
     assert len(held) == 1 and "deletes are refused" in held[0]["delete_error"]
     assert answers == ["refused", "deleted"]  # at the attempt's end, then at the step's
     assert held[0]["queued_resource"] in emulator.deleted and emulator.queued_resource_names() == []
     assert "could not delete queued resource " + held[0]["queued_resource"] in (out / "logs" / "step.log").read_text()
-    _line_matches_ledger(_closing_line(out), record["attempts"])
-    shown = _status_row(project, "train")
+    assert_closing_line_matches(out, record["attempts"])
+    shown = status_row(project, "train")
     assert shown["status"] == "SUCCESS"
     rows = marinbuild("show", "--json", cwd=project)
     assert rows.returncode == 0, rows.stderr
@@ -302,7 +235,7 @@ def test_tpu_delete_refused_at_attempt_end_is_retried_when_the_step_ends(
 def test_tpu_hours_of_a_resource_whose_delete_was_refused_are_counted(
         project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
     _refuse_deletes(emulator, 1)
-    cluster = _tpu_setup(project, emulator, hosts, "sleep 0.5; echo ok > {output}/out")
+    cluster = train_step(project, emulator, hosts, "sleep 0.5; echo ok > {output}/out")
     result = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
     assert result.returncode == 0, result.stdout + result.stderr
     row = next(r for r in json.loads(marinbuild("show", "--json", cwd=project).stdout) if r["step"] == "train")
@@ -313,12 +246,12 @@ def test_tpu_hours_of_a_resource_whose_delete_was_refused_are_counted(
 def test_tpu_delete_refused_until_exit_is_done_by_the_exit_handler(
         project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
     answers = _refuse_deletes(emulator, 2)
-    cluster = _tpu_setup(project, emulator, hosts, "echo ok > {output}/out")
+    cluster = train_step(project, emulator, hosts, "echo ok > {output}/out")
     result = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
     assert result.returncode == 0, result.stdout + result.stderr
-    out = _train_out(project, cluster)
+    out = train_out(project, cluster)
     assert status_of(str(out))["status"] == "SUCCESS"
-    record = _ledger(out)
+    record = ledger(out)
     name = record["attempts"][0]["provisioned"][0]["queued_resource"]
     # Refused at the attempt's end and at the step's end; deleted as the runner exited.
     assert answers == ["refused", "refused", "deleted"]
@@ -326,16 +259,16 @@ def test_tpu_delete_refused_until_exit_is_done_by_the_exit_handler(
     assert record["attempts"][0]["provisioned"][0]["deleted_at"] is None
     log = (out / "logs" / "step.log").read_text()
     assert log.count("could not delete queued resource " + name) == 2, log
-    _line_matches_ledger(_closing_line(out), record["attempts"])
+    assert_closing_line_matches(out, record["attempts"])
 
 
 def test_tpu_delete_refused_for_good_leaves_a_leftover_the_next_run_deletes(
         project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
     answers = _refuse_deletes(emulator, None)
-    cluster = _tpu_setup(project, emulator, hosts, "echo ok > {output}/out")
+    cluster = train_step(project, emulator, hosts, "echo ok > {output}/out")
     result = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
     assert result.returncode == 0, result.stdout + result.stderr
-    out = _train_out(project, cluster)
+    out = train_out(project, cluster)
     assert status_of(str(out))["status"] == "SUCCESS"
     left = emulator.queued_resource_names()
     assert len(left) == 1 and answers == ["refused"] * 3
@@ -345,14 +278,14 @@ def test_tpu_delete_refused_for_good_leaves_a_leftover_the_next_run_deletes(
     again = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
     assert again.returncode == 0, again.stdout + again.stderr
     assert left[0] in emulator.deleted and emulator.queued_resource_names() == []
-    assert [a["class"] for a in _ledger(out)["attempts"]] == ["SUCCESS"]  # up to date: not run again
+    assert [a["class"] for a in ledger(out)["attempts"]] == ["SUCCESS"]  # up to date: not run again
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_tpu_signal_while_deletes_are_refused_leaves_nothing_after_exit(
         project: Path, emulator: TpuApiEmulator, hosts: FakeFleet, sig: signal.Signals) -> None:
-    cluster = _tpu_setup(project, emulator, hosts, "touch {output}/started; sleep 60")
-    out = _train_out(project, cluster)
+    cluster = train_step(project, emulator, hosts, "touch {output}/started; sleep 60")
+    out = train_out(project, cluster)
     answers = _refuse_deletes(emulator, 2)
     runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
     try:
@@ -366,10 +299,10 @@ def test_tpu_signal_while_deletes_are_refused_leaves_nothing_after_exit(
     assert runner.returncode != 0, stdout + stderr
     assert answers == ["refused", "refused", "deleted"]
     assert emulator.queued_resource_names() == []
-    record = _ledger(out)
+    record = ledger(out)
     assert [a["class"] for a in record["attempts"]] == ["CANCELLED"], record
     assert status_of(str(out))["status"] != "RUNNING"
-    _line_matches_ledger(_closing_line(out), record["attempts"])
+    assert_closing_line_matches(out, record["attempts"])
 
 
 def test_tpu_closing_line_counts_capacity_failures_and_a_cancel_while_waiting(
@@ -385,8 +318,8 @@ def test_tpu_closing_line_counts_capacity_failures_and_a_cancel_while_waiting(
         return real(parent, query, body)
 
     emulator._create_qr = create  # type: ignore[method-assign]
-    cluster = _tpu_setup(project, emulator, hosts, "echo ok > {output}/out")
-    out = _train_out(project, cluster)
+    cluster = train_step(project, emulator, hosts, "echo ok > {output}/out")
+    out = train_out(project, cluster)
     runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
     try:
         wait_for(lambda: len(created) == 3 and emulator.states().get(created[2], [""])[-1] == "WAITING_FOR_RESOURCES",
@@ -398,10 +331,10 @@ def test_tpu_closing_line_counts_capacity_failures_and_a_cancel_while_waiting(
             runner.kill()
             runner.communicate()
     assert runner.returncode != 0, stdout + stderr
-    record = _ledger(out)
+    record = ledger(out)
     assert [a["class"] for a in record["attempts"]] == ["PROVISIONING", "PROVISIONING", "CANCELLED"], record
     assert sorted(created) == sorted(emulator.deleted)
-    _line_matches_ledger(_closing_line(out), record["attempts"])
+    assert_closing_line_matches(out, record["attempts"])
     assert emulator.queued_resource_names() == []
 
 
@@ -416,24 +349,24 @@ def test_tpu_closing_line_counts_a_refused_create(project: Path, emulator: TpuAp
         return real(parent, query, body)
 
     emulator._create_qr = refuse_once  # type: ignore[method-assign]
-    cluster = _tpu_setup(project, emulator, hosts, "echo ok > {output}/out")
+    cluster = train_step(project, emulator, hosts, "echo ok > {output}/out")
     result = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
-    out = _train_out(project, cluster)
-    record = _ledger(out)
+    out = train_out(project, cluster)
+    record = ledger(out)
     assert len(refused) == 1
     assert result.returncode == 0, result.stdout + result.stderr + json.dumps(record)
     assert [a["class"] for a in record["attempts"]] == ["INFRA", "SUCCESS"]
-    _line_matches_ledger(_closing_line(out), record["attempts"])
+    assert_closing_line_matches(out, record["attempts"])
 
 
 def test_tpu_closing_line_agrees_with_the_ledger_when_wall_time_passes_while_waiting(
         project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
     emulator.waiting_s = 300
-    cluster = _tpu_setup(project, emulator, hosts, "echo ok > {output}/out", walltime=2)
+    cluster = train_step(project, emulator, hosts, "echo ok > {output}/out", walltime=2)
     result = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
     assert result.returncode != 0
-    out = _train_out(project, cluster)
-    record = _ledger(out)
+    out = train_out(project, cluster)
+    record = ledger(out)
     assert [a["class"] for a in record["attempts"]] == ["TIMEOUT"], record
     assert emulator.queued_resource_names() == []
-    _line_matches_ledger(_closing_line(out), record["attempts"])
+    assert_closing_line_matches(out, record["attempts"])

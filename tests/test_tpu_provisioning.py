@@ -12,17 +12,16 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures_ssh import FakeFleet, start_fleet, stop_fleet, wait_for
-from tests.tpu_api_emulator import TpuApiEmulator, cluster_toml, fleet_hosts
+from tests.fixtures_ssh import FakeFleet, wait_for
+from tests.tpu_api_emulator import TpuApiEmulator, cluster_toml
 
 from .helpers import marinbuild, plan_json, start_marinbuild, status_of, write_marinfile
 
-pytest_plugins = ["tests.fixtures_gcs"]
+pytest_plugins = ["tests.fixtures_gcs", "tests.fixtures_created_slices"]
 
 FAST = {"MARINBUILD_RETRY_BASE_DELAY": "0.05"}
 
@@ -34,28 +33,6 @@ RECORD = (
     'echo "$FAKE_HOST_ID" >> {output}/.a$MARINBUILD_ATTEMPT-p$MARINBUILD_PROCESS_ID.part; '
     "mv {output}/.a$MARINBUILD_ATTEMPT-p$MARINBUILD_PROCESS_ID.part {output}/a$MARINBUILD_ATTEMPT-p$MARINBUILD_PROCESS_ID.env"
 )
-
-
-@pytest.fixture(scope="module")
-def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeFleet]:
-    """Six fake TPU VMs listening on one SSH port, as real VMs all listen on 22."""
-    fleet = start_fleet(6, tmp_path_factory.mktemp("tpu-vms"), same_port=True)
-    try:
-        yield fleet
-    finally:
-        stop_fleet(fleet)
-
-
-@pytest.fixture
-def emulator(hosts: FakeFleet) -> Iterator[TpuApiEmulator]:
-    for h in hosts.hosts:
-        if not h.running:
-            h.start()
-    with TpuApiEmulator(fleet_hosts(hosts), waiting_s=0.05, provisioning_s=0.05) as emu:
-        yield emu
-    for h in hosts.hosts:
-        if not h.running:
-            h.start()
 
 
 def setup(project: Path, emulator: TpuApiEmulator, hosts: FakeFleet, cmd: str, *, slices: int = 2,
