@@ -5,10 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,6 +65,25 @@ def start_marinbuild(*args: str, cwd: Path, env: dict[str, str] | None = None) -
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def run_until_signalled(*args: str, cwd: Path, env: dict[str, str] | None = None, ready: Callable[[], bool],
+                        sig: int = signal.SIGINT, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    """Run ``marinbuild ARGS``, send it ``sig`` once ``ready()`` holds, and wait for it to end
+    (killed if it has not ended within ``timeout`` s of either)."""
+    runner = start_marinbuild(*args, cwd=cwd, env=env)
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert runner.poll() is None and time.monotonic() < deadline, "never ready before it ended"
+            time.sleep(0.05)
+        runner.send_signal(sig)
+        stdout, stderr = runner.communicate(timeout=timeout)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+    return subprocess.CompletedProcess(runner.args, runner.returncode, stdout, stderr)
 
 
 def snapshot(folder: Path) -> dict[str, str]:

@@ -17,7 +17,15 @@ from tests.fixtures_created_slices import assert_closing_line_matches, ledger, t
 from tests.fixtures_ssh import FakeFleet, processes_gone, wait_for
 from tests.tpu_api_emulator import TpuApiEmulator, _ApiError
 
-from .helpers import marinbuild, plan_json, start_marinbuild, status_of, status_row, write_marinfile
+from .helpers import (
+    marinbuild,
+    plan_json,
+    run_until_signalled,
+    start_marinbuild,
+    status_of,
+    status_row,
+    write_marinfile,
+)
 
 if TYPE_CHECKING:
     from .fixtures_ray import RayCluster
@@ -275,18 +283,10 @@ def test_tpu_cancel_during_the_back_off_amends_the_ledger_once(
     cluster = train_step(project, emulator, hosts, 'echo $MARINBUILD_ATTEMPT >> {output}/tries; exit 3',
                          extra=", max_retries_failure=2")
     out = train_out(project, cluster)
-    runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project,
-                              env={"MARINBUILD_RETRY_BASE_DELAY": "60"})
-    try:
-        wait_for(lambda: (out / "attempts.json").exists() and "retry 1" in (out / "logs" / "step.log").read_text(),
-                 timeout=60)
-        runner.send_signal(signal.SIGINT)
-        stdout, stderr = runner.communicate(timeout=60)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.communicate()
-    assert runner.returncode != 0, stdout + stderr
+    result = run_until_signalled(
+        "run", "--cluster", str(cluster), "--no-sync", cwd=project, env={"MARINBUILD_RETRY_BASE_DELAY": "60"},
+        ready=lambda: (out / "attempts.json").exists() and "retry 1" in (out / "logs" / "step.log").read_text())
+    assert result.returncode != 0, result.stdout + result.stderr
     assert (out / "tries").read_text().split() == ["1"]
     assert given == ["refuse", "ok"], given
     assert emulator.queued_resource_names() == []
@@ -308,19 +308,12 @@ def test_tpu_interrupt_while_the_deletes_are_slow_still_records_the_attempt(
     given = _deletes_answer(emulator, [503] * 2 + [503] * 2 + [503])
     cluster = train_step(project, emulator, hosts, "touch {output}/started; sleep 60")
     out = train_out(project, cluster)
-    runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
-    try:
-        wait_for(lambda: (out / "started").exists(), timeout=60)
-        runner.send_signal(signal.SIGINT)
-        stdout, stderr = runner.communicate(timeout=90)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.communicate()
-    assert runner.returncode != 0, stdout + stderr
+    result = run_until_signalled("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST,
+                                 ready=lambda: (out / "started").exists())
+    assert result.returncode != 0, result.stdout + result.stderr
     assert given.count("ok") == 1 and emulator.queued_resource_names() == [], given
     marker = status_of(str(out))
-    assert marker is not None and marker["status"] != "RUNNING", (marker, stdout + stderr)
+    assert marker is not None and marker["status"] != "RUNNING", (marker, result.stdout + result.stderr)
     record = ledger(out)
     assert [a["class"] for a in record["attempts"]] == ["CANCELLED"], record
     (p,) = record["attempts"][0]["provisioned"]

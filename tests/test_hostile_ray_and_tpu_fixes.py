@@ -16,7 +16,15 @@ from tests.fixtures_created_slices import assert_closing_line_matches, ledger, t
 from tests.fixtures_ssh import FakeFleet, processes_gone, wait_for
 from tests.tpu_api_emulator import TpuApiEmulator, _ApiError
 
-from .helpers import marinbuild, plan_json, start_marinbuild, status_of, status_row, write_marinfile
+from .helpers import (
+    marinbuild,
+    plan_json,
+    run_until_signalled,
+    start_marinbuild,
+    status_of,
+    status_row,
+    write_marinfile,
+)
 
 if TYPE_CHECKING:
     from .fixtures_ray import RayCluster
@@ -287,16 +295,9 @@ def test_tpu_signal_while_deletes_are_refused_leaves_nothing_after_exit(
     cluster = train_step(project, emulator, hosts, "touch {output}/started; sleep 60")
     out = train_out(project, cluster)
     answers = _refuse_deletes(emulator, 2)
-    runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
-    try:
-        wait_for(lambda: (out / "started").exists(), timeout=60)
-        runner.send_signal(sig)
-        stdout, stderr = runner.communicate(timeout=60)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.communicate()
-    assert runner.returncode != 0, stdout + stderr
+    result = run_until_signalled("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST,
+                                 ready=lambda: (out / "started").exists(), sig=sig)
+    assert result.returncode != 0, result.stdout + result.stderr
     assert answers == ["refused", "refused", "deleted"]
     assert emulator.queued_resource_names() == []
     record = ledger(out)
@@ -320,17 +321,10 @@ def test_tpu_closing_line_counts_capacity_failures_and_a_cancel_while_waiting(
     emulator._create_qr = create  # type: ignore[method-assign]
     cluster = train_step(project, emulator, hosts, "echo ok > {output}/out")
     out = train_out(project, cluster)
-    runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
-    try:
-        wait_for(lambda: len(created) == 3 and emulator.states().get(created[2], [""])[-1] == "WAITING_FOR_RESOURCES",
-                 timeout=60)
-        runner.send_signal(signal.SIGINT)
-        stdout, stderr = runner.communicate(timeout=60)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.communicate()
-    assert runner.returncode != 0, stdout + stderr
+    result = run_until_signalled(
+        "run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST,
+        ready=lambda: len(created) == 3 and emulator.states().get(created[2], [""])[-1] == "WAITING_FOR_RESOURCES")
+    assert result.returncode != 0, result.stdout + result.stderr
     record = ledger(out)
     assert [a["class"] for a in record["attempts"]] == ["PROVISIONING", "PROVISIONING", "CANCELLED"], record
     assert sorted(created) == sorted(emulator.deleted)

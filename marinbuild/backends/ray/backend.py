@@ -309,9 +309,8 @@ class RayBackend:
         record = read_statuses(Storage.for_prefix(self.graph.prefix), [out]).get(out)
         if record is None or record.status != RUNNING or _token(record.owner) is None:
             return False
-        where = (record.owner or "").split(" ", 1)[0]
-        host, _, pid = where.rpartition(":")
-        return host == socket.gethostname() and pid.isdigit() and not process_running(int(pid))
+        host, pid = _worker_of(record.owner)
+        return host == socket.gethostname() and pid is not None and not process_running(pid)
 
     def watches_progress(self, job: Job) -> bool:
         """Whether the retry loop must leave hangs of ``job`` alone: its log is written on the node.
@@ -481,6 +480,12 @@ def _token(owner: str | None) -> str | None:
     if not owner or " " not in owner:
         return None
     return owner.rsplit(" ", 1)[1].split("/", 1)[0]
+
+
+def _worker_of(owner: str | None) -> tuple[str, int | None]:
+    """The host and pid of the worker in an owner written by :func:`execute` (``host:pid TOKEN/ATTEMPT``)."""
+    host, _, pid = (owner or "").split(" ", 1)[0].rpartition(":")
+    return host, int(pid) if pid.isdigit() else None
 
 
 def _attempt_of_owner(owner: str | None) -> int:

@@ -62,7 +62,6 @@ class CreatedSlices:
         self._api: TpuApi | None = None
         self._providers: dict[str, SliceProvider] = {}
         self._released: dict[str, list[HeldResource]] = {}  # at the step's end, for amend_ledger
-        self._cancelled: set[str] = set()  # steps whose last attempt was cancelled (Ctrl-C, wall time)
         self._lock = threading.Lock()
         endpoint = (cluster.gcp.api_endpoint or "") if cluster.gcp is not None else ""
         # How often the API is asked whether a node was preempted while the gang runs.
@@ -161,11 +160,6 @@ class CreatedSlices:
         finally:
             done.set()
             provider.release("preempted" if preempted else "attempt ended", patient=not cancel.is_set())
-            with self._lock:
-                if cancel.is_set():
-                    self._cancelled.add(job.output_path)
-                else:
-                    self._cancelled.discard(job.output_path)
         return dataclasses.replace(outcome, details={**outcome.details, **self._details(provider, first)})
 
     def _lost(self, provider: SliceProvider) -> tuple[str, ...]:
@@ -197,10 +191,8 @@ class CreatedSlices:
         """The step's last attempt is over: whatever it still holds is deleted."""
         with self._lock:
             provider = self._providers.pop(job.output_path, None)
-            cancelled = job.output_path in self._cancelled
-            self._cancelled.discard(job.output_path)
         if provider is not None:
-            provider.release(patient=not cancelled)  # a cancelled step must report soon
+            provider.release()  # as patient as its last attempt's: a cancelled step must report soon
             with self._lock:
                 self._released[job.output_path] = provider.held
 

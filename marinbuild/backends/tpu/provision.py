@@ -232,6 +232,7 @@ class SliceProvider:
         self.clock = clock
         self.current: ProvisionedSlices | None = None
         self.held: list[HeldResource] = []
+        self.patient = True
         self.state: str | None = None
         """What the live view shows: "waiting for capacity 12 s", "provisioning 3 s", None when ready."""
         self.started: float | None = None
@@ -390,13 +391,17 @@ class SliceProvider:
             self.current = None
             self._delete(record, why)
 
-    def release(self, why: str = "step ended", patient: bool = True) -> None:
+    def release(self, why: str = "step ended", patient: bool | None = None) -> None:
         """Delete everything still held (the attempt or the step is over), a failed delete again.
 
         Not ``patient`` (a cancelled step, whose stopping runner waits only so long for it):
         each delete is tried twice, half a second apart, not five times over eight seconds;
-        what is still held then is left to the exit handler, which is patient.
+        what is still held then is left to the exit handler, which is patient. None: as
+        patient as the last release (the step's end follows its last attempt's).
         """
+        if patient is None:
+            patient = self.patient
+        self.patient = patient
         self.current = None
         for r in self.held:
             if r.deleted_at is None:
@@ -411,10 +416,7 @@ class SliceProvider:
         raised: a slice that could not be deleted must not turn the step's outcome into an error.
         """
         try:
-            if tries is None:
-                self.api.delete(record.name, force=True)
-            else:
-                self.api.delete(record.name, force=True, tries=tries)
+            self.api.delete(record.name, force=True, tries=tries)
         except TpuApiError as e:
             record.delete_error = str(e)
             self.report(f"could not delete queued resource {record.name} ({why}): {str(e).rstrip('.')}; "

@@ -245,14 +245,15 @@ class TpuApi:
         except Exception as e:  # a later page can fail too
             raise TpuApiError(f"TPU API: listing queued resources in {self.parent} failed: {_why(e)}") from None
 
-    def delete(self, name: str, *, force: bool = True, wait: float | None = _TIMEOUT_S, tries: int = _TRIES) -> bool:
-        """Delete the queued resource and its nodes; False when it was already gone."""
+    def delete(self, name: str, *, force: bool = True, wait: float | None = _TIMEOUT_S, tries: int | None = None) -> bool:
+        """Delete the queued resource and its nodes (asking ``tries`` times at most, 5 by default);
+        False when it was already gone."""
         from google.api_core import exceptions
 
         request = self._tpu.DeleteQueuedResourceRequest(name=f"{self.parent}/queuedResources/{name}", force=force)
         try:
             operation = self._call(f"deleting queued resource {name}", self._client.delete_queued_resource,
-                                   request=request, tries=tries)
+                                   request=request, tries=tries or _TRIES)
         except exceptions.NotFound:
             return False
         if wait:
