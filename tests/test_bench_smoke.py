@@ -157,3 +157,25 @@ def test_runner_make_and_marinbuild_agree(tmp_path: Path) -> None:
 
     again = run.main(["--from-json", str(raw), "--no-doc"])
     assert again == page
+
+
+def test_fence_floor_runs_make_with_the_steps_own_sentinel(tmp_path: Path) -> None:
+    """make carries the sentinel's text verbatim: it builds every output, and it is gated."""
+    import json
+    import subprocess
+
+    from bench import fence_floor
+
+    raw = tmp_path / "floor.json"
+    fence_floor.main(["--shapes", "fanout", "--sizes", str(N), "--rounds", "1", "--workdir", str(tmp_path), "--json", str(raw)])
+    (result,) = json.loads(raw.read_text())["results"]
+    assert set(result["seconds"]) == {"make", "make+sentinel"}
+    fenced = tmp_path / f"fanout-{N}" / "make+sentinel"
+    assert len(list((fenced / "out").rglob("out.txt"))) == N
+    recipes = [line for line in (fenced / "Makefile").read_text().splitlines() if line.startswith("\t")]
+    assert len(recipes) == N and all("read -r l <&9" in r and '(sleep "$$l"' in r for r in recipes)
+    # Without its gate line a step never starts, as in a run whose runner died first.
+    (fenced / "gate").write_text("")
+    subprocess.run(["rm", "-rf", str(fenced / "out")], check=True)
+    done = subprocess.run(["make", "-s", "-j2"], cwd=fenced, capture_output=True)
+    assert done.returncode != 0 and not list((fenced / "out").rglob("out.txt"))
