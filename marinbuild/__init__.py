@@ -10,27 +10,66 @@ dependencies' identities to decide what is stale, and runs what is, in parallel:
                  config={"numbers": output_path_of(data, "numbers.txt")})
 """
 
-from marinbuild.api import main, plan, run
-from marinbuild.errors import MarinbuildError, UserError
-from marinbuild.execution.session import RunSummary, StepOutcome, StepResult
-from marinbuild.planner import Plan
-from marinbuild.resources import (
-    ZERO,
-    Cores,
-    CpuConfig,
-    Custom,
-    GpuConfig,
-    Gpus,
-    Memory,
-    Node,
-    ResourceConfig,
-    Slices,
-    Token,
-    TpuConfig,
-    WTime,
-)
-from marinbuild.steps import Step, mirrored, output_path_of, step, this_output_path, versioned
-from marinbuild.tpu_types import tpu_topology
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Each public name is imported where it lives on first use. `import marinbuild` runs before any
+# submodule's import, the command line's included: kept empty, it lets the command line catch a
+# Ctrl-C while its modules load (see __main__.py) and lets `import marinbuild.steps` cost only that.
+_HOMES = {
+    "main": "marinbuild.api",
+    "plan": "marinbuild.api",
+    "run": "marinbuild.api",
+    "MarinbuildError": "marinbuild.errors",
+    "UserError": "marinbuild.errors",
+    "RunSummary": "marinbuild.execution.session",
+    "StepOutcome": "marinbuild.execution.session",
+    "StepResult": "marinbuild.execution.session",
+    "Plan": "marinbuild.planner",
+    "ZERO": "marinbuild.resources",
+    "Cores": "marinbuild.resources",
+    "CpuConfig": "marinbuild.resources",
+    "Custom": "marinbuild.resources",
+    "GpuConfig": "marinbuild.resources",
+    "Gpus": "marinbuild.resources",
+    "Memory": "marinbuild.resources",
+    "Node": "marinbuild.resources",
+    "ResourceConfig": "marinbuild.resources",
+    "Slices": "marinbuild.resources",
+    "Token": "marinbuild.resources",
+    "TpuConfig": "marinbuild.resources",
+    "WTime": "marinbuild.resources",
+    "Step": "marinbuild.steps",
+    "mirrored": "marinbuild.steps",
+    "output_path_of": "marinbuild.steps",
+    "step": "marinbuild.steps",
+    "this_output_path": "marinbuild.steps",
+    "versioned": "marinbuild.steps",
+    "tpu_topology": "marinbuild.tpu_types",
+}
+
+if TYPE_CHECKING:
+    from marinbuild.api import main, plan, run
+    from marinbuild.errors import MarinbuildError, UserError
+    from marinbuild.execution.session import RunSummary, StepOutcome, StepResult
+    from marinbuild.planner import Plan
+    from marinbuild.resources import (
+        ZERO,
+        Cores,
+        CpuConfig,
+        Custom,
+        GpuConfig,
+        Gpus,
+        Memory,
+        Node,
+        ResourceConfig,
+        Slices,
+        Token,
+        TpuConfig,
+        WTime,
+    )
+    from marinbuild.steps import Step, mirrored, output_path_of, step, this_output_path, versioned
+    from marinbuild.tpu_types import tpu_topology
 
 __all__ = [
     "ZERO",
@@ -65,3 +104,17 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """``marinbuild.step`` and the other public names, imported from their modules when first asked for."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'marinbuild' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # asked once: later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})

@@ -1,5 +1,34 @@
-"""``python -m marinbuild`` runs the command line."""
+"""``python -m marinbuild`` and the ``marinbuild`` console script, before anything is loaded.
 
-from marinbuild.cli.app import console_script
+Loading the command line (typer, rich, the commands) takes a tenth of a second, and a Ctrl-C
+in that time used to end in a traceback of whatever was being imported. This module imports
+nothing of marinbuild at its own import (the package's ``__init__`` is empty of imports too),
+so the Ctrl-C is caught here and ends the command with one line and status 130, as it does
+once the command runs.
+"""
 
-console_script()
+from __future__ import annotations
+
+import signal
+import sys
+
+__all__ = ["console_script"]
+
+
+def console_script() -> None:
+    """Load the command line and run it (:func:`marinbuild.cli.app.console_script`)."""
+    try:
+        from marinbuild.cli.app import console_script as command
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a storm of them must not cut the line short
+        sys.stderr.write("marinbuild: interrupted\n")
+        # The interrupted import leaves CPython's "unhandled KeyboardInterrupt" flag set, and
+        # `python -m` would end by SIGINT instead of this status: the next exec() of a string
+        # clears it (as in app.console_script).
+        exec("pass")
+        sys.exit(130)
+    command()
+
+
+if __name__ == "__main__":
+    console_script()
