@@ -12,10 +12,10 @@ from __future__ import annotations
 import signal
 import sys
 
-__all__ = ["console_script"]
+__all__ = ["entry_point"]
 
 
-def console_script() -> None:
+def entry_point() -> None:
     """Load the command line and run it (:func:`marinbuild.cli.app.console_script`)."""
     try:
         from marinbuild.cli.app import console_script as command
@@ -31,4 +31,4 @@ def console_script() -> None:
 
 
 if __name__ == "__main__":
-    console_script()
+    entry_point()

@@ -42,7 +42,7 @@ def test_every_public_name_is_the_one_its_module_defines() -> None:
 def test_ctrl_c_while_the_command_line_loads_is_one_line_and_130(start: str) -> None:
     # A real SIGINT, sent by the process to itself the moment typer starts to load.
     run = (
-        "from marinbuild.__main__ import console_script; console_script()"
+        "from marinbuild.__main__ import entry_point; entry_point()"
         if start == "console script"
         else "import runpy; runpy.run_module('marinbuild', run_name='__main__', alter_sys=True)"
     )
