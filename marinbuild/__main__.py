@@ -12,11 +12,14 @@ from __future__ import annotations
 import signal
 import sys
 
+from marinbuild.cli import ctrl_c
+
 __all__ = ["entry_point"]
 
 
 def entry_point() -> None:
     """Load the command line and run it (:func:`marinbuild.cli.app.console_script`)."""
+    ctrl_c.install()
     try:
         from marinbuild.cli.app import console_script as command
     except KeyboardInterrupt:

@@ -56,6 +56,13 @@ def marinbuild(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout
     )
 
 
+def python_code(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` (dedented) in a fresh interpreter that imports this checkout's marinbuild."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=cli_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
 def start_marinbuild(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "marinbuild", *args],

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from marinbuild.cli import ctrl_c
 from marinbuild.cli.exits import handles_errors
 from marinbuild.cli.options import (
     ClusterOpt,
@@ -168,7 +169,9 @@ def _stop_on_signals() -> None:
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     # A background job of a script starts with SIGINT ignored, and Python then leaves it
     # ignored: `kill -INT` would do nothing. The runner stops on it as on Ctrl-C.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, ctrl_c.on_ctrl_c)
+    # A Ctrl-C swallowed while the run loaded (inside a finalizer) is taken now, before any step starts.
+    ctrl_c.raise_if_swallowed()
 
 
 def _terminate_as_interrupt(signum: int, frame: Any) -> None:

@@ -1,41 +1,12 @@
-"""The console script's first moments: an empty package import, and a Ctrl-C while loading."""
+"""The console script's first moments: a Ctrl-C while the command line loads."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
+from pathlib import Path
 
 import pytest
 
-import marinbuild
-
-
-def _python(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
-
-
-def test_importing_the_package_loads_none_of_its_modules() -> None:
-    done = _python("""
-        import sys
-        import marinbuild
-        print(sorted(m for m in sys.modules if m.startswith("marinbuild.")))
-    """)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
-
-
-def test_every_public_name_is_the_one_its_module_defines() -> None:
-    import importlib
-
-    for name in marinbuild.__all__:
-        value = getattr(marinbuild, name)
-        assert value is getattr(importlib.import_module(marinbuild._HOMES[name]), name)
-        assert name in dir(marinbuild)
-    with pytest.raises(AttributeError, match="no attribute 'stepz'"):
-        marinbuild.stepz  # noqa: B018
-    with pytest.raises(ImportError, match="cannot import name 'stepz'"):
-        exec("from marinbuild import stepz")
+from tests.helpers import python_code
 
 
 @pytest.mark.parametrize("start", ["console script", "python -m"])
@@ -46,7 +17,7 @@ def test_ctrl_c_while_the_command_line_loads_is_one_line_and_130(start: str) -> 
         if start == "console script"
         else "import runpy; runpy.run_module('marinbuild', run_name='__main__', alter_sys=True)"
     )
-    done = _python(f"""
+    done = python_code(f"""
         import builtins, os, signal, sys
         sys.argv = ["marinbuild", "--version"]
         load = builtins.__import__
@@ -58,3 +29,33 @@ def test_ctrl_c_while_the_command_line_loads_is_one_line_and_130(start: str) -> 
         {run}
     """)
     assert (done.returncode, done.stderr, done.stdout) == (130, "marinbuild: interrupted\n", "")
+
+
+def test_a_ctrl_c_a_finalizer_swallowed_while_loading_still_stops_the_run_before_any_step(tmp_path: Path) -> None:
+    # The Ctrl-C lands inside a finalizer (as inside importlib's module-lock callbacks), where
+    # Python prints "Exception ignored" and drops the KeyboardInterrupt.
+    (tmp_path / "Marinfile.py").write_text(
+        "from marinbuild import step\nstep('a', cmd='touch {output}/ran')\n"
+    )
+    done = python_code(f"""
+        import builtins, os, signal, sys
+        sys.argv = ["marinbuild", "run", "-f", {str(tmp_path / "Marinfile.py")!r}, "--prefix", {str(tmp_path / "out")!r}]
+        class Finalized:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(1000):
+                    pass
+        load = builtins.__import__
+        def interrupting(name, *args, **kwargs):
+            if name == "typer":
+                builtins.__import__ = load
+                Finalized()
+            return load(name, *args, **kwargs)
+        builtins.__import__ = interrupting
+        from marinbuild.__main__ import entry_point
+        entry_point()
+    """)
+    assert "Exception ignored" in done.stderr  # the fault happened as intended
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert done.stderr.endswith("marinbuild: interrupted\n")
+    assert not list((tmp_path / "out").rglob("ran"))
