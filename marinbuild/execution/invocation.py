@@ -174,6 +174,12 @@ def invoke(
     globs (the command line's output paths). A dry run starts nothing: its summary lists the
     steps it would run as not started.
     """
+    if params.walltime is not None:
+        from marinbuild.units import parse_duration
+
+        # Refused as --cores 0 is, dry or not, with work or without: a cron job must not pass
+        # until the day there is work to do.
+        parse_duration(params.walltime)
     if not params.dry:
         from marinbuild.store.storage import check_writable_prefix
 
@@ -207,10 +213,6 @@ def invoke(
         n = len(planned.plan.order)
         voice.echo(f"nothing to do: {n} step{'' if n == 1 else 's'} up to date")
         return execute(planned, params.settings)
-    if params.walltime is not None:
-        from marinbuild.units import parse_duration
-
-        parse_duration(params.walltime)  # refused before the prefix folder is made
     from marinbuild.store.storage import prepare_prefix
 
     reporter = voice.reporter()

@@ -53,6 +53,10 @@ class OutputFollower:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._reader_gone = False
+        self.on_reader_gone: Callable[[BrokenPipeError], None] | None = None
+        """Called once, from whichever thread found it, when a line cannot be printed because the
+        reader of the output went away."""
 
     def follow(self, step: str, path: str) -> None:
         """Start passing on what ``step`` appends to ``path`` from now on."""
@@ -105,7 +109,13 @@ class OutputFollower:
                 continue  # an attempt's header is for the log file, not the terminal
             try:
                 self.emit(step, line.decode(errors="replace").rstrip("\r"))
-            except Exception:  # a closed terminal must not stop the run
+            except BrokenPipeError as e:
+                # `run | head`: the reader went away. Printed from this thread, the error would stop
+                # nothing (and the console, muted by it, would hide it from the run's own prints).
+                if not self._reader_gone and self.on_reader_gone is not None:
+                    self.on_reader_gone(e)
+                self._reader_gone = True
+            except Exception:  # any other trouble with the terminal must not stop the run
                 pass
 
 

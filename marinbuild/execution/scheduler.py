@@ -126,6 +126,13 @@ class _Wake:
 _WAKE = _Wake()
 
 
+@dataclass(frozen=True)
+class _Stop:
+    """Event: another thread found the run cannot go on (the reader of its output went away)."""
+
+    error: BaseException
+
+
 class _StoreWork:
     """Where a step's store round trips run: inline on local disk, on a pool of threads otherwise."""
 
@@ -227,7 +234,7 @@ class Scheduler:
         self.claims = claims or _NoClaims()
         # A SimpleQueue: its put may be called from a signal handler (see _wake), and its get
         # hands over an event without Python code in between that a Ctrl-C could interrupt.
-        self.events: queue.SimpleQueue[tuple[str, Outcome | _ClaimLost | _StoreDone | _Wake]] = queue.SimpleQueue()
+        self.events: queue.SimpleQueue[tuple[str, Outcome | _ClaimLost | _StoreDone | _Wake | _Stop]] = queue.SimpleQueue()
         self.claims.watch(lambda name, why: self.events.put((name, _ClaimLost(why))))
         self.running: dict[str, _Active] = {}
         self.summary = Summary()
@@ -313,9 +320,18 @@ class Scheduler:
     def _wake(self) -> None:
         self.events.put(("", _WAKE))  # SimpleQueue.put: safe inside a signal handler
 
-    def _handle(self, name: str, event: Outcome | _ClaimLost | _StoreDone | _Wake) -> None:
+    def stop_with(self, error: BaseException) -> None:
+        """Stop the run as if its loop had raised ``error``: its steps are stopped and marked, then it is raised.
+
+        Safe from any thread; the loop raises it once it has handled what it holds.
+        """
+        self.events.put(("", _Stop(error)))
+
+    def _handle(self, name: str, event: Outcome | _ClaimLost | _StoreDone | _Wake | _Stop) -> None:
         if isinstance(event, _Wake):
             return
+        if isinstance(event, _Stop):
+            raise event.error
         if isinstance(event, _StoreDone):
             self.store_work.finished(name)
             event.then(event.result)

@@ -457,6 +457,8 @@ def execute(
         recorder.follower = OutputFollower(on_output)
     options = RunOptions(jobs=jobs, keep_going=settings.keep_going, poll_interval=lease_settings.poll)
     scheduler = Scheduler(plan, ctx, runner, recorder, options, admission=admission, claims=claims, backend_for=backend_for)
+    if recorder.follower is not None:
+        recorder.follower.on_reader_gone = scheduler.stop_with  # `run | head` stops the run and exits 141
     try:
         summary = scheduler.run()
     finally:

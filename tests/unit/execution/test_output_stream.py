@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 from marinbuild.execution.output_stream import OutputFollower, log_size, log_tail
@@ -100,3 +101,22 @@ def test_log_size_and_tail(tmp_path: Path) -> None:
         out.write("new\n")
     assert log_tail(str(log), 10, since=since) == ["new"]
     assert log_tail(str(log), 10, max_bytes=6) == ["new"]  # the first line read ("c") may be cut: dropped
+
+
+def test_a_reader_gone_is_told_once_from_the_thread_that_found_it(tmp_path: Path) -> None:
+    def emit(step: str, line: str) -> None:
+        raise BrokenPipeError
+
+    told: list[tuple[str, BaseException]] = []
+    log = tmp_path / "s.log"
+    f = OutputFollower(emit, interval=0.01)
+    f.on_reader_gone = lambda e: told.append((threading.current_thread().name, e))
+    f.follow("s", str(log))
+    log.write_text("x\ny\n")
+    deadline = time.monotonic() + 30
+    while not told and time.monotonic() < deadline:
+        time.sleep(0.01)
+    f.finish("s")
+    log.write_text("x\ny\nz\n")
+    f.close()
+    assert [(name, type(e)) for name, e in told] == [("marinbuild-output", BrokenPipeError)]

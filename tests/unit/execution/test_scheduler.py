@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from marinbuild.backends.base import Grant, Job, Outcome
 from marinbuild.execution.reporting import NullReporter, Summary
 from marinbuild.execution.scheduler import RunOptions, Scheduler
@@ -237,3 +239,44 @@ def test_a_step_that_ends_inside_start_is_reported_started_before_finished(tmp_p
     assert ("failed", "bad: could not start: OSError: cannot spawn") in reporter.seen
     assert ("started", "bad") not in reporter.seen
     assert _status(graph, "b") == SUCCESS and _status(graph, "bad") == FAILED
+
+
+class _HeldBackend:
+    """Starts every job and ends it only when cancelled (as FAILED), telling ``started``."""
+
+    def __init__(self, started: threading.Event) -> None:
+        self.started = started
+        self.cancelled: list[str] = []
+
+    def start(self, job: Job, on_done: Callable[[Outcome], None]) -> Any:
+        backend, t = self, time.time()
+
+        class Handle:
+            def cancel(self, reason: str) -> None:
+                backend.cancelled.append(f"{job.name}: {reason}")
+                on_done(Outcome(False, t, time.time(), error=reason))
+
+        self.started.set()
+        return Handle()
+
+
+def test_stop_with_from_another_thread_stops_the_running_steps_then_raises(tmp_path: Path) -> None:
+    a = step("a", fn=_noop)
+    b = step("b", fn=_noop, config={"dep": a})
+    graph = build_graph([b], str(tmp_path / "out"))
+    plan = make_plan(graph, graph.declared, statuses={})
+    from marinbuild.store.storage import Storage
+
+    ctx = RunContext(storage=Storage.for_prefix(graph.prefix), workdir=str(tmp_path), marinfile="(test)",
+                     outputs={n: node.output_path for n, node in graph.nodes.items()},
+                     identities={n: node.identity for n, node in graph.nodes.items()})
+    started = threading.Event()
+    backend = _HeldBackend(started)
+    scheduler = Scheduler(plan, ctx, backend, NullReporter(), RunOptions(jobs=1))  # type: ignore[arg-type]
+    stopper = threading.Thread(target=lambda: started.wait(30) and scheduler.stop_with(BrokenPipeError("gone")))
+    stopper.start()
+    with pytest.raises(BrokenPipeError, match="gone"):
+        scheduler.run()
+    stopper.join()
+    assert len(backend.cancelled) == 1 and backend.cancelled[0].startswith("a: ")
+    assert _status(graph, "a") == FAILED and _status(graph, "b") is None
