@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from marinbuild.errors import TargetError
 from marinbuild.graph import StepGraph, StepNode
 from marinbuild.staleness import Action, Decision, decide
-from marinbuild.store.markers import FAILED, RUNNING, StatusRecord
+from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, StatusRecord
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -166,21 +166,60 @@ def make_plan(
     decisions: dict[str, Decision] = {}
     stack = list(targets)
     while stack:
-        name = stack.pop()
-        if name in decisions:
-            continue
-        node = nodes[name]
-        record = statuses.get(node.output_path)
-        decision = decide(record, forced.get(name), rerun.get(name))
-        if record is not None and record.status in _PARTIAL and decision.action is Action.RUN and not (
-            decision.forced or record.mismatch or node.step.fresh_output or fresh_output
-        ):
-            decision = Decision(decision.action, f"{decision.reason}; {RESUMES}")
-        decisions[name] = decision
-        if decision.action is not skip:
-            stack.extend(node.deps)
+        while stack:
+            name = stack.pop()
+            if name in decisions:
+                continue
+            node = nodes[name]
+            record = statuses.get(node.output_path)
+            decision = decide(record, forced.get(name), rerun.get(name))
+            if record is not None and record.status in _PARTIAL and decision.action is Action.RUN and not (
+                decision.forced or record.mismatch or node.step.fresh_output or fresh_output
+            ):
+                decision = Decision(decision.action, f"{decision.reason}; {RESUMES}")
+            decisions[name] = decision
+            if decision.action is not skip:
+                stack.extend(node.deps)
+        for name in _run_readers_of_rewritten(graph, targets, statuses, decisions):
+            stack.extend(nodes[name].deps)  # what it needs, not walked while it was up to date
     order = graph.order if len(decisions) == len(nodes) else tuple(n for n in graph.order if n in decisions)
     return Plan(steps=graph, targets=tuple(targets), order=order, decisions=decisions, statuses=statuses)
+
+
+def _run_readers_of_rewritten(
+    graph: StepGraph, targets: Sequence[str], statuses: Mapping[str, StatusRecord], decisions: dict[str, Decision]
+) -> list[str]:
+    """Turn to ``run`` each up-to-date step that read the output of a dependency this plan runs; their names.
+
+    make's newer prerequisite within one run. Once the dependency has run, its new ``SUCCESS``
+    makes such a step stale (:mod:`marinbuild.input_times`); run now, a run leaves nothing to
+    do behind it. A dependency cleaned away and rebuilt is the common case: its output is new,
+    although its identity (and so the reader's) is the same. Steps whose marker records no
+    inputs (written before runs recorded them) stay up to date, as they would afterwards.
+    A step the walk did not reach (below an up-to-date one) but that the targets need counts
+    too: left alone, it would be stale after this run. Walked in topological order, so that a
+    whole chain of readers turns in one pass.
+    """
+    run = Action.RUN
+    if not any(d.action is run for d in decisions.values()):
+        return []  # a no-op plan: nothing to look at
+    nodes = graph.nodes
+    scope = closure(graph, targets)
+    turned: list[str] = []
+    for name in graph.order:
+        decision = decisions.get(name)
+        if name not in scope if decision is None else decision.action is not Action.SKIP:
+            continue  # not needed by the targets, or deciding to run or wait already
+        record = statuses.get(nodes[name].output_path)
+        if record is None or record.status != SUCCESS or record.mismatch:
+            continue
+        if record.inputs is None and record.inputs_digest is None:
+            continue
+        rewritten = next((d for d in nodes[name].deps if (dd := decisions.get(d)) is not None and dd.action is run), None)
+        if rewritten is not None:
+            decisions[name] = Decision(run, f"dependency {rewritten} runs first, rewriting what this step read")
+            turned.append(name)
+    return turned
 
 
 def _forced_reasons(

@@ -83,3 +83,29 @@ def test_planning_keeps_the_statuses_it_read() -> None:
     graph = _chain()
     statuses = _done(graph, "a")
     assert make_plan(graph, ["a"], statuses).statuses is statuses
+
+
+def _read(graph: StepGraph, name: str, **times: float) -> StatusRecord:
+    """A SUCCESS of ``name`` whose run read each dependency's SUCCESS of the given time."""
+    return StatusRecord(SUCCESS, 1.0, identity=graph.nodes[name].identity, inputs=tuple(times.items()))
+
+
+def test_readers_of_a_dependency_the_plan_runs_run_after_it_in_the_same_plan() -> None:
+    graph = _chain()
+    b, c = graph.nodes["b"].output_path, graph.nodes["sweep/c"].output_path
+    # a was cleaned away and is asked for: it runs, and b and c (which read its earlier output,
+    # and b's) follow it, although the walk from c stopped at c.
+    plan = make_plan(graph, ["a", "sweep/c"], statuses={b: _read(graph, "b", a=1.0), c: _read(graph, "sweep/c", b=1.0)})
+    assert plan.to_run() == ["a", "b", "sweep/c"]
+    assert plan.decisions["b"].reason == "dependency a runs first, rewriting what this step read"
+    assert plan.decisions["sweep/c"].reason == "dependency b runs first, rewriting what this step read"
+    # A marker that records no inputs (an earlier version's) stays up to date, as it would afterwards.
+    plan = make_plan(graph, ["sweep/c"], statuses={**_done(graph, "b"), c: _read(graph, "sweep/c", b=1.0)})
+    assert plan.to_run() == []
+    # Asked for c alone, up to date: nothing is walked beyond it (a cleaned intermediate is no reason).
+    plan = make_plan(graph, ["sweep/c"], statuses={b: _read(graph, "b", a=1.0), c: _read(graph, "sweep/c", b=1.0)})
+    assert plan.to_run() == [] and plan.order == ("sweep/c",)
+    # The sweep's d, outside what the targets need, is not touched by a's rerun.
+    d = graph.nodes["sweep/d"].output_path
+    plan = make_plan(graph, ["a"], statuses={b: _read(graph, "b", a=1.0), d: _read(graph, "sweep/d")})
+    assert plan.to_run() == ["a"]
