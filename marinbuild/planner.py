@@ -174,7 +174,7 @@ def make_plan(
             record = statuses.get(node.output_path)
             decision = decide(record, forced.get(name), rerun.get(name))
             if record is not None and record.status in _PARTIAL and decision.action is Action.RUN and not (
-                decision.forced or record.mismatch or node.step.fresh_output or fresh_output
+                decision.forced or record.mismatch or record.starting_over or node.step.fresh_output or fresh_output
             ):
                 decision = Decision(decision.action, f"{decision.reason}; {RESUMES}")
             decisions[name] = decision

@@ -52,6 +52,7 @@ from marinbuild.store.markers import (
     RUNNING,
     SUCCESS,
     StatusRecord,
+    read_status,
     read_statuses,
     status_path,
     write_status,
@@ -196,11 +197,14 @@ def _prepare_output(ctx: RunContext, node: StepNode) -> tuple[str | None, list[s
     other step continues in place and says so when it finds output there.
     """
     storage, out, name = ctx.storage, node.output_path, node.name
-    if out in ctx.start_over:
+    was = ctx.resuming.get(out)
+    if out in ctx.start_over or (was == "interrupted" and _was_starting_over(storage, out)):
         # RUNNING first: a runner killed while (or right after) moving the output aside must not
         # leave the old SUCCESS marker over an emptied folder, which the next plan would trust.
+        # It says the attempt starts over: killed before the move, it leaves the earlier finished
+        # output in place, which the next run must set aside too rather than resume from.
         _stored(f"write {status_path(out)}", lambda: write_status(
-            storage, out, RUNNING, owner=_owner(), name=name, identity=node.identity))
+            storage, out, RUNNING, owner=_owner(), name=name, identity=node.identity, starting_over=True))
         earlier = _stored(f"list {out}", lambda: asides(storage, out))
         moved = _stored(f"set aside the earlier output of {name}", lambda: set_aside(storage, out))
         if moved is None:
@@ -209,7 +213,6 @@ def _prepare_output(ctx: RunContext, node: StepNode) -> tuple[str | None, list[s
     if node.step.fresh_output or ctx.fresh_output:
         _stored(f"clear {out}", lambda: clear_output(storage, out))
         return None, []
-    was = ctx.resuming.get(out)
     if was is None:
         return None, []
     listed = _stored(f"list {out}", lambda: storage.list_names(out))
@@ -220,6 +223,16 @@ def _prepare_output(ctx: RunContext, node: StepNode) -> tuple[str | None, list[s
     if was == "finished":
         return f"marinbuild: {name} resumes in place from its earlier output in {out} (kept on request)", earlier
     return f"marinbuild: {name} resumes from partial output of an earlier {was} run in {out}; --fresh-output to start over", earlier
+
+
+def _was_starting_over(storage: Storage, out: str) -> bool:
+    """Whether the interrupted attempt over ``out`` had begun to start over (its status says so).
+
+    Read here, not at planning: the status summary of a remote store does not carry it, and
+    only a step resuming after an interruption pays the read.
+    """
+    record = _stored(f"read {status_path(out)}", lambda: read_status(storage, out))
+    return record is not None and record.status == RUNNING and record.starting_over is True
 
 
 def _first_line(log_file: str, line: str) -> None:

@@ -90,6 +90,11 @@ class StatusRecord:
     inputs: tuple[tuple[str, float], ...] | None = None
     """For ``SUCCESS``: the ``SUCCESS`` time of each dependency the run read, by step name (stored as
     an object); a dependency with another ``SUCCESS`` now was rerun since (:mod:`marinbuild.input_times`)."""
+    starting_over: bool | None = None
+    """For ``RUNNING``: the attempt starts over from an empty output folder, its earlier output
+    about to be set aside (:mod:`marinbuild.store.aside`). Written before the move, so that a
+    runner killed before it leaves the next run starting over too, not resuming from what is
+    the earlier *finished* output."""
     inputs_digest: str | None = field(default=None, compare=False)
     """Not stored in the marker: :func:`inputs_digest` of ``inputs``, as the status summary carries it."""
     leased_by: str | None = field(default=None, compare=False)
@@ -176,13 +181,14 @@ def parse_status(text: str, path: str) -> StatusRecord:
         drift=_digest(raw.get("drift")),
         retries=valid_retries_code(raw.get("retries")),
         inputs=_inputs(raw.get("inputs")) if "inputs" in raw else None,
+        starting_over=True if raw.get("starting_over") is True else None,
     )
 
 
 _scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 _PLAIN_FIELDS = frozenset(
-    {"status", "time", "error", "duration", "owner", "name", "identity", "drift", "retries", "inputs"}
+    {"status", "time", "error", "duration", "owner", "name", "identity", "drift", "retries", "inputs", "starting_over"}
 )
 _SHORT_TEXT = 200
 _STATUS_LEN = 40
@@ -214,6 +220,9 @@ def _plain_record(raw: dict[str, Any], status: str) -> StatusRecord | None:
     for text in texts:
         if text is not None and (type(text) is not str or len(text) > _SHORT_TEXT or not text.isprintable()):
             return None
+    starting_over = raw.get("starting_over")
+    if starting_over is not None and starting_over is not True:
+        return None
     inputs = raw.get("inputs")
     if inputs is not None:
         # {dependency name: its SUCCESS time}, as every SUCCESS with dependencies has had since
@@ -229,8 +238,8 @@ def _plain_record(raw: dict[str, Any], status: str) -> StatusRecord | None:
     record = object.__new__(StatusRecord)
     record.__dict__.update(
         status=status, time=when, error=texts[0], duration=duration, owner=texts[1], name=texts[2],
-        identity=texts[3], drift=drift, retries=retries, inputs=inputs, inputs_digest=None, leased_by=None,
-        mismatch=None,
+        identity=texts[3], drift=drift, retries=retries, inputs=inputs, starting_over=starting_over,
+        inputs_digest=None, leased_by=None, mismatch=None,
     )
     return record
 

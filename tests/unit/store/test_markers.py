@@ -138,6 +138,7 @@ def test_info_with_a_bad_start_time_reads_as_zero(storage: Storage) -> None:
         {"time": 2.0, "error": "exit status 1"},
         {"time": 0.0, "duration": 0.0},
         {"time": 2.0, "duration": 1.0, "identity": "abc", "retries": "f1.3_p4.100_h0.2_i0.2_v2.3600.0"},
+        {"time": 2.0, "owner": "h:1", "identity": "abc", "starting_over": True},
     ],
 )
 def test_a_marker_as_runners_write_it_parses_as_the_general_checks_read_it(fields: dict[str, object]) -> None:
@@ -172,6 +173,8 @@ def test_anything_after_the_marker_object_makes_it_unreadable() -> None:
         ({"status": "S" * 50, "time": 1.0}, StatusRecord("S" * 39 + "…", 1.0)),
         ({"status": "SUCCESS", "time": 1.0, "retries": "f1@3"}, StatusRecord(SUCCESS, 1.0)),  # unknown, not trusted
         ({"status": "SUCCESS", "time": 1.0, "retries": {"failure": 1}}, StatusRecord(SUCCESS, 1.0)),
+        ({"status": "RUNNING", "time": 1.0, "starting_over": "yes"}, StatusRecord("RUNNING", 1.0)),
+        ({"status": "RUNNING", "time": 1.0, "starting_over": False}, StatusRecord("RUNNING", 1.0)),
     ],
 )
 def test_a_hand_edited_marker_still_goes_through_every_check(raw: dict[str, object], expected: StatusRecord) -> None:
