@@ -126,7 +126,8 @@ def attempt_usage(entry: Mapping[str, Any], fallback: Mapping[str, Any] | None =
 
 def provisioned_usage(entry: Mapping[str, Any]) -> Usage:
     """The hours the TPU slices created for one attempt were held: created to deleted, whether
-    the step ran on them or waited (``provisioned`` in the ledger entry; none for static slices).
+    the step ran on them or waited (``provisioned`` in the ledger entry; none for static slices),
+    or until ``still_held_at`` for one whose delete only the runner's exit achieved.
 
     >>> attempt = {"provisioned": [{"tpu_type": "v4-32", "slices": 2, "created_at": 100, "deleted_at": 1900}]}
     >>> provisioned_usage(attempt).chip_hours   # 2 slices x 16 chips x half an hour
@@ -137,7 +138,9 @@ def provisioned_usage(entry: Mapping[str, Any]) -> Usage:
     for p in held if isinstance(held, list) else ():
         if not isinstance(p, Mapping):
             continue
-        created, deleted = _number(p.get("created_at")), _number(p.get("deleted_at"))
+        # One whose deletes kept failing until the step's record was written (the runner's exit
+        # deleted it) counts until it was last found held.
+        created, deleted = _number(p.get("created_at")), _number(p.get("deleted_at")) or _number(p.get("still_held_at"))
         if not created or deleted < created:
             continue
         hours = (deleted - created) / 3600
@@ -220,7 +223,7 @@ def estimates_for(storage: Any, graph: Any, names: Sequence[str]) -> dict[str, E
     listing per folder, then one batch read of each kind).
     """
     from marinbuild.history import RunIndex
-    from marinbuild.store.attempt_ledger import LEDGER
+    from marinbuild.store.attempt_ledger import LEDGER, ledger_attempts
     from marinbuild.store.index import index_of
     from marinbuild.store.markers import info_path
 
@@ -241,8 +244,7 @@ def estimates_for(storage: Any, graph: Any, names: Sequence[str]) -> dict[str, E
             info = _json(infos.get(info_path(p)))
             if not info or info.get("error") or not isinstance(info.get("duration"), (int, float)):
                 continue
-            ledger = _json(ledgers.get(storage.join(p, LEDGER))) or {}
-            entries = run_attempts([a for a in ledger.get("attempts", []) if isinstance(a, dict)], info)
+            entries = run_attempts(list(ledger_attempts(_json(ledgers.get(storage.join(p, LEDGER))))), info)
             held = info.get("held") if isinstance(info.get("held"), dict) else None
             if entries:
                 usage = sum((attempt_usage(e, held) for e in entries), Usage())

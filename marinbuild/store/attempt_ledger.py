@@ -30,7 +30,7 @@ from marinbuild.store.json_notes import read_json_many, write_json_note
 from marinbuild.store.json_text import loads_or_none
 from marinbuild.store.storage import Storage
 
-__all__ = ["LEDGER", "PROGRESS_NOTE", "AttemptLedger", "ended_progress_note", "iso_time", "read_attempts",
+__all__ = ["LEDGER", "PROGRESS_NOTE", "AttemptLedger", "ended_progress_note", "iso_time", "ledger_attempts", "read_attempts",
            "read_current_retries", "read_progress_notes", "write_progress_note"]
 
 LEDGER = "attempts.json"
@@ -46,14 +46,23 @@ def iso_time(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
 
 
+def ledger_attempts(ledger: Any) -> tuple[dict[str, Any], ...]:
+    """The attempt entries of a parsed ledger; none where a hand edit left something else.
+
+    >>> ledger_attempts({"attempts": [{"attempt": 1}, 5]}), ledger_attempts({"attempts": 5}), ledger_attempts([1])
+    (({'attempt': 1},), (), ())
+    """
+    attempts = ledger.get("attempts") if isinstance(ledger, dict) else None
+    return tuple(a for a in attempts if isinstance(a, dict)) if isinstance(attempts, list) else ()
+
+
 def read_attempts(storage: Storage, output_path: str) -> tuple[dict[str, Any], ...]:
     """The attempts recorded in a step's ledger; none when it is absent or unreadable (it is then replaced)."""
     try:
         text = storage.read_text(Storage.join(output_path, LEDGER))
-        prior = loads_or_none(text) or {}
-        return tuple(a for a in prior.get("attempts", []) if isinstance(a, dict))
-    except (OSError, ValueError, AttributeError, StorageError):
+    except (OSError, ValueError, StorageError):
         return ()
+    return ledger_attempts(loads_or_none(text))
 
 
 def write_progress_note(output_path: str, attempt: int, last_moved: float, timeout: float) -> None:
@@ -87,10 +96,10 @@ def read_current_retries(storage: Storage, since: Mapping[str, float]) -> dict[s
     out: dict[str, dict[str, Any]] = {}
     for path, ledger in read_json_many(storage, paths).items():
         retries = ledger.get("retries") if isinstance(ledger, dict) else None
-        attempts = ledger.get("attempts") if isinstance(ledger, dict) else None
-        if not isinstance(retries, dict) or not isinstance(attempts, list):
+        attempts = ledger_attempts(ledger)
+        if not isinstance(retries, dict) or not attempts:
             continue
-        started = [_parse_iso(a.get("started_at")) for a in attempts if isinstance(a, dict)]
+        started = [_parse_iso(a.get("started_at")) for a in attempts]
         if any(t is not None and t >= since[paths[path]] for t in started):
             out[paths[path]] = retries
     return out

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from marinbuild.store.attempt_ledger import (
     LEDGER,
     PROGRESS_NOTE,
@@ -33,8 +35,9 @@ def test_numbering_goes_on_from_earlier_runs_and_every_write_is_whole(tmp_path: 
     assert [a["attempt"] for a in stored["attempts"]] == [1, 2]
 
 
-def test_an_unreadable_ledger_reads_as_empty(tmp_path: Path) -> None:
-    (tmp_path / LEDGER).write_text("{not json")
+@pytest.mark.parametrize("text", ["{not json", "5", '"x"', "[1, 2]", '{"attempts": 5}', '{"attempts": "ab"}'])
+def test_an_unreadable_ledger_reads_as_empty(tmp_path: Path, text: str) -> None:
+    (tmp_path / LEDGER).write_text(text)
     assert read_attempts(Storage.for_prefix(str(tmp_path)), str(tmp_path)) == ()
     assert AttemptLedger(str(tmp_path), "s").next_number == 1
 
