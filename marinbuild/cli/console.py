@@ -6,10 +6,12 @@ Only ``cli/`` imports rich, and only when a terminal is shown a table or the liv
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console, Group
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -18,7 +20,8 @@ from marinbuild.cli.plan_view import COLUMNS, MAX_ROWS, plan_view
 from marinbuild.execution.reporting import NullReporter, Summary
 from marinbuild.planner import Plan
 
-__all__ = ["LineReporter", "LiveReporter", "plan_table", "print_summary", "waiting_line"]
+__all__ = ["FittedTable", "LineReporter", "LiveReporter", "fit_columns", "plan_table", "print_summary",
+           "terminal_table", "waiting_line"]
 
 
 def plan_table(plan: Plan, resources: Mapping[str, object] | None = None, max_rows: int = MAX_ROWS,
@@ -35,16 +38,99 @@ def plan_table(plan: Plan, resources: Mapping[str, object] | None = None, max_ro
             summary.add_row(action, reason, str(count))
         parts.append(summary)
         parts.append(Text(f"first {len(view.rows)} steps:"))
-    table = Table(show_edge=False)
-    for col in COLUMNS:
-        # Fitted to the terminal, a path relative to the prefix stays on one line, to copy.
-        table.add_column(col, overflow="fold", no_wrap=col == "output" and not wide)
-    for name, action, reason, res, output in view.rows:
-        style = {"run": "yellow", "skip": "green", "wait": "cyan"}[action]
-        table.add_row(name, Text(action, style=style), reason, res, output)
-    parts.append(table)
+    styles = {"run": "yellow", "skip": "green", "wait": "cyan"}
+    rows = [(name, Text(action, style=styles[action]), reason, res, output)
+            for name, action, reason, res, output in view.rows]
+    # Narrower than the table, a plan still says which step does what: what it could do without
+    # goes first (resources, then where it writes), the reason last.
+    fit = FittedTable(COLUMNS, rows, keys=("step", "action"), drop=("resources", "output", "reason"),
+                      unbroken=("output",))
+    parts.append(terminal_table(fit, wide))
     parts.append(Text(view.totals))
     return Group(*parts)
+
+
+FOLDED_MIN = 10
+"""Characters a column that gives way keeps at the least: a path or a reason folded into
+narrower strips reads worse than none, so below this the column is dropped instead."""
+
+
+@dataclass(frozen=True)
+class FittedTable:
+    """A table that fits the width rich draws it in, its key columns whole on one line.
+
+    Too wide, the other columns give way: those not ``whole`` (a date is read whole or not at
+    all) fold, widest first, down to :data:`FOLDED_MIN` characters, ``unbroken`` ones (a path
+    to copy) only once the others leave no room; where even that overflows, columns go in
+    ``drop`` order, least needed first. ``--wide`` is :func:`terminal_table`'s, not this.
+    """
+
+    columns: Sequence[str]
+    rows: Sequence[Sequence[str | Text]]
+    keys: Sequence[str]
+    drop: Sequence[str]
+    whole: Sequence[str] = ()
+    unbroken: Sequence[str] = ()
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.table(options.max_width)
+
+    def table(self, room: int) -> Table:
+        """The table within ``room`` columns, where its key columns fit there at all."""
+        widths = [max(cell_len(_plain(c)) for c in (col, *(row[i] for row in self.rows)))
+                  for i, col in enumerate(self.columns)]
+        firm = set(self.keys) | set(self.whole)
+        least = [w if col in firm else min(w, max(cell_len(col), FOLDED_MIN))
+                 for col, w in zip(self.columns, widths, strict=True)]
+        shown = fit_columns(least, [self.columns.index(c) for c in self.drop if c in self.columns], room)
+        for i in (self.columns.index(col) for col in self.unbroken if col in self.columns):
+            if i in shown and table_width([widths[j] if j == i else least[j] for j in shown]) <= room:
+                least[i] = widths[i]
+        # Even the key columns alone too wide: fold them rather than let rich crop them.
+        fits = table_width([least[i] for i in shown]) <= room
+        table = Table(show_edge=False)
+        for i in shown:
+            # A column kept at its whole width never wraps: rich folds only those that give way.
+            table.add_column(self.columns[i], overflow="fold", no_wrap=fits and least[i] == widths[i])
+        for row in self.rows:
+            table.add_row(*(row[i] for i in shown))
+        return table
+
+
+def terminal_table(fit: FittedTable, wide: bool) -> RenderableType:
+    """``fit`` fitted to the terminal, or with ``wide`` whole: every column folded where it must."""
+    if not wide:
+        return fit
+    table = Table(show_edge=False)
+    for col in fit.columns:
+        table.add_column(col, overflow="fold")
+    for row in fit.rows:
+        table.add_row(*row)
+    return table
+
+
+def fit_columns(least: Sequence[int], drop: Sequence[int], room: int) -> list[int]:
+    """The columns shown: all, less the first of ``drop`` while their ``least`` widths overflow ``room``.
+
+    >>> [fit_columns([10, 6, 10, 30], [3, 2], room) for room in (70, 35, 30)]
+    [[0, 1, 2, 3], [0, 1, 2], [0, 1]]
+    """
+    shown = list(range(len(least)))
+    for i in drop:
+        if table_width([least[j] for j in shown]) <= room:
+            break
+        shown.remove(i)
+    return shown
+
+
+def table_width(widths: Sequence[int]) -> int:
+    """Characters across a table without edges whose columns hold ``widths``: a space either
+    side of each column, a rule between two."""
+    return sum(w + 2 for w in widths) + max(len(widths) - 1, 0)
+
+
+def _plain(cell: str | Text) -> str:
+    return cell.plain if isinstance(cell, Text) else cell
 
 
 LOG_TAIL_LINES = 10

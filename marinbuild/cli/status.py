@@ -120,29 +120,35 @@ def _print_status(rows: list[dict[str, Any]], prefix: str = "", wide: bool = Tru
 
         sys.stdout.write("".join(line + "\n" for line in columns_text([columns, *cells])))
         return
-    from rich.table import Table
+    print_table(_status_table(columns, cells, prefix, wide), wide)
+
+
+def _status_table(columns: tuple[str, ...], cells: list[tuple[str, ...]], prefix: str, wide: bool) -> Any:
+    """The rich table of ``status``; unless ``wide``, fitted to the terminal with each step and its status whole."""
     from rich.text import Text
 
+    from marinbuild.cli.console import FittedTable, terminal_table
     from marinbuild.cli.plan_view import under_prefix
 
     if not wide:
-        where, last = columns.index("output"), columns.index("error") if with_error else None
+        where, last = columns.index("output"), columns.index("error") if "error" in columns else None
         cells = [
             tuple(
                 under_prefix(c, prefix) if i == where else _cut(c) if i == last else c for i, c in enumerate(row)
             )
             for row in cells
         ]
-    table = Table(show_edge=False)
-    for col in columns:
-        # Fitted to the terminal, a path relative to the prefix stays on one line, to copy.
-        table.add_column(col, overflow="fold", no_wrap=col == "output" and not wide)
     colors = {"SUCCESS": "green", "FAILED": "red", "RUNNING": "cyan", "NONE": "dim"}
+    rows: list[list[Text]] = []
     for shown in cells:
         styled = [Text(c) for c in shown]
         styled[1].stylize(colors.get(shown[1], "white"))
-        table.add_row(*styled)
-    print_table(table, wide)
+        rows.append(styled)
+    # Narrower than the table, each step still shows its status: the dates go first, the error
+    # (why a step failed) last; a path relative to the prefix stays on one line, to copy, while it fits.
+    fit = FittedTable(columns, rows, keys=("step", "status"), whole=("duration", "finished"),
+                      drop=("retries", "finished", "duration", "lease", "output", "error"), unbroken=("output",))
+    return terminal_table(fit, wide)
 
 
 def _cut(error: str) -> str:

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
 from rich.console import Console
 
-from marinbuild.cli.console import LineReporter, LiveReporter, plan_table, print_summary, waiting_line
+from marinbuild.cli.console import (
+    FittedTable,
+    LineReporter,
+    LiveReporter,
+    fit_columns,
+    plan_table,
+    print_summary,
+    table_width,
+    waiting_line,
+)
 from marinbuild.execution.reporting import Failure, Summary
 from marinbuild.graph import build_graph
 from marinbuild.planner import make_plan
 from marinbuild.steps import step
+from marinbuild.store.markers import SUCCESS, StatusRecord
 
 
 def _console() -> Console:
@@ -33,6 +44,61 @@ def test_a_big_plan_shows_counts_and_the_first_rows() -> None:
     console.print(plan_table(make_plan(graph, graph.declared, {}), max_rows=10))
     text = console.export_text()
     assert "60 steps" in text and "first 50 steps:" in text and "s049" in text and "s050" not in text
+
+
+def _narrow_sweep_plan():  # a step up to date and two to run, as `marinbuild plan` shows on a terminal
+    graph = build_graph([step(f"sweep/lr{lr}", cmd="true", config={"lr": lr}) for lr in (0.1, 0.2, 0.3)], "/p")
+    first = graph.nodes["sweep/lr0.1"]
+    return make_plan(graph, graph.declared, {first.output_path: StatusRecord(SUCCESS, 1.0, identity=first.identity)})
+
+
+def _lines_at(width: int, renderable: object) -> list[str]:
+    console = Console(record=True, width=width, color_system=None, force_terminal=False)
+    console.print(renderable)
+    return console.export_text().splitlines()
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in re.split("[┃│]", line)]
+
+
+def test_a_narrow_terminal_keeps_each_step_and_its_action_whole() -> None:
+    plan = _narrow_sweep_plan()
+    requests = dict.fromkeys(plan.order, "Cores(1)")
+    for width, dropped in ((100, ()), (60, ()), (50, ("resources",)), (35, ("resources", "output")),
+                           (30, ("resources", "output", "reason"))):
+        lines = _lines_at(width, plan_table(plan, requests, wide=False))
+        assert max(len(line) for line in lines) <= width, lines
+        assert _cells(lines[0]) == [c for c in ("step", "action", "reason", "resources", "output") if c not in dropped]
+        rows = {_cells(line)[0]: _cells(line)[1] for line in lines if line.startswith(" sweep/")}
+        assert rows == {"sweep/lr0.1": "skip", "sweep/lr0.2": "run", "sweep/lr0.3": "run"}, (width, lines)
+    at_100 = "\n".join(_lines_at(100, plan_table(plan, requests, wide=False)))
+    assert plan.node("sweep/lr0.2").output_path.removeprefix("/p/") in at_100  # there is room: on one line
+    folded = _lines_at(50, plan_table(plan, requests, wide=False))[2:5]  # sweep/lr0.1's row, its path folded whole
+    assert "".join(_cells(line)[-1] for line in folded) == plan.node("sweep/lr0.1").output_path.removeprefix("/p/")
+
+
+def test_wide_keeps_every_column_at_any_width() -> None:
+    lines = _lines_at(50, plan_table(_narrow_sweep_plan(), {}, wide=True))
+    assert "output" in "".join(lines) and "resourc" in "".join(lines)  # each column, folded as it must
+
+
+def test_a_fitted_table_drops_columns_in_order_and_folds_keys_only_when_nothing_else_fits() -> None:
+    fit = FittedTable(("name", "when", "path"), [("a" * 20, "2026-01-01 00:00:00", "x" * 40)], keys=("name",),
+                      whole=("when",), drop=("when", "path"), unbroken=("path",))
+    assert [c.header for c in fit.table(100).columns] == ["name", "when", "path"]
+    assert [c.header for c in fit.table(60).columns] == ["name", "when", "path"]  # the path folded to 14
+    assert [c.header for c in fit.table(45).columns] == ["name", "path"]
+    assert [c.header for c in fit.table(30).columns] == ["name"]
+    assert not fit.table(15).columns[0].no_wrap  # too narrow even for the name: folded, never cropped
+    assert [c.no_wrap for c in fit.table(100).columns] == [True, True, True]
+    assert [c.no_wrap for c in fit.table(60).columns] == [True, True, False]
+
+
+def test_fit_columns_counts_padding_and_rules() -> None:
+    assert table_width([4, 6]) == 4 + 6 + 2 * 2 + 1 and table_width([]) == 0
+    assert fit_columns([4, 6], [1], table_width([4, 6])) == [0, 1]
+    assert fit_columns([4, 6], [1], table_width([4, 6]) - 1) == [0]
 
 
 def test_print_summary_names_failures_with_the_end_of_their_log(tmp_path: Path) -> None:
