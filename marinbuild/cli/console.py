@@ -77,7 +77,7 @@ class FittedTable:
 
     def table(self, room: int) -> Table:
         """The table within ``room`` columns, where its key columns fit there at all."""
-        widths = [max(cell_len(_plain(c)) for c in (col, *(row[i] for row in self.rows)))
+        widths = [max(cell_len(_cell_text(c)) for c in (col, *(row[i] for row in self.rows)))
                   for i, col in enumerate(self.columns)]
         firm = set(self.keys) | set(self.whole)
         least = [w if col in firm else min(w, max(cell_len(col), FOLDED_MIN))
@@ -129,7 +129,7 @@ def table_width(widths: Sequence[int]) -> int:
     return sum(w + 2 for w in widths) + max(len(widths) - 1, 0)
 
 
-def _plain(cell: str | Text) -> str:
+def _cell_text(cell: str | Text) -> str:
     return cell.plain if isinstance(cell, Text) else cell
 
 

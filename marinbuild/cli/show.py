@@ -7,7 +7,8 @@ The table a user of ``dvc exp show`` or a W&B sweep expects::
 Config columns are the versioned fields' dotted paths; by default only those that differ
 between the rows are shown (``--all-fields``: every one). Metric columns are the keys of
 the JSON file named by ``--metrics`` inside each output, nested keys dotted; a metric
-named like a config field is shown as ``metrics.NAME``.
+named like another column (a config field, ``step``, ``status``) is shown as ``metrics.NAME``,
+by the rule the report's sweep table follows too; a NaN sorts after the numbers.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any
@@ -40,7 +42,7 @@ def show_command(
     file: FileOpt = "Marinfile.py",
     prefix: PrefixOpt = None,
     metrics: Annotated[str | None, typer.Option("--metrics", help="A JSON file inside each output whose keys become columns (nested keys dotted; default: the Marinfile's METRICS).")] = None,
-    sort: Annotated[str | None, typer.Option("--sort", help="Sort the rows by this column (numbers as numbers; empty cells last).")] = None,
+    sort: Annotated[str | None, typer.Option("--sort", help="Sort the rows by this column (numbers as numbers, NaN after them; empty cells last).")] = None,
     reverse: Annotated[bool, typer.Option("--reverse", "-r", help="Sort in descending order.")] = False,
     all_fields: Annotated[bool, typer.Option("--all-fields", help="Every versioned field, not only those that differ between the rows.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows as a JSON list.")] = False,
@@ -78,18 +80,16 @@ def show_command(
 
 def table_of(records: Sequence[StepRecord], all_fields: bool = False) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
     """The columns (name, group: step, config, run or metric) and one row per record, keyed by column name."""
-    from marinbuild.report.sweep import varying_fields
+    from marinbuild.report.sweep import metric_column_names, varying_fields
 
     fields = list(dict.fromkeys(f for r in records for f in r.versioned)) if all_fields else varying_fields(records)
-    metric_keys: dict[str, None] = {}
-    for r in records:
-        metric_keys.update(dict.fromkeys(r.metrics))
-    taken = {"step", *fields, *_FIXED}
-    metric_names = {k: (f"metrics.{k}" if k in taken else k) for k in metric_keys}
     # Retries by cause get a column once any step used one; the JSON rows always carry them.
     fixed = [*_FIXED[:3], "retries", *_FIXED[3:]] if any(_retried(r.retries) for r in records) else list(_FIXED)
     if any(r.provisioned.hours for r in records):  # TPU slices created on demand: held apart from run
         fixed.insert(fixed.index("accelerator_hours") + 1, "provisioned_chip_hours")
+    metric_keys = dict.fromkeys(k for r in records for k in r.metrics)
+    # "retries" is taken even without its column: every row carries it for --json.
+    metric_names = metric_column_names(metric_keys, {"step", *fields, *fixed, "retries"})
     columns = [("step", "step"), *((f, "config") for f in fields), *((c, "run") for c in fixed),
                *((metric_names[k], "metric") for k in metric_keys)]
     rows: list[dict[str, Any]] = []
@@ -126,7 +126,10 @@ def _sorted(rows: list[dict[str, Any]], columns: list[tuple[str, str]], key: str
             key = f"metrics.{key}"
         else:
             raise UserError(f"--sort {key!r}: no such column; columns: {', '.join(names)}")
-    present = [r for r in rows if r.get(key) is not None]
+    present = [r for r in rows if r.get(key) is not None and not _is_nan(r[key])]
+    # A NaN (a diverged run) compares false with every number, which would scramble the order:
+    # it goes after the values either way, before the empty cells.
+    nan = [r for r in rows if r.get(key) is not None and _is_nan(r[key])]
     empty = [r for r in rows if r.get(key) is None]
 
     def order(row: dict[str, Any]) -> tuple[int, Any]:
@@ -135,7 +138,11 @@ def _sorted(rows: list[dict[str, Any]], columns: list[tuple[str, str]], key: str
             return (0, value)
         return (1, str(value))
 
-    return sorted(present, key=order, reverse=reverse) + empty
+    return sorted(present, key=order, reverse=reverse) + nan + empty
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
 
 
 def _json_row(row: dict[str, Any], columns: list[tuple[str, str]]) -> dict[str, Any]:

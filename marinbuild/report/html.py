@@ -372,7 +372,8 @@ _SCRIPT = """
   document.querySelectorAll('#dag .node, #timeline .bar, .plot .point').forEach(function(el){
     el.addEventListener('click',function(){pick(el.getAttribute('data-step'));});
   });
-  // The sweep table sorts by the header clicked: numbers as numbers, empty cells last either way.
+  // The sweep table sorts by the header clicked: numbers as numbers, NaN after them and empty
+  // cells last either way (a diverged run is never the winner).
   var sweep=document.getElementById('sweep');
   if(sweep){
     sweep.querySelectorAll('th.sortable').forEach(function(th){
@@ -385,7 +386,10 @@ _SCRIPT = """
         rows.sort(function(a,b){
           var x=a.cells[col].getAttribute('data-value'), y=b.cells[col].getAttribute('data-value');
           if(x===''||y===''){return x===y?0:(x===''?1:-1);}
-          var c=num?(parseFloat(x)-parseFloat(y)):x.localeCompare(y);
+          if(!num){return down?-x.localeCompare(y):x.localeCompare(y);}
+          var p=parseFloat(x), q=parseFloat(y);
+          if(isNaN(p)||isNaN(q)){return isNaN(p)===isNaN(q)?0:(isNaN(p)?1:-1);}
+          var c=p<q?-1:(p>q?1:0);
           return down?-c:c;
         });
         rows.forEach(function(r){body.appendChild(r);});

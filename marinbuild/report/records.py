@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from marinbuild.execution.accounting import Usage, attempt_usage, parse_time, provisioned_usage
-from marinbuild.store.attempt_ledger import LEDGER
+from marinbuild.store.attempt_ledger import LEDGER, ledger_attempts
 from marinbuild.store.json_notes import read_json_many
 from marinbuild.store.markers import FAILED, UNREADABLE, info_path, log_path, read_texts
 from marinbuild.store.storage import Storage
@@ -133,10 +133,10 @@ def collect(
         path = node.output_path
         rec = statuses.get(path)
         usable = rec is not None and not rec.mismatch and rec.status != UNREADABLE
-        info = infos.get(info_path(path)) or {}
+        info = _object(infos.get(info_path(path)))
         held = info.get("held") if isinstance(info.get("held"), dict) else None
-        ledger = ledgers.get(Storage.join(path, LEDGER)) or {}
-        entries = [a for a in ledger.get("attempts", []) if isinstance(a, dict)] if usable else []
+        ledger = _object(ledgers.get(Storage.join(path, LEDGER)))
+        entries = list(ledger_attempts(ledger)) if usable else []
         found = metrics.get(Storage.join(path, metrics_file)) if metrics_file else None
         out.append(
             StepRecord(
@@ -158,6 +158,12 @@ def collect(
             )
         )
     return out
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    """A record read back as a JSON object; one edited by hand into another JSON type (``"x"``,
+    ``[1, 2]``) is read as empty, so its step's row shows empty cells rather than failing."""
+    return value if isinstance(value, dict) else {}
 
 
 def _last_lines(text: str) -> str:
@@ -212,5 +218,8 @@ def describe_retries(retries: Mapping[str, Any] | None) -> str:
         parts.append(f"infra {infra['used']}/{infra.get('max')}")
     provisioning = retries.get("provisioning") or {}
     if provisioning.get("used"):
-        parts.append(f"provisioning {provisioning['used']} (within {provisioning.get('timeout_s', 0):g} s)")
+        timeout = provisioning.get("timeout_s")
+        # A hand-edited ledger may hold any JSON there: only a number is formatted as one.
+        within = timeout if isinstance(timeout, (int, float)) else 0
+        parts.append(f"provisioning {provisioning['used']} (within {within:g} s)")
     return " · ".join(parts)

@@ -5,7 +5,8 @@ inline (the report loads nothing):
 
 * **the sweep table** (``#sweep``): one row per step, the versioned fields whose values
   differ between the rows, status, duration and hours, and each metric of the metrics
-  file; every header sorts the rows when clicked (numbers as numbers, empty cells last);
+  file (a metric named like one of the table's own columns as ``metrics.NAME``); every header
+  sorts the rows when clicked (numbers as numbers, NaN after them, empty cells last);
 * **a plot per metric against each numeric field that varies**: inline SVG, a point per
   step that has both (a log scale where the field spans two orders of magnitude and more,
   as learning rates do);
@@ -19,14 +20,14 @@ import html
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from marinbuild.report.records import StepRecord
 
-__all__ = ["SweepColumn", "cell_text", "failed_logs_html", "metric_plots_html", "provenance_html", "sweep_columns",
-           "sweep_table_html", "varying_fields"]
+__all__ = ["SweepColumn", "cell_text", "failed_logs_html", "metric_column_names", "metric_plots_html", "provenance_html",
+           "sweep_columns", "sweep_table_html", "varying_fields"]
 
 _PLOT_W, _PLOT_H, _M_LEFT, _M_RIGHT, _M_TOP, _M_BOTTOM = 380, 250, 62, 16, 26, 42
 
@@ -38,6 +39,8 @@ class SweepColumn:
     name: str
     kind: str
     """``step``, ``config`` (a versioned field), ``run`` (status, duration, hours) or ``metric``."""
+    key: str = ""
+    """A metric column's key in each record's metrics (its name may be ``metrics.KEY``)."""
 
 
 def _esc(text: object) -> str:
@@ -45,9 +48,35 @@ def _esc(text: object) -> str:
 
 
 def _numeric(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A value that can be drawn: a finite number (a JSON integer too large for a float is not)."""
+    if not _sorts_as_number(value):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        return float(value) if math.isfinite(value) else None
+    except OverflowError:
+        return None
+
+
+def _sorts_as_number(value: Any) -> bool:
+    """Whether a value sorts as a number: any int or float, NaN (a diverged run's loss) and infinities included."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _number_key(value: float) -> str:
+    """A number as the sort key the report's script reads with ``parseFloat`` (``NaN``, ``Infinity``).
+
+    >>> [_number_key(v) for v in (0.25, 3, float("nan"), float("-inf"), 10**400)]
+    ['0.25', '3.0', 'NaN', '-Infinity', 'Infinity']
+    """
+    try:
+        number = float(value)
+    except OverflowError:  # a JSON integer beyond a float's range
+        number = math.inf if value > 0 else -math.inf
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "Infinity" if number > 0 else "-Infinity"
+    return repr(number)
 
 
 def varying_fields(records: Sequence[StepRecord]) -> list[str]:
@@ -60,16 +89,30 @@ def varying_fields(records: Sequence[StepRecord]) -> list[str]:
     return [f for f in fields if len({json.dumps(r.versioned.get(f), sort_keys=True) for r in records}) > 1]
 
 
+_RUN_COLUMNS = ("status", "duration_s", "accelerator_hours", "core_hours")
+
+
+def metric_column_names(keys: Iterable[str], taken: Collection[str]) -> dict[str, str]:
+    """Each metric key and the name of its column: the key, or ``metrics.KEY`` where the table has
+    a column of that name already (``step``, ``status``, a config field), so that a metrics file
+    recording the training step neither hides the table's own column nor doubles it.
+
+    >>> metric_column_names(["loss", "step", "lr"], {"step", "lr", "status"})
+    {'loss': 'loss', 'step': 'metrics.step', 'lr': 'metrics.lr'}
+    """
+    return {k: f"metrics.{k}" if k in taken else k for k in keys}
+
+
 def sweep_columns(records: Sequence[StepRecord]) -> list[SweepColumn]:
     """The sweep table's columns: step, the fields that differ, the run's columns, the metrics."""
-    metrics: dict[str, None] = {}
-    for r in records:
-        metrics.update(dict.fromkeys(r.metrics))
+    fields = varying_fields(records)
+    keys = dict.fromkeys(k for r in records for k in r.metrics)
+    names = metric_column_names(keys, {"step", *fields, *_RUN_COLUMNS})
     return [
         SweepColumn("step", "step"),
-        *(SweepColumn(f, "config") for f in varying_fields(records)),
-        *(SweepColumn(c, "run") for c in ("status", "duration_s", "accelerator_hours", "core_hours")),
-        *(SweepColumn(m, "metric") for m in metrics),
+        *(SweepColumn(f, "config") for f in fields),
+        *(SweepColumn(c, "run") for c in _RUN_COLUMNS),
+        *(SweepColumn(names[k], "metric", k) for k in keys),
     ]
 
 
@@ -79,7 +122,7 @@ def _column_value(r: StepRecord, column: SweepColumn) -> Any:
     if column.kind == "config":
         return r.versioned.get(column.name)
     if column.kind == "metric":
-        return r.metrics.get(column.name)
+        return r.metrics.get(column.key or column.name)
     usage = r.usage
     return {
         "status": r.status,
@@ -103,22 +146,18 @@ def cell_text(value: Any) -> str:
 def sweep_table_html(records: Sequence[StepRecord]) -> str:
     """The sweep table; each header sorts the rows by its column when clicked (the report's script)."""
     columns = sweep_columns(records)
-    numeric = {
-        c.name: all(_numeric(_column_value(r, c)) is not None for r in records if _column_value(r, c) is not None)
-        and any(_column_value(r, c) is not None for r in records)
-        for c in columns
-    }
+    numeric = [_numeric_column([_column_value(r, c) for r in records]) for c in columns]
     head = "".join(
-        f'<th class="sortable kind-{c.kind}" data-col="{i}" data-type="{"num" if numeric[c.name] else "text"}" '
+        f'<th class="sortable kind-{c.kind}" data-col="{i}" data-type="{"num" if numeric[i] else "text"}" '
         f'title="sort by {_esc(c.name)}">{_esc(c.name)}</th>'
         for i, c in enumerate(columns)
     )
     rows = []
     for r in records:
         cells = []
-        for c in columns:
+        for i, c in enumerate(columns):
             value = _column_value(r, c)
-            key = "" if value is None else repr(float(value)) if numeric[c.name] else cell_text(value)
+            key = "" if value is None else _number_key(value) if numeric[i] else cell_text(value)
             text = cell_text(value)
             if c.name == "status":
                 text = f'<span class="status status-{_esc(value)}">{_esc(value)}</span>'
@@ -127,6 +166,13 @@ def sweep_table_html(records: Sequence[StepRecord]) -> str:
             cells.append(f'<td data-value="{_esc(key)}">{text}</td>')
         rows.append(f'<tr data-step="{_esc(r.name)}">{"".join(cells)}</tr>')
     return f'<table id="sweep"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _numeric_column(values: Sequence[Any]) -> bool:
+    """Whether a column sorts as numbers: it has a value and every value is a number. A NaN is
+    one too (the script puts it after the others), so a diverged point leaves the losses numbers."""
+    present = [v for v in values if v is not None]
+    return bool(present) and all(_sorts_as_number(v) for v in present)
 
 
 def metric_plots_html(records: Sequence[StepRecord]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,22 @@ def test_sorting_numbers_as_numbers_and_empty_cells_last() -> None:
     assert [r["step"] for r in _sorted(rows, columns, "duration", False)][-1] == "sweep/c"  # an alias
     with pytest.raises(UserError, match="--sort 'nope': no such column"):
         _sorted(rows, columns, "nope", False)
+
+
+def test_sorting_puts_a_nan_after_the_numbers_either_way() -> None:
+    losses = {"a": 9.5, "b": math.nan, "c": 10.5, "d": 0.25, "e": None}
+    records = [_record(n, {"lr": i}, {"loss": v} if v is not None else {}) for i, (n, v) in enumerate(losses.items())]
+    columns, rows = table_of(records)
+    assert [r["step"] for r in _sorted(rows, columns, "loss", False)] == ["d", "a", "c", "b", "e"]
+    assert [r["step"] for r in _sorted(rows, columns, "loss", True)] == ["c", "a", "d", "b", "e"]
+
+
+def test_a_metric_named_like_a_run_column_keeps_its_own_column() -> None:
+    records = [_record("sweep/a", {"lr": 0.1}, {"step": 1000, "retries": 2, "attempts": 3})]
+    columns, rows = table_of(records)
+    assert [c for c, group in columns if group == "metric"] == ["metrics.step", "metrics.retries", "metrics.attempts"]
+    assert rows[0]["step"] == "sweep/a" and rows[0]["retries"] is None and rows[0]["attempts"] == 0
+    assert _json_row(rows[0], columns)["metrics"] == {"step": 1000, "retries": 2, "attempts": 3}
 
 
 def test_json_rows_group_config_and_metrics() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from marinbuild.execution.session import load
 from marinbuild.report.records import collect, describe_retries, flatten
 from marinbuild.steps import step, versioned
@@ -63,3 +65,21 @@ def test_a_failed_step_carries_its_error(tmp_path: Path) -> None:
     write_status(project.storage, node.output_path, FAILED, error="exit 1", name="bad", identity=node.identity)
     [rec] = collect(project, ["bad"])
     assert (rec.status, rec.error, rec.attempts, rec.metrics) == (FAILED, "exit 1", (), {})
+
+
+@pytest.mark.parametrize(("info", "ledger"), [
+    ('"x"', "5"), ("[1, 2]", '"x"'), ("5", '{"attempts": 5, "retries": [1]}'), ("null", "[{}]"),
+])
+def test_records_of_the_wrong_json_type_read_as_empty(tmp_path: Path, info: str, ledger: str) -> None:
+    project = load(steps=[step("a", cmd="true")], prefix=str(tmp_path))
+    node = project.graph.nodes["a"]
+    write_status(project.storage, node.output_path, SUCCESS, name="a", identity=node.identity, duration=2.0)
+    project.storage.write_atomic(info_path(node.output_path), info + "\n")
+    project.storage.write_atomic(Storage.join(node.output_path, LEDGER), ledger + "\n")
+    [rec] = collect(project, ["a"])
+    assert (rec.status, rec.duration, rec.attempts, rec.held, rec.retries, rec.provenance) == (
+        SUCCESS, 2.0, (), None, None, {})
+
+
+def test_a_provisioning_timeout_of_the_wrong_type_is_not_formatted_as_a_number() -> None:
+    assert describe_retries({"provisioning": {"used": 2, "timeout_s": "x"}}) == "provisioning 2 (within 0 s)"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from marinbuild.report.records import StepRecord
 from marinbuild.report.sweep import (
     failed_logs_html,
+    metric_column_names,
     metric_plots_html,
     provenance_html,
     sweep_columns,
@@ -57,3 +59,26 @@ def test_provenance_and_failed_logs_are_escaped() -> None:
     shown = provenance_html([r])
     assert "echo &#x27;&lt;b&gt;&#x27;" in shown and "abcdef123456<" in shown and "box" in shown
     assert "nan\nboom" in failed_logs_html(SWEEP) and failed_logs_html(SWEEP[:2]) == ""
+
+
+def test_a_nan_leaves_a_metric_column_numbers() -> None:
+    table = sweep_table_html([_record("a", 0.1, 9.5), _record("b", 0.2, math.nan), _record("c", 0.3, 10.5),
+                              _record("d", 0.4, math.inf)])
+    assert '<th class="sortable kind-metric" data-col="6" data-type="num"' in table
+    loss_keys = re.findall(r'<tr data-step="(\w)">(?:<td[^>]*>.*?</td>){6}<td data-value="([^"]*)">', table)
+    # What the report's script reads with parseFloat: NaN it puts after the numbers.
+    assert loss_keys == [("a", "9.5"), ("b", "NaN"), ("c", "10.5"), ("d", "Infinity")]
+    assert metric_plots_html([_record("a", 0.1, 9.5), _record("b", 0.2, 10**400)]).count('class="point"') == 1
+
+
+def test_a_metric_named_like_a_column_of_the_table_becomes_metrics_name() -> None:
+    records = [StepRecord(name=f"s{lr}", identity="0" * 16, output_path=f"/out/s{lr}", status="SUCCESS", duration=1.0,
+                          versioned={"lr": lr}, deps=(), resources="Cores(1)", held=None,
+                          metrics={"step": 1000, "lr": lr, "duration_s": 9.0, "loss": lr * 2})
+               for lr in (0.1, 0.2)]
+    assert [(c.name, c.kind) for c in sweep_columns(records)][-4:] == [
+        ("metrics.step", "metric"), ("metrics.lr", "metric"), ("metrics.duration_s", "metric"), ("loss", "metric")]
+    table = sweep_table_html(records)
+    assert '<tr data-step="s0.1"><td data-value="s0.1">s0.1</td>' in table
+    assert table.count('data-value="1000.0">1000</td>') == 2
+    assert metric_column_names(["step", "loss"], {"step"}) == {"step": "metrics.step", "loss": "loss"}
