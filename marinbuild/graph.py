@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from marinbuild.config_walk import named_values
 from marinbuild.errors import CycleError, StepDefinitionError
-from marinbuild.identity import code_digest, hash_payload, identity_payload
+from marinbuild.identity import code_digest, hash_payload, identity_payload, source_digest
 from marinbuild.resolve import check_template
 from marinbuild.steps import ConfigScan, Step, scan_config
 from marinbuild.store.storage import Storage
@@ -118,6 +118,13 @@ def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
                     f"two different steps are named {s.name!r} (identities {existing.identity} and "
                     f"{identity}); give them different names"
                 )
+            differs = _what_differs(existing.step, s)
+            if differs:
+                # One of the two would silently never run: the first one declared wins the merge.
+                raise StepDefinitionError(
+                    f"two steps are named {s.name!r} with the same identity but a different {differs}; "
+                    "give them different names"
+                )
             continue
         check_template(s)
         dep_steps = objects[s]
@@ -134,6 +141,23 @@ def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
         _check_output_paths(nodes)
     names = tuple(dict.fromkeys(s.name for s in declared))
     return StepGraph(nodes=nodes, declared=names, order=tuple(nodes), prefix=prefix)
+
+
+def _what_differs(first: Step, second: Step) -> str | None:
+    """What two steps merged by name and identity run differently (``command``, ``function``);
+    None when they run the same (a diamond's parent made twice).
+
+    Plain config may differ, as it may between runs: it is not the step's identity.
+    """
+    if first is second:
+        return None
+    if first.cmd != second.cmd:
+        return "command"
+    if first.fn is not second.fn and (
+        first.fn is None or second.fn is None or source_digest(first.fn) != source_digest(second.fn)
+    ):
+        return "function"
+    return None
 
 
 def _node(step: Step, identity: str, payload: Mapping[str, Any], deps: tuple[str, ...], output_path: str) -> StepNode:

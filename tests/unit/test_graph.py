@@ -69,6 +69,20 @@ def test_different_steps_with_one_name_are_an_error() -> None:
         build_graph([a1, a2], "/p")
 
 
+def test_one_name_and_identity_running_two_programs_is_an_error_but_one_step_made_twice_is_one() -> None:
+    def other(cfg: object) -> None:
+        print("another program")
+
+    with pytest.raises(StepDefinitionError, match="named 'a' with the same identity but a different command"):
+        build_graph([step("a", cmd="echo one", config={"n": 1}), step("a", cmd="echo two", config={"n": 2})], "/p")
+    with pytest.raises(StepDefinitionError, match="named 'a' with the same identity but a different function"):
+        build_graph([step("a", _fn, {}), step("a", other, {})], "/p")
+    # Made twice (a function called by two dependants), or differing in plain config only: one step.
+    twice = build_graph([step("b", _fn, {"a": step("a", cmd="echo {n}", config={"n": 1})}),
+                         step("c", _fn, {"a": step("a", cmd="echo {n}", config={"n": 2})})], "/p")
+    assert list(twice.nodes) == ["a", "b", "c"]
+
+
 def test_a_cycle_is_reported_with_its_steps() -> None:
     a = step("a", _fn, {})
     b = step("b", _fn, {"a": a})
