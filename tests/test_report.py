@@ -154,3 +154,8 @@ def test_report_of_steps_that_never_ran_and_a_bad_output_folder(project, tmp_pat
     bad = marinbuild("report", "-o", "no/such/dir/r.html", cwd=project)
     assert bad.returncode == 2 and bad.stderr.startswith("marinbuild: error: cannot write no/such/dir/r.html")
     assert not (project / "no").exists()
+    # `-o -`: the page on standard output (to pipe or mail it), no file named "-".
+    piped = marinbuild("report", "-o", "-", cwd=project)
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout.startswith("<!DOCTYPE html>") and piped.stdout == text
+    assert not (project / "-").exists() and "standard output" in piped.stderr

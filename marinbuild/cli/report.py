@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Annotated
 
 import typer
@@ -20,7 +21,7 @@ def report_command(
     targets: TargetsArg = None,
     file: FileOpt = "Marinfile.py",
     prefix: PrefixOpt = None,
-    output: Annotated[str, typer.Option("-o", "--output", help="The HTML file to write.")] = "report.html",
+    output: Annotated[str, typer.Option("-o", "--output", help="The HTML file to write ('-': standard output, to pipe or mail it).")] = "report.html",
     metrics: Annotated[str | None, typer.Option("--metrics", help="A JSON file inside each output whose keys become columns and plots (default: the Marinfile's METRICS).")] = None,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -39,8 +40,13 @@ def report_command(
     records = collect(project, names, metrics_file, log_tails=True)
     title = f"marinbuild report: {os.path.basename(os.path.dirname(project.marinfile.path)) or 'steps'}"
     text = render_report(records, title, graph.prefix)
-    _write_whole(output, text)
     attempts = sum(len(r.attempts) for r in records)
+    if output == "-":  # as for curl -o - and most tools: the page on stdout, no file named "-"
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        err.print(f"marinbuild: wrote the report to standard output ({len(records)} steps, {attempts} attempts)", markup=False)
+        return
+    _write_whole(output, text)
     err.print(f"marinbuild: wrote {output} ({len(records)} steps, {attempts} attempts)", markup=False)
 
 
