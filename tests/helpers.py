@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pty
+import re
 import signal
 import subprocess
 import sys
@@ -91,6 +93,27 @@ def run_until_signalled(*args: str, cwd: Path, env: dict[str, str] | None = None
             runner.kill()
             runner.communicate()
     return subprocess.CompletedProcess(runner.args, runner.returncode, stdout, stderr)
+
+
+def on_terminal(project: Path, *args: str, columns: int = 200) -> str:
+    """The command's output on a real pseudo-terminal ``columns`` wide, escape codes removed."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the command line, its stdout a terminal
+        os.chdir(project)
+        env = cli_env({"COLUMNS": str(columns), "TERM": "xterm"})
+        os.execve(sys.executable, [sys.executable, "-m", "marinbuild", *args], env)
+    chunks = []
+    while True:
+        try:
+            data = os.read(fd, 1 << 16)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.waitpid(pid, 0)
+    os.close(fd)
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r", "")
 
 
 def snapshot(folder: Path) -> dict[str, str]:

@@ -8,8 +8,6 @@ temporary project; terminals are real pseudo-terminals, pipes real pipes, signal
 from __future__ import annotations
 
 import json
-import os
-import pty
 import re
 import signal
 import subprocess
@@ -19,33 +17,12 @@ from pathlib import Path
 import pytest
 
 from .cdp import Browser, chromium
-from .helpers import cli_env, marinbuild, missing_tool, plan_json, start_marinbuild, write_marinfile
+from .helpers import cli_env, marinbuild, missing_tool, on_terminal, plan_json, start_marinbuild, write_marinfile
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout + result.stderr
-
-
-def on_terminal(project: Path, *args: str, columns: int) -> str:
-    """The command's output on a real pseudo-terminal ``columns`` wide, escape codes removed."""
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: the command line, its stdout a terminal
-        os.chdir(project)
-        env = cli_env({"COLUMNS": str(columns), "TERM": "xterm"})
-        os.execve(sys.executable, [sys.executable, "-m", "marinbuild", *args], env)
-    chunks = []
-    while True:
-        try:
-            data = os.read(fd, 1 << 16)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.waitpid(pid, 0)
-    os.close(fd)
-    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r", "")
 
 
 # --- a cleaned dependency rebuilt by a run ----------------------------------------------------

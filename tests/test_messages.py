@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
-import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import cli_env, marinbuild, missing_tool, plan_json, write_marinfile
+from .helpers import cli_env, marinbuild, missing_tool, on_terminal, plan_json, write_marinfile
 from .wheels import make_wheel
 
 SWEEP = """
@@ -42,27 +40,6 @@ def sweep(project: Path, seed: int = 1, width: int = 64, depth: int = 2) -> Path
 def ok(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout + result.stderr
-
-
-def on_terminal(project: Path, *args: str, columns: int = 200) -> str:
-    """The command's output on a real pseudo-terminal ``columns`` wide, escape codes removed."""
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: the command line, its stdout a terminal
-        os.chdir(project)
-        env = cli_env({"COLUMNS": str(columns), "TERM": "xterm"})
-        os.execve(sys.executable, [sys.executable, "-m", "marinbuild", *args], env)
-    chunks = []
-    while True:
-        try:
-            data = os.read(fd, 1 << 16)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.waitpid(pid, 0)
-    os.close(fd)
-    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r", "")
 
 
 def test_a_renamed_step_makes_a_reviewed_plan_stale(project: Path) -> None:
