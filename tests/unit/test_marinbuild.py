@@ -21,6 +21,7 @@ def test_importing_the_package_loads_none_of_its_modules() -> None:
 def test_every_public_name_is_the_one_its_module_defines() -> None:
     import importlib
 
+    assert sorted(marinbuild._HOMES) == sorted(marinbuild.__all__)  # one list of public names, kept whole
     for name in marinbuild.__all__:
         value = getattr(marinbuild, name)
         assert value is getattr(importlib.import_module(marinbuild._HOMES[name]), name)
