@@ -164,6 +164,7 @@ def make_plan(
     nodes = graph.nodes
     skip = Action.SKIP
     decisions: dict[str, Decision] = {}
+    rebuilt: set[str] = set()  # readers run because a dependency is rebuilt (below)
     stack = list(targets)
     while stack:
         while stack:
@@ -180,31 +181,44 @@ def make_plan(
             decisions[name] = decision
             if decision.action is not skip:
                 stack.extend(node.deps)
-        for name in _run_readers_of_rewritten(graph, targets, statuses, decisions):
+        for name in _run_readers_of_rebuilt(graph, targets, statuses, decisions, rebuilt):
             stack.extend(nodes[name].deps)  # what it needs, not walked while it was up to date
     order = graph.order if len(decisions) == len(nodes) else tuple(n for n in graph.order if n in decisions)
     return Plan(steps=graph, targets=tuple(targets), order=order, decisions=decisions, statuses=statuses)
 
 
-def _run_readers_of_rewritten(
-    graph: StepGraph, targets: Sequence[str], statuses: Mapping[str, StatusRecord], decisions: dict[str, Decision]
+def _run_readers_of_rebuilt(
+    graph: StepGraph,
+    targets: Sequence[str],
+    statuses: Mapping[str, StatusRecord],
+    decisions: dict[str, Decision],
+    rebuilt: set[str],
 ) -> list[str]:
-    """Turn to ``run`` each up-to-date step that read the output of a dependency this plan runs; their names.
+    """Turn to ``run`` each up-to-date step that read a dependency this plan rebuilds from nothing; their names.
 
-    make's newer prerequisite within one run. Once the dependency has run, its new ``SUCCESS``
-    makes such a step stale (:mod:`marinbuild.input_times`); run now, a run leaves nothing to
-    do behind it. A dependency cleaned away and rebuilt is the common case: its output is new,
-    although its identity (and so the reader's) is the same. Steps whose marker records no
-    inputs (written before runs recorded them) stay up to date, as they would afterwards.
-    A step the walk did not reach (below an up-to-date one) but that the targets need counts
-    too: left alone, it would be stale after this run. Walked in topological order, so that a
-    whole chain of readers turns in one pass.
+    A dependency cleaned away has no status, which by itself changes nothing: the reader's
+    identity covers it. But once the plan runs it (it was asked for), its new ``SUCCESS``
+    makes the reader stale (:mod:`marinbuild.input_times`): make's newer prerequisite. Run
+    in the same plan, a run leaves nothing stale behind it. The reader's own readers follow
+    (``rebuilt``). Other reasons to run a dependency reach its readers already (forced:
+    ``upstream X forced``; a rerun begun: ``dependency X rerun since``); a damaged marker
+    of the dependency spoils nothing else. Steps whose marker records no inputs (written
+    before runs recorded them) stay up to date, as they would afterwards. A step the walk did
+    not reach (below an up-to-date one) but that the targets need counts too. Walked in
+    topological order, so that a whole chain of readers turns in one pass.
     """
     run = Action.RUN
     if not any(d.action is run for d in decisions.values()):
         return []  # a no-op plan: nothing to look at
     nodes = graph.nodes
     scope = closure(graph, targets)
+
+    def rebuilds(dep: str) -> bool:
+        decided = decisions.get(dep)
+        if decided is None or decided.action is not run:
+            return False
+        return dep in rebuilt or statuses.get(nodes[dep].output_path) is None
+
     turned: list[str] = []
     for name in graph.order:
         decision = decisions.get(name)
@@ -215,9 +229,10 @@ def _run_readers_of_rewritten(
             continue
         if record.inputs is None and record.inputs_digest is None:
             continue
-        rewritten = next((d for d in nodes[name].deps if (dd := decisions.get(d)) is not None and dd.action is run), None)
-        if rewritten is not None:
-            decisions[name] = Decision(run, f"dependency {rewritten} runs first, rewriting what this step read")
+        dep = next((d for d in nodes[name].deps if rebuilds(d)), None)
+        if dep is not None:
+            decisions[name] = Decision(run, f"dependency {dep} runs first, rewriting what this step read")
+            rebuilt.add(name)
             turned.append(name)
     return turned
 
