@@ -71,7 +71,7 @@ def load_marinfile(path: str) -> Marinfile:
 
 
 def _where(exc: BaseException, path: str) -> str:
-    """``file:line`` of the deepest frame in the user's code, else of the deepest frame.
+    """``file:line`` of the deepest frame in the user's code, else of the deepest frame in a file.
 
     The user's code is the Marinfile and the modules beside it (not marinbuild's own, nor
     installed packages): an error raised in a module the Marinfile imports is shown where
@@ -85,8 +85,11 @@ def _where(exc: BaseException, path: str) -> str:
         f = os.path.abspath(filename)
         return f == path or (f.startswith(folder) and not f.startswith(own) and "site-packages" not in f)
 
-    mine = [f for f in frames if users(f.filename)]
-    chosen = mine or frames
+    # Code with no file of its own (a dataclass's generated ``__init__`` is "<string>", which
+    # would resolve under the current folder) is nobody's line to show.
+    real = [f for f in frames if os.path.isfile(f.filename)]
+    mine = [f for f in real if users(f.filename)]
+    chosen = mine or real or frames
     if not chosen:
         return path
     return f"{chosen[-1].filename}:{chosen[-1].lineno}"

@@ -381,7 +381,7 @@ class _StepRun:
             f"marinbuild: attempt {number} {_VERBS[cause]} ({outcome.error}); "
             f"{name} retry {decision.used} {_budget_text(self.counter, cause)} in {decision.delay:.1f} s",
         )
-        threading.Thread(target=self._retry_after, args=(decision.delay,), daemon=True,
+        threading.Thread(target=self._retry_after, args=(cause, decision.delay), daemon=True,
                          name=f"retry-{self.job.name}").start()
 
     def _finish(self, entry: dict[str, Any], outcome: Outcome, decision: RetryDecision) -> None:
@@ -419,11 +419,15 @@ class _StepRun:
         except Exception:  # per-step cleanup must not keep the outcome from the scheduler
             traceback.print_exc()
 
-    def _retry_after(self, delay: float) -> None:
+    def _retry_after(self, cause: Cause, delay: float) -> None:
         self._waiting.wait(delay)
         with self._lock:
             reason = self._reason
         if reason is not None:
+            # Cancelled during the back-off: the retry never ran, so it is not counted (as one
+            # the wall time rules out), and the ledger's head says so.
+            self.counter.give_back(cause)
+            self.ledger.head["retries"] = self.counter.summary()
             now = time.time()
             outcome = Outcome(ok=False, started=self.first_start or now, ended=now, error=reason, cancelled=True)
             self._step_ended(retried=True)

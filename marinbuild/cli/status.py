@@ -61,7 +61,8 @@ def status_command(
     progress = read_progress_notes(project.storage, watched) if watched else {}  # when each last moved
     from marinbuild.store.provisioning_note import read_provisioning_notes
 
-    on_tpu = [p for p in running if p in kinds and _on_tpu(kinds[p])]
+    # A step whose runner is gone waits for nothing, whatever its last note says.
+    on_tpu = [p for p in running if p in kinds and _on_tpu(kinds[p]) and leases.get(p)]
     waiting = read_provisioning_notes(project.storage, on_tpu) if on_tpu else {}  # TPU slices still to come
     rows: list[dict[str, Any]] = []
     for n in names:

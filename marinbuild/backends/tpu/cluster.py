@@ -344,9 +344,8 @@ def _parse_gcp(raw: Any, source: str) -> GcpSettings:
                 f"{where}: label {k!r} = {v!r} is not a GCP label (lowercase letters, digits, '-', '_'; "
                 "keys start with a letter; at most 63 characters)"
             )
-    timeout = raw.get("provision_timeout", DEFAULT_PROVISION_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ClusterConfigError(f"{where}: 'provision_timeout' must be a positive number of seconds")
+    timeout = _timeout(raw.get("provision_timeout", DEFAULT_PROVISION_TIMEOUT), "provision_timeout", where,
+                       "must be a positive number of seconds")
     endpoint = raw.get("api_endpoint")
     if endpoint is not None and not endpoint.startswith(("http://", "https://")):
         raise ClusterConfigError(f"{where}: 'api_endpoint' must be an http:// or https:// URL, not {endpoint!r}")
@@ -354,7 +353,7 @@ def _parse_gcp(raw: Any, source: str) -> GcpSettings:
         project=raw["project"], zone=raw["zone"], runtime_version=raw["runtime_version"],
         spot=raw.get("spot", False), network=raw.get("network"), subnetwork=raw.get("subnetwork"),
         service_account=raw.get("service_account"), tags=tuple(tags), labels=tuple(sorted(labels.items())),
-        provision_timeout=float(timeout), api_endpoint=endpoint,
+        provision_timeout=timeout, api_endpoint=endpoint,
         os_login=raw.get("os_login", False), external_ips=raw.get("external_ips", False),
     )
 
@@ -394,14 +393,23 @@ def _progress_timeout(data: Mapping[str, Any], source: str) -> float | None:
     raw = data.get("progress_timeout")
     if raw is None:
         return None
+    return _timeout(raw, "progress_timeout", source, 'must be a duration over 0 s, such as "15m"')
+
+
+def _timeout(raw: Any, key: str, where: str, must: str) -> float:
+    """A timeout of the cluster file, read as a step's are (seconds, ``"15m"``, ``h:mm:ss``): over 0 and finite.
+
+    Infinity (TOML's ``inf``, or ``1e400``) is refused: it would reach ``attempts.json`` as
+    ``Infinity``, which is not JSON, and "never" is no timeout anyone means.
+    """
     from marinbuild.units import parse_timeout
 
     try:
         seconds = parse_timeout(raw) if not isinstance(raw, bool) else -1.0
     except MarinbuildError as e:
-        raise ClusterConfigError(f"{source}: 'progress_timeout': {e}") from None
+        raise ClusterConfigError(f"{where}: {key!r}: {e}") from None
     if seconds <= 0:
-        raise ClusterConfigError(f"{source}: 'progress_timeout' must be a duration over 0 s, such as \"15m\"")
+        raise ClusterConfigError(f"{where}: {key!r} {must}")
     return seconds
 
 

@@ -24,7 +24,7 @@ from marinbuild.backends.tpu.tpu_api import LABEL_PREFIX, QueuedResourceInfo, Tp
 from marinbuild.store.lease import owner_alive, read_leases
 from marinbuild.store.storage import Storage
 
-__all__ = ["MadeResource", "delete_unheld", "find_made", "output_of"]
+__all__ = ["MadeResource", "delete_unheld", "find_made", "left_for", "output_of"]
 
 
 @dataclass(frozen=True)
@@ -66,14 +66,27 @@ def output_of(info: QueuedResourceInfo) -> str | None:
 
 def find_made(api: TpuApi, prefix: str | None, storage: Storage | None = None) -> list[MadeResource]:
     """Every queued resource marinbuild made (under ``prefix`` when given), and who holds each."""
+    infos = _made_under(api, prefix)
+    holders = _holders(infos, storage)
+    return [MadeResource(q, output_of(q), holders.get(q.name), prefix) for q in infos]
+
+
+def left_for(api: TpuApi, prefix: str, output_path: str) -> list[MadeResource]:
+    """The queued resources made under ``prefix`` for the step at ``output_path``, none held.
+
+    For a runner that now holds the step's lease: whatever exists for the step was made by an
+    earlier holder, which is gone (SIGKILLed while this runner waited for the lease) or lost it.
+    """
+    return [MadeResource(q, output_path, None, prefix) for q in _made_under(api, prefix) if output_of(q) == output_path]
+
+
+def _made_under(api: TpuApi, prefix: str | None) -> list[QueuedResourceInfo]:
     wanted = prefix_id(prefix) if prefix is not None else None
-    infos = [
+    return [
         q for q in api.queued_resources()
         if q.labels.get(LABEL_PREFIX) == "managed"
         and (wanted is None or q.labels.get(f"{LABEL_PREFIX}-prefix-id") == wanted)
     ]
-    holders = _holders(infos, storage)
-    return [MadeResource(q, output_of(q), holders.get(q.name), prefix) for q in infos]
 
 
 def _holders(infos: list[QueuedResourceInfo], storage: Storage | None) -> dict[str, str | None]:

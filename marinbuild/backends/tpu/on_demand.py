@@ -26,6 +26,7 @@ from typing import Any
 
 from marinbuild.backends.base import Cause, Job, Outcome
 from marinbuild.backends.tpu.cluster import Cluster
+from marinbuild.backends.tpu.leftovers import delete_unheld, left_for
 from marinbuild.backends.tpu.provision import (
     CapacityUnavailable,
     HeldResource,
@@ -34,7 +35,7 @@ from marinbuild.backends.tpu.provision import (
     SliceProvider,
 )
 from marinbuild.backends.tpu.provision_plan import is_created_slice
-from marinbuild.backends.tpu.retry_loop import TpuAttempt, TpuStep
+from marinbuild.backends.tpu.retry_loop import TpuAttempt, TpuStep, cut_short
 from marinbuild.backends.tpu.ssh import resolve_target
 from marinbuild.backends.tpu.tpu_api import TpuApi, TpuApiError
 from marinbuild.store.provisioning_note import write_provisioning_note
@@ -92,10 +93,24 @@ class CreatedSlices:
             def phase(name: str, since: float, queued_resource: str) -> None:
                 write_provisioning_note(out, name, since, queued_resource)  # for `marinbuild status`
 
-            found = SliceProvider(self.api(), self.cluster, request, report=report, on_phase=phase)
+            made = SliceProvider(self.api(), self.cluster, request, report=report, on_phase=phase)
             with self._lock:
-                found = self._providers.setdefault(job.output_path, found)
+                found = self._providers.setdefault(job.output_path, made)
+            if found is made:
+                self._delete_left(job.output_path, report)
         return found
+
+    def _delete_left(self, output_path: str, report: Callable[[str], None]) -> None:
+        """Before the step's first attempt here: delete what an earlier holder of its lease made.
+
+        The run's start deletes leftovers no live runner holds; one this runner took over after
+        waiting for the lease (its holder SIGKILLed meanwhile) was held then. Trouble with the API
+        is reported, never the step's failure: ``tpu down`` and the next run find it too.
+        """
+        try:
+            delete_unheld(self.api(), left_for(self.api(), self.prefix, output_path), say=report)
+        except TpuApiError as e:
+            report(f"warning: queued resources an earlier runner left for this step not checked: {e}")
 
     def run_attempt(self, step: TpuStep, job: Job, cancel: threading.Event) -> Outcome:
         """One attempt: created slices, the gang on them, the slices deleted."""
@@ -159,7 +174,9 @@ class CreatedSlices:
                 self.console(f"[{job.name}] node(s) {nodes} preempted: deleting queued resource {got.queued_resource}")
         finally:
             done.set()
-            provider.release("preempted" if preempted else "attempt ended", patient=not cancel.is_set())
+            # A stopping runner waits only so long for its steps; a wall time that ran out
+            # stops this step alone, whose slices get the usual patience.
+            provider.release("preempted" if preempted else "attempt ended", patient=not cut_short(cancel))
         return dataclasses.replace(outcome, details={**outcome.details, **self._details(provider, first)})
 
     def _lost(self, provider: SliceProvider) -> tuple[str, ...]:
@@ -200,6 +217,8 @@ class CreatedSlices:
         """Give the attempts' entries the deletes only the step's end achieved (their delete had failed).
 
         The entry keeps its ``delete_error``: the queued resource was held, and cost, until then.
+        One the step's end could not delete either gets ``still_held_at`` (then), which its hours
+        are counted up to: the exit handler's delete comes after the step's record is written.
         """
         with self._lock:
             held = {r.name: r for r in self._released.pop(job.output_path, [])}
@@ -207,6 +226,12 @@ class CreatedSlices:
             provisioned = entry.get(PROVISIONED_EXTRA)
             for p in provisioned if isinstance(provisioned, list) else ():
                 record = held.get(str(p.get("queued_resource"))) if isinstance(p, dict) else None
-                if record is not None and record.deleted_at is not None and p.get("deleted_at") is None:
+                if record is None or p.get("deleted_at") is not None:
+                    continue
+                if record.deleted_at is not None:
                     p["deleted_at"] = round(record.deleted_at, 3)
                     p["why_deleted"] = record.why_deleted
+                    p.pop("still_held_at", None)
+                elif record.still_held_at is not None:
+                    p["still_held_at"] = round(record.still_held_at, 3)
+                    p["delete_error"] = record.delete_error

@@ -25,6 +25,7 @@ import getpass
 import hashlib
 import os
 import secrets
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -116,6 +117,12 @@ class HeldResource:
     why_deleted: str | None = None
     delete_error: str | None = None
     """Why the last try to delete it failed, while it is still held (tried again later)."""
+    still_held_at: float | None = None
+    """When a try to delete it last failed: it was held at least until then.
+
+    A delete only the exit handler achieves is never written down (the step's record is
+    already out), so this is what its hours are counted up to.
+    """
 
     def to_json(self) -> dict[str, object]:
         record: dict[str, object] = {
@@ -127,6 +134,8 @@ class HeldResource:
         }
         if self.delete_error is not None:
             record["delete_error"] = self.delete_error
+        if self.deleted_at is None and self.still_held_at is not None:
+            record["still_held_at"] = round(self.still_held_at, 3)
         return record
 
 
@@ -184,20 +193,34 @@ def public_key_line(ssh: SshSettings) -> str:
 _IMPATIENT_TRIES = 2
 """Tries of a delete while the runner stops (a Ctrl-C): one retry, after the API's first back-off."""
 
+_CREATE_CHECK_S = 0.1
+"""How often a step waiting for the API to answer its create looks whether it was cancelled."""
+
 _LIVE: dict[str, tuple[TpuApi, str]] = {}
+_UNANSWERED: set[str] = set()
+"""Keys of ``_LIVE`` whose create the API has not answered yet."""
 _LIVE_LOCK = threading.Lock()
 
 
 def _delete_live() -> None:
-    """At exit: delete every queued resource this process made and still holds."""
+    """At exit: delete every queued resource this process made and still holds.
+
+    One whose create the API has not answered yet may be made after this process is gone, where
+    no delete can reach it: it is named on stderr, for ``marinbuild tpu down`` (or the next run).
+    """
     with _LIVE_LOCK:
         held = list(_LIVE.items())
         _LIVE.clear()
-    for _, (api, name) in held:
+        unanswered = set(_UNANSWERED)
+    for key, (api, name) in held:
         try:
-            api.delete(name, force=True)
+            gone = api.delete(name, force=True)
         except Exception:
-            pass
+            gone = False
+        if key in unanswered and not gone:
+            sys.stderr.write(f"marinbuild: queued resource {name} was asked for, and the TPU API had not answered "
+                             "when this run stopped; if it is made, `marinbuild tpu down` (or the next run) "
+                             "deletes it\n")
 
 
 atexit.register(_delete_live)
@@ -275,22 +298,77 @@ class SliceProvider:
         )
         record = HeldResource(spec.name, spec.tpu_type, spec.count, self.clock())
         with _LIVE_LOCK:
-            _LIVE[f"{id(self)}:{spec.name}"] = (self.api, spec.name)
+            _LIVE[self._key(record)] = (self.api, spec.name)
         self.held.append(record)
         try:
-            self.api.create(spec)
+            if not self._create(spec, record, cancel):
+                # Not deleted now: a delete before the create is acted on finds nothing.
+                raise ProvisionCancelled(f"cancelled while the TPU API had not answered the create of {spec.name}")
+        except ProvisionCancelled:
+            raise
+        except BaseException as e:
+            self._give_up(record, e)
+            raise
+        try:
             self._wait_active(spec, record, cancel)
             self.current = self._read_nodes(spec)
         except BaseException as e:
-            # What went wrong first decides the attempt (a cancel stays a cancel); a delete
-            # that fails too is reported and tried again when the step ends.
-            self._delete(record, "cancelled" if isinstance(e, ProvisionCancelled | KeyboardInterrupt) else "not provisioned")
+            self._give_up(record, e)
             raise
         record.active_at = self.clock()
         self.on_phase("ready", record.active_at, spec.name)
         self.state = None
         self.started = None  # the next wait for hosts has provision_timeout of its own
         return self.current
+
+    def _give_up(self, record: HeldResource, e: BaseException) -> None:
+        # What went wrong first decides the attempt (a cancel stays a cancel); a delete
+        # that fails too is reported and tried again when the step ends.
+        self._delete(record, "cancelled" if isinstance(e, ProvisionCancelled | KeyboardInterrupt) else "not provisioned")
+
+    def _key(self, record: HeldResource) -> str:
+        return f"{id(self)}:{record.name}"
+
+    def _create(self, spec: QueuedResourceSpec, record: HeldResource, cancel: threading.Event) -> bool:
+        """Ask for the queued resource; False when ``cancel`` came before the API answered.
+
+        The API may hold a create for a long while; a stopping runner waits only so long for
+        its steps. Cancelled first, the create is left to finish on its own thread: what it
+        makes is deleted then, or, at exit, named for ``marinbuild tpu down`` (:func:`_delete_live`).
+        """
+        key = self._key(record)
+        answered, lock = threading.Event(), threading.Lock()
+        failed: list[BaseException] = []
+        abandoned: list[bool] = []
+        with _LIVE_LOCK:
+            _UNANSWERED.add(key)
+
+        def create() -> None:
+            try:
+                self.api.create(spec)
+            except BaseException as e:
+                failed.append(e)
+            with lock:
+                answered.set()
+                late = bool(abandoned)
+            with _LIVE_LOCK:
+                _UNANSWERED.discard(key)
+            if late:
+                self._delete(record, "cancelled")  # a failed create made nothing, or its delete says so
+
+        threading.Thread(target=create, name=f"create-{spec.name}", daemon=True).start()
+        while not answered.wait(_CREATE_CHECK_S):
+            if cancel.is_set():
+                with lock:
+                    if not answered.is_set():
+                        abandoned.append(True)
+                        record.delete_error = "cancelled before the TPU API answered its create"
+                        self.report(f"queued resource {spec.name}: cancelled before the TPU API answered its create; "
+                                    "it is deleted if it is made while this run goes on, else named as the run exits")
+                        return False
+        if failed:
+            raise failed[0]
+        return True
 
     def _wait_active(self, spec: QueuedResourceSpec, record: HeldResource, cancel: threading.Event) -> None:
         assert self.started is not None
@@ -403,8 +481,12 @@ class SliceProvider:
             patient = self.patient
         self.patient = patient
         self.current = None
+        with _LIVE_LOCK:
+            unanswered = {r.name for r in self.held if self._key(r) in _UNANSWERED}
         for r in self.held:
-            if r.deleted_at is None:
+            # One whose create is still unanswered is not there to delete yet: its create's
+            # thread deletes it once answered (the exit handler names it if never).
+            if r.deleted_at is None and r.name not in unanswered:
                 self._delete(r, why, tries=None if patient else _IMPATIENT_TRIES)
 
     def _delete(self, record: HeldResource, why: str, tries: int | None = None) -> bool:
@@ -419,6 +501,7 @@ class SliceProvider:
             self.api.delete(record.name, force=True, tries=tries)
         except TpuApiError as e:
             record.delete_error = str(e)
+            record.still_held_at = self.clock()
             self.report(f"could not delete queued resource {record.name} ({why}): {str(e).rstrip('.')}; "
                         "it is tried again when the step ends and when this run exits "
                         "(`marinbuild tpu down` deletes it too)")
@@ -427,7 +510,7 @@ class SliceProvider:
         record.why_deleted = why
         record.delete_error = None
         with _LIVE_LOCK:
-            _LIVE.pop(f"{id(self)}:{record.name}", None)
+            _LIVE.pop(self._key(record), None)
         return True
 
     def ledger(self, since: int = 0) -> list[dict[str, object]]:

@@ -47,6 +47,7 @@ from marinbuild.store.storage import Storage
 from marinbuild.tpu_types import tpu_topology
 
 __all__ = [
+    "AttemptCancel",
     "ProvisioningFailed",
     "TpuAttempt",
     "TpuAttempts",
@@ -55,6 +56,7 @@ __all__ = [
     "TpuStatus",
     "TpuStep",
     "backoff_delay",
+    "cut_short",
     "host_env",
     "run_tpu_step",
 ]
@@ -393,6 +395,24 @@ class TpuStep:
         return f"{len(ended)} attempt(s): {classes or 'none finished'}; per-host logs in logs/slice_*_worker_*.log"
 
 
+class AttemptCancel(threading.Event):
+    """Set to stop an attempt; ``timed_out`` when the step's wall time ran out.
+
+    The difference matters to what the attempt still does on its way out: a runner stopping
+    (Ctrl-C, SIGTERM) waits only so long for its steps, a step whose wall time ran out does
+    not (the run goes on), so only the former cuts short the deletes of its slices.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timed_out = False
+
+
+def cut_short(cancel: threading.Event) -> bool:
+    """Whether ``cancel`` stops its attempt in a hurry: set, and not by the step's wall time."""
+    return cancel.is_set() and not (isinstance(cancel, AttemptCancel) and cancel.timed_out)
+
+
 class TpuAttempts:
     """The backend the retry loop wraps for TPU steps: each ``start`` runs one attempt.
 
@@ -465,7 +485,7 @@ class _TpuAttemptRun:
         self.owner = owner
         self.job = job
         self.on_done = on_done
-        self.cancelled = threading.Event()
+        self.cancelled = AttemptCancel()
         self.reason: str | None = None
         self.timed_out = False
         self.timer: threading.Timer | None = None
@@ -475,7 +495,7 @@ class _TpuAttemptRun:
             self.timer.start()
 
     def time_out(self) -> None:
-        self.timed_out = True
+        self.timed_out = self.cancelled.timed_out = True  # before the cancel is seen
         self.cancel(wall_time_exceeded(self.job))
 
     def main(self) -> None:

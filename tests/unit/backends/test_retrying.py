@@ -310,6 +310,24 @@ def test_a_retry_the_wall_time_rules_out_is_not_counted(tmp_path: Path, monkeypa
     assert ledger["retries"]["failure"] == {"used": 0, "max": 2}
 
 
+def test_a_retry_cancelled_during_its_back_off_is_not_counted(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MARINBUILD_RETRY_BASE_DELAY", "60")
+    inner = _Scripted([Cause.PREEMPTED, Cause.SUCCESS])
+    done: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+    run = Retrying(inner, lambda name: RetryBudgets(preemption=5)).start(_job(tmp_path), done.put)
+    ledger_file = tmp_path / "out" / "attempts.json"
+    deadline = time.monotonic() + 10
+    while not ledger_file.exists() and time.monotonic() < deadline:  # the retry is granted, then waits
+        time.sleep(0.01)
+    run.cancel("interrupted")
+    outcome = done.get(timeout=10)
+    assert not outcome.ok and outcome.cancelled and len(inner.jobs) == 1
+    assert outcome.retries is not None and outcome.retries["preemption"] == {"used": 0, "max": 5}
+    ledger = json.loads(outcome.records[str(ledger_file)])
+    assert ledger["retries"]["preemption"] == {"used": 0, "max": 5}
+    assert [a["class"] for a in ledger["attempts"]] == ["PREEMPTED"]
+
+
 class _LostAndRequeued(_Queued):
     """Starts, loses its worker (silence, ``requeued`` says so), waits, starts again and succeeds."""
 

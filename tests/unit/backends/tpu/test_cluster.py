@@ -33,6 +33,8 @@ def test_every_key_is_read() -> None:
     ({"zonee": "x"}, r"\[gcp\]: unknown key\(s\) zonee"),
     ({"spot": "yes"}, "'spot' must be true or false"),
     ({"provision_timeout": 0}, "'provision_timeout' must be a positive number"),
+    ({"provision_timeout": float("inf")}, "'provision_timeout': duration inf must be a finite number"),
+    ({"provision_timeout": float("nan")}, "'provision_timeout': duration nan must be a finite number"),
     ({"labels": {"Team": "x"}}, "is not a GCP label"),
     ({"labels": {"team": "X Y"}}, "is not a GCP label"),
     ({"api_endpoint": "127.0.0.1:8080"}, "must be an http:// or https:// URL"),

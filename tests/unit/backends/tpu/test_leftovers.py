@@ -9,7 +9,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from marinbuild.backends.tpu.leftovers import delete_unheld, find_made
+from marinbuild.backends.tpu.leftovers import delete_unheld, find_made, left_for
 from marinbuild.backends.tpu.provision import ProvisionRequest, SliceProvider
 from marinbuild.backends.tpu.tpu_api import QueuedResourceSpec, TpuApi
 from marinbuild.store.conditional import conditional_store
@@ -73,3 +73,18 @@ def test_foreign_queued_resources_are_never_touched(emulator: TpuApiEmulator, tm
     api = TpuApi(cluster.gcp)
     api.create(QueuedResourceSpec("someone-elses", "v4-8", 1, "rt", labels={"team": "x"}))
     assert find_made(api, None) == []
+
+
+def test_what_an_earlier_holder_of_a_steps_lease_made_is_found_for_that_step_alone(
+        emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    prefix = str(tmp_path / "out")
+    mine, out = leave_behind(emulator, tmp_path, prefix, "train")
+    other, _ = leave_behind(emulator, tmp_path, prefix, "eval")
+    cluster = cluster_for(emulator, tmp_path)
+    assert cluster.gcp is not None
+    api = TpuApi(cluster.gcp)
+    found = left_for(api, prefix, out)
+    assert [m.info.name for m in found] == [mine] and found[0].holder is None
+    assert left_for(api, str(tmp_path / "elsewhere"), out) == []
+    assert delete_unheld(api, found) == [mine]
+    assert emulator.queued_resource_names() == [other]

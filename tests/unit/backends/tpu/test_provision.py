@@ -186,6 +186,7 @@ def test_a_delete_the_api_refuses_keeps_the_queued_resource_held_until_a_later_o
     assert emulator.queued_resource_names() == [got.queued_resource]  # still there, still costing
     [held] = p.ledger()
     assert held["deleted_at"] is None and held["why_deleted"] is None and "currently unavailable" in str(held["delete_error"])
+    assert held["still_held_at"] >= held["created_at"]  # its hours count at least until then
     failures = [line for line in lines if line.startswith("could not delete")]
     assert len(failures) == 1 and failures[0].startswith(
         f"could not delete queued resource {got.queued_resource} (attempt ended): TPU API: deleting"), lines
@@ -196,7 +197,7 @@ def test_a_delete_the_api_refuses_keeps_the_queued_resource_held_until_a_later_o
     assert emulator.queued_resource_names() == []
     [held] = p.ledger()
     assert held["deleted_at"] >= held["created_at"] and held["why_deleted"] == "step ended"
-    assert "delete_error" not in held
+    assert "delete_error" not in held and "still_held_at" not in held
     assert not any(name == got.queued_resource for _, name in provision._LIVE.values())
     assert len([line for line in lines if line.startswith("could not delete")]) == 1
 
@@ -214,3 +215,47 @@ def test_the_exit_handler_deletes_a_queued_resource_whose_delete_failed(
     assert emulator.queued_resource_names() == [got.queued_resource]
     provision._delete_live()  # what atexit runs
     assert emulator.queued_resource_names() == []
+
+
+def test_a_cancel_before_the_api_answers_a_create_ends_the_wait_and_the_answer_is_deleted(
+        emulator: TpuApiEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from marinbuild.backends.tpu import provision
+
+    monkeypatch.setattr(provision, "_LIVE", {})
+    p = provider(emulator, tmp_path)
+    answer = threading.Event()
+    real = p.api.create
+
+    def slow(spec: object) -> None:
+        answer.wait(30)  # the API holds the request
+        real(spec)  # type: ignore[arg-type]
+
+    p.api.create = slow  # type: ignore[method-assign]
+    cancel = threading.Event()
+    threading.Timer(0.2, cancel.set).start()
+    began = time.monotonic()
+    with pytest.raises(ProvisionCancelled, match="had not answered the create"):
+        p.acquire(cancel)
+    assert time.monotonic() - began < 5  # the step reports without waiting for the API
+    p.release()  # nothing there to delete yet: a delete now would find nothing and forget it
+    [held] = p.ledger()
+    assert held["deleted_at"] is None and "before the TPU API answered" in str(held["delete_error"])
+    assert len(provision._LIVE) == 1  # the exit handler's still
+    answer.set()  # the API acts on the create at last: it is deleted then
+    deadline = time.monotonic() + 20
+    while provision._LIVE and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert provision._LIVE == {} and emulator.queued_resource_names() == []
+    [held] = p.ledger()
+    assert held["deleted_at"] is not None and held["why_deleted"] == "cancelled"
+
+
+def test_the_exit_handler_names_a_queued_resource_whose_create_is_unanswered(
+        emulator: TpuApiEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from marinbuild.backends.tpu import provision
+
+    monkeypatch.setattr(provision, "_LIVE", {"k": (TpuApi(cluster_for(emulator, tmp_path).gcp), "mb-never")})  # type: ignore[arg-type]
+    monkeypatch.setattr(provision, "_UNANSWERED", {"k"})
+    provision._delete_live()  # what atexit runs: nothing to delete yet
+    assert "queued resource mb-never was asked for" in capsys.readouterr().err

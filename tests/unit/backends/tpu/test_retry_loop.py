@@ -15,11 +15,13 @@ from marinbuild.backends.retrying import RetryBudgets, Retrying
 from marinbuild.backends.tpu.cluster import parse_cluster
 from marinbuild.backends.tpu.gang import HostOutcome
 from marinbuild.backends.tpu.retry_loop import (
+    AttemptCancel,
     ProvisioningFailed,
     TpuAttempt,
     TpuAttempts,
     TpuJob,
     TpuStep,
+    cut_short,
     run_tpu_step,
 )
 from marinbuild.errors import ClusterConfigError, StepDefinitionError
@@ -120,3 +122,14 @@ def test_run_tpu_step_refuses_an_unknown_slice_before_any_host_is_touched(tmp_pa
     job = TpuJob(name="s", output_path=str(tmp_path), command="true", slices=("nope",))
     with pytest.raises(ClusterConfigError):
         run_tpu_step(job, CLUSTER, workdir=None, cancel=threading.Event(), console=lambda line: None)
+
+
+def test_only_a_cancel_other_than_the_wall_time_cuts_an_attempt_short() -> None:
+    plain = threading.Event()
+    assert not cut_short(plain)
+    plain.set()
+    assert cut_short(plain)  # a runner stopping waits only so long
+    timed = AttemptCancel()
+    timed.timed_out = True
+    timed.set()
+    assert not cut_short(timed)  # the run goes on: the usual patience
