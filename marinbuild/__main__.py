@@ -12,17 +12,21 @@ from __future__ import annotations
 import signal
 import sys
 
-from marinbuild.cli import ctrl_c
-
 __all__ = ["entry_point"]
 
 
 def entry_point() -> None:
     """Load the command line and run it (:func:`marinbuild.cli.app.console_script`)."""
-    ctrl_c.install()
     try:
+        from marinbuild.cli import ctrl_c
+
+        ctrl_c.install()
         from marinbuild.cli.app import console_script as command
-    except KeyboardInterrupt:
+    except BaseException as e:
+        # Python 3.11 wraps an interrupt raised inside a class body's __set_name__ in a
+        # RuntimeError: the Ctrl-C is what happened, whatever carries it.
+        if not _interrupted(e):
+            raise
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a storm of them must not cut the line short
         sys.stderr.write("marinbuild: interrupted\n")
         # The interrupted import leaves CPython's "unhandled KeyboardInterrupt" flag set, and
@@ -31,6 +35,14 @@ def entry_point() -> None:
         exec("pass")
         sys.exit(130)
     command()
+
+
+def _interrupted(e: BaseException | None) -> bool:
+    while e is not None:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 if __name__ == "__main__":

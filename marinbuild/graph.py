@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import posixpath
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -154,10 +154,17 @@ def _what_differs(first: Step, second: Step) -> str | None:
     if first.cmd != second.cmd:
         return "command"
     if first.fn is not second.fn and (
-        first.fn is None or second.fn is None or source_digest(first.fn) != source_digest(second.fn)
+        first.fn is None or second.fn is None or _program(first.fn) != _program(second.fn)
     ):
         return "function"
     return None
+
+
+def _program(fn: Callable[..., Any]) -> tuple[str | None, ...]:
+    """What a step function runs: its source, and a ``functools.partial``'s bound arguments too."""
+    if isinstance(fn, functools.partial):
+        return (*_program(fn.func), repr(fn.args), repr(sorted(fn.keywords.items())))
+    return (source_digest(fn),)
 
 
 def _node(step: Step, identity: str, payload: Mapping[str, Any], deps: tuple[str, ...], output_path: str) -> StepNode:

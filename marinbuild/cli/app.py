@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from marinbuild.cli import clean, env, logs, plan, report, run, show, status, tpu, why
-from marinbuild.cli.exits import ignore_ctrl_c, interrupted, pipe_closed
+from marinbuild.cli.exits import ignore_ctrl_c, interrupted, interrupted_while_parsing, pipe_closed
 from marinbuild.cli.printing import err
 
 __all__ = ["COMMANDS", "app", "command_line", "console_script"]
@@ -179,6 +179,8 @@ def command_line(argv: list[str] | None = None) -> None:
         sys.exit(interrupted())
     except BrokenPipeError:  # outside a command's own handling (the help, a usage error)
         sys.exit(pipe_closed())
+    if interrupted_while_parsing(code):
+        sys.exit(interrupted())
     sys.exit(code if isinstance(code, int) else 0)
 
 

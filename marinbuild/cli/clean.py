@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from marinbuild.cli import ctrl_c
 from marinbuild.cli.exits import handles_errors
 from marinbuild.cli.options import FileOpt, PrefixOpt, TargetsArg, VerboseOpt, step_targets
 from marinbuild.cli.printing import err, out
@@ -70,6 +71,7 @@ def clean_command(
     # Their status summary entries go first (store/index.py): an entry outliving its folder
     # could be believed again if a runner re-created the folder and stopped at once. One
     # forgotten for a folder then left alone costs a marker read, never a wrong answer.
+    ctrl_c.raise_if_swallowed()  # a Ctrl-C lost while the Marinfile loaded: nothing is deleted
     forget(storage, victims)
     removed = 0
     for p in victims:

@@ -17,11 +17,12 @@ from typing import Any, TypeVar
 
 import typer
 
+from marinbuild.cli import ctrl_c
 from marinbuild.cli.printing import err
 from marinbuild.errors import MarinbuildError, missing_extra
 from marinbuild.store.storage import store_refusal
 
-__all__ = ["handles_errors", "ignore_ctrl_c", "interrupted", "pipe_closed"]
+__all__ = ["handles_errors", "ignore_ctrl_c", "interrupted", "interrupted_while_parsing", "pipe_closed"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -31,8 +32,13 @@ def handles_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        global _command_started
+        _command_started = True
         verbose = bool(kwargs.get("verbose"))
         try:
+            # A Ctrl-C that a finalizer swallowed while the command loaded stops it before it
+            # begins (`clean --yes` must not go on to delete).
+            ctrl_c.raise_if_swallowed()
             return fn(*args, **kwargs)
         except MarinbuildError as e:
             if verbose:
@@ -67,6 +73,16 @@ def handles_errors(fn: F) -> F:
             raise _internal_error(e, verbose) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+_command_started = False
+"""Whether a command's own body was entered (click may stop a Ctrl-C while it parses)."""
+
+
+def interrupted_while_parsing(code: object) -> bool:
+    """Whether click ended the command line with 130 for a Ctrl-C before any command began:
+    it says nothing then, so the caller reports it (:func:`interrupted`)."""
+    return code == 130 and not _command_started
 
 
 def interrupted() -> int:

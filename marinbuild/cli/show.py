@@ -108,8 +108,13 @@ def table_of(records: Sequence[StepRecord], all_fields: bool = False) -> tuple[l
         if "provisioned_chip_hours" in fixed:
             row["provisioned_chip_hours"] = round(r.provisioned.chip_hours, 6)
         row.update((metric_names[k], r.metrics.get(k)) for k in metric_keys)
+        row[_METRICS] = {k: r.metrics.get(k) for k in metric_keys}  # by their own keys, for --json
         rows.append(row)
     return columns, rows
+
+
+_METRICS = "\0metrics"
+"""A row's entry (no column's name) holding its metrics by their own keys: a column may be ``metrics.KEY``."""
 
 
 def _retried(retries: Any) -> bool:
@@ -151,10 +156,9 @@ def _json_row(row: dict[str, Any], columns: list[tuple[str, str]]) -> dict[str, 
     for name, group in columns:
         if group == "config":
             out["config"][name] = row.get(name)
-        elif group == "metric":
-            out["metrics"][name.removeprefix("metrics.") if name.startswith("metrics.") else name] = row.get(name)
         elif group == "run":
             out[name] = row.get(name)
+    out["metrics"] = dict(row.get(_METRICS) or {})
     return out
 
 

@@ -434,6 +434,7 @@ def execute(
         outputs={n: node.output_path for n, node in project.graph.nodes.items()},
         identities={n: node.identity for n, node in project.graph.nodes.items()},
         fresh_output=settings.fresh_output,
+        keep_output=settings.keep_output,
         start_over=start_over,
         resuming=resuming,
     )

@@ -93,6 +93,8 @@ class RunContext:
     """Output path of every step in the graph, by name."""
     fresh_output: bool = False
     """Clear every step's partial output before it runs (``run --fresh-output``), as ``fresh_output=True`` does."""
+    keep_output: bool = False
+    """Every step resumes in place over what its folder holds (``run --keep-output``), as ``resume_output=True`` does."""
     start_over: frozenset[str] = frozenset()
     """Output paths whose earlier contents are set aside before their step runs (see :mod:`marinbuild.store.aside`)."""
     resuming: Mapping[str, str] = field(default_factory=dict)
@@ -198,7 +200,8 @@ def _prepare_output(ctx: RunContext, node: StepNode) -> tuple[str | None, list[s
     """
     storage, out, name = ctx.storage, node.output_path, node.name
     was = ctx.resuming.get(out)
-    if out in ctx.start_over or (was == "interrupted" and _was_starting_over(storage, out)):
+    kept = ctx.keep_output or node.step.resume_output
+    if out in ctx.start_over or (was == "interrupted" and not kept and _was_starting_over(storage, out)):
         # RUNNING first: a runner killed while (or right after) moving the output aside must not
         # leave the old SUCCESS marker over an emptied folder, which the next plan would trust.
         # It says the attempt starts over: killed before the move, it leaves the earlier finished

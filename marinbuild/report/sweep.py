@@ -97,10 +97,23 @@ def metric_column_names(keys: Iterable[str], taken: Collection[str]) -> dict[str
     a column of that name already (``step``, ``status``, a config field), so that a metrics file
     recording the training step neither hides the table's own column nor doubles it.
 
+    A metric whose own key is ``metrics.step`` beside one named ``step`` keeps its value too: a
+    name already given goes under ``metrics.`` once more.
+
     >>> metric_column_names(["loss", "step", "lr"], {"step", "lr", "status"})
     {'loss': 'loss', 'step': 'metrics.step', 'lr': 'metrics.lr'}
+    >>> metric_column_names(["step", "metrics.step"], {"step"})
+    {'step': 'metrics.step', 'metrics.step': 'metrics.metrics.step'}
     """
-    return {k: f"metrics.{k}" if k in taken else k for k in keys}
+    used = set(taken)
+    names: dict[str, str] = {}
+    for k in keys:
+        name = k
+        while name in used:
+            name = f"metrics.{name}"
+        used.add(name)
+        names[k] = name
+    return names
 
 
 def sweep_columns(records: Sequence[StepRecord]) -> list[SweepColumn]:
