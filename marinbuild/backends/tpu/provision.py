@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from marinbuild.backends.tpu.cluster import Cluster, GcpSettings, SliceSpec, SshSettings
+from marinbuild.backends.tpu.retry_loop import cut_short
 from marinbuild.backends.tpu.tpu_api import (
     LABEL_PREFIX,
     NodeInfo,
@@ -307,13 +308,13 @@ class SliceProvider:
         except ProvisionCancelled:
             raise
         except BaseException as e:
-            self._give_up(record, e)
+            self._give_up(record, e, cancel)
             raise
         try:
             self._wait_active(spec, record, cancel)
             self.current = self._read_nodes(spec)
         except BaseException as e:
-            self._give_up(record, e)
+            self._give_up(record, e, cancel)
             raise
         record.active_at = self.clock()
         self.on_phase("ready", record.active_at, spec.name)
@@ -321,10 +322,16 @@ class SliceProvider:
         self.started = None  # the next wait for hosts has provision_timeout of its own
         return self.current
 
-    def _give_up(self, record: HeldResource, e: BaseException) -> None:
+    def _give_up(self, record: HeldResource, e: BaseException, cancel: threading.Event) -> None:
         # What went wrong first decides the attempt (a cancel stays a cancel); a delete
         # that fails too is reported and tried again when the step ends.
-        self._delete(record, "cancelled" if isinstance(e, ProvisionCancelled | KeyboardInterrupt) else "not provisioned")
+        cancelled = isinstance(e, ProvisionCancelled | KeyboardInterrupt)
+        if cancelled and cut_short(cancel):
+            # A runner stopping waits only so long for its steps: this delete and the step end's
+            # are tried twice, and the exit handler tries what is left with the usual patience.
+            self.patient = False
+        self._delete(record, "cancelled" if cancelled else "not provisioned",
+                     tries=None if self.patient else _IMPATIENT_TRIES)
 
     def _key(self, record: HeldResource) -> str:
         return f"{id(self)}:{record.name}"

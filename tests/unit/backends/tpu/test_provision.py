@@ -259,3 +259,29 @@ def test_the_exit_handler_names_a_queued_resource_whose_create_is_unanswered(
     monkeypatch.setattr(provision, "_UNANSWERED", {"k"})
     provision._delete_live()  # what atexit runs: nothing to delete yet
     assert "queued resource mb-never was asked for" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("timed_out", [False, True])
+def test_a_runner_stopping_while_capacity_is_awaited_deletes_in_a_hurry_a_timeout_does_not(
+        emulator: TpuApiEmulator, tmp_path: Path, timed_out: bool) -> None:
+    from marinbuild.backends.tpu.retry_loop import AttemptCancel
+
+    emulator.waiting_s = 60
+    p = provider(emulator, tmp_path)
+    tries: list[int | None] = []
+    delete = p.api.delete
+
+    def watched(name: str, **options: object) -> bool:
+        tries.append(options.get("tries"))  # type: ignore[arg-type]
+        return delete(name, **options)  # type: ignore[arg-type]
+
+    p.api.delete = watched  # type: ignore[method-assign]
+    cancel = AttemptCancel()
+    cancel.timed_out = timed_out
+    threading.Timer(0.2, cancel.set).start()
+    with pytest.raises(ProvisionCancelled):
+        p.acquire(cancel)
+    # A stop (Ctrl-C, SIGTERM) tries twice, so that the step reports within the stop's time; the
+    # step's end is as hurried. Its wall time running out leaves the run going: the usual patience.
+    assert tries == [None if timed_out else 2] and p.patient is timed_out
+    assert emulator.queued_resource_names() == []
