@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 
 from tests.fixtures_ssh import FakeFleet, start_fleet, stop_fleet
 from tests.helpers import plan_json, write_marinfile
-from tests.tpu_api_emulator import TpuApiEmulator, cluster_toml, fleet_hosts
+from tests.tpu_api_emulator import TpuApiEmulator, _ApiError, cluster_toml, fleet_hosts
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +74,24 @@ def assert_closing_line_matches(out: Path, attempts: list[dict[str, Any]]) -> No
     assert m is not None, lines[0]
     assert int(m.group(1)) == len(attempts), (lines[0], attempts)
     assert m.group(2).split(", ") == [a["class"] for a in attempts], (lines[0], [a["class"] for a in attempts])
+
+
+def deletes_answer(emulator: TpuApiEmulator, answers: list[object]) -> list[str]:
+    """Deletes of a queued resource answered in turn by ``answers``: "refuse" (403), an HTTP
+    code that asks for another try (503), "ok"; every later one is done. Returns what was answered."""
+    real = emulator._delete_qr
+    given: list[str] = []
+    lock = threading.Lock()
+
+    def answering(name: str, query: dict[str, str]) -> dict[str, Any]:
+        with lock:
+            what = answers[len(given)] if len(given) < len(answers) else "ok"
+            given.append(str(what))
+        if what == "refuse":
+            raise _ApiError(403, "PERMISSION_DENIED", "deletes are refused for this test")
+        if what == 503:
+            raise _ApiError(503, "UNAVAILABLE", "The service is currently unavailable.")
+        return real(name, query)
+
+    emulator._delete_qr = answering  # type: ignore[method-assign]
+    return given

@@ -65,6 +65,30 @@ def python_code(code: str, timeout: float = 120) -> subprocess.CompletedProcess[
     )
 
 
+def ctrl_c_swallowed_while_loading(*argv: str) -> subprocess.CompletedProcess[str]:
+    """Run ``marinbuild ARGV`` with a real Ctrl-C that lands inside a finalizer while typer loads,
+    where Python prints "Exception ignored" and drops the KeyboardInterrupt (as it does inside
+    importlib's module-lock callbacks)."""
+    return python_code(f"""
+        import builtins, os, signal, sys
+        sys.argv = ["marinbuild", *{list(argv)!r}]
+        class Finalized:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(1000):
+                    pass
+        load = builtins.__import__
+        def interrupting(name, *args, **kwargs):
+            if name == "typer":
+                builtins.__import__ = load
+                Finalized()
+            return load(name, *args, **kwargs)
+        builtins.__import__ = interrupting
+        from marinbuild.__main__ import entry_point
+        entry_point()
+    """)
+
+
 def start_marinbuild(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "marinbuild", *args],

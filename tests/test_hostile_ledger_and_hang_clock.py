@@ -7,15 +7,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.fixtures_created_slices import assert_closing_line_matches, ledger, train_out, train_step
+from tests.fixtures_created_slices import assert_closing_line_matches, deletes_answer, ledger, train_out, train_step
 from tests.fixtures_ssh import FakeFleet, processes_gone, wait_for
-from tests.tpu_api_emulator import TpuApiEmulator, _ApiError
+from tests.tpu_api_emulator import TpuApiEmulator
 
 from .helpers import (
     marinbuild,
@@ -217,27 +216,6 @@ def test_ray_step_queued_while_others_read_and_wait_on_it_is_not_a_hang(
 # TPU: queued resources whose deletes the API refuses, and the step log's closing line.
 
 
-def _deletes_answer(emulator: TpuApiEmulator, answers: list[str | int]) -> list[str]:
-    """Deletes of a queued resource answered in turn by ``answers``: "refuse" (403), an HTTP
-    code that asks for another try (503), "ok"; every later one is done. Returns what was answered."""
-    real = emulator._delete_qr
-    given: list[str] = []
-    lock = threading.Lock()
-
-    def answering(name: str, query: dict[str, str]) -> dict[str, Any]:
-        with lock:
-            what = answers[len(given)] if len(given) < len(answers) else "ok"
-            given.append(str(what))
-        if what == "refuse":
-            raise _ApiError(403, "PERMISSION_DENIED", "deletes are refused for this test")
-        if what == 503:
-            raise _ApiError(503, "UNAVAILABLE", "The service is currently unavailable.")
-        return real(name, query)
-
-    emulator._delete_qr = answering  # type: ignore[method-assign]
-    return given
-
-
 def _iso(text: str) -> float:
     from datetime import datetime
     return datetime.fromisoformat(text).timestamp()
@@ -247,7 +225,7 @@ def test_tpu_two_attempts_each_with_a_refused_delete_are_both_amended_and_counte
         project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
     # Attempt 1 fails and its delete is refused; attempt 2 succeeds, its delete is refused and
     # the retry of attempt 1's too; the step's end deletes both.
-    given = _deletes_answer(emulator, ["refuse", "refuse", "refuse"])
+    given = deletes_answer(emulator, ["refuse", "refuse", "refuse"])
     cluster = train_step(project, emulator, hosts,
                          'sleep 0.3; test "$MARINBUILD_ATTEMPT" -ge 2 || exit 3; echo ok > {output}/out',
                          extra=", max_retries_failure=1")
@@ -279,7 +257,7 @@ def test_tpu_cancel_during_the_back_off_amends_the_ledger_once(
         project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
     # Attempt 1 fails, its delete is refused; the runner is interrupted while waiting to retry:
     # the step's end deletes the queued resource and the ledger says when.
-    given = _deletes_answer(emulator, ["refuse"])
+    given = deletes_answer(emulator, ["refuse"])
     cluster = train_step(project, emulator, hosts, 'echo $MARINBUILD_ATTEMPT >> {output}/tries; exit 3',
                          extra=", max_retries_failure=2")
     out = train_out(project, cluster)
@@ -305,7 +283,7 @@ def test_tpu_interrupt_while_the_deletes_are_slow_still_records_the_attempt(
     # The API asks for another try at every delete for a while: a cancelled attempt's delete
     # is tried twice and gives up, so is the step's end's (the stopping runner waits only so
     # long for it), and the exit handler, patient, gets through.
-    given = _deletes_answer(emulator, [503] * 2 + [503] * 2 + [503])
+    given = deletes_answer(emulator, [503] * 2 + [503] * 2 + [503])
     cluster = train_step(project, emulator, hosts, "touch {output}/started; sleep 60")
     out = train_out(project, cluster)
     result = run_until_signalled("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST,

@@ -10,7 +10,7 @@ import json
 import textwrap
 from pathlib import Path
 
-from tests.helpers import marinbuild, python_code, write_marinfile
+from tests.helpers import ctrl_c_swallowed_while_loading, marinbuild, python_code, write_marinfile
 
 
 def _no_traceback(stderr: str) -> None:
@@ -86,25 +86,8 @@ def test_a_ctrl_c_swallowed_while_loading_stops_clean_before_it_deletes_anything
     assert list((tmp_path / "out").rglob("ran"))
     # The Ctrl-C lands inside a finalizer while typer loads: Python drops the KeyboardInterrupt
     # ("Exception ignored"), and `clean --yes` went on to delete every output, exit status 0.
-    done = python_code(f"""
-        import builtins, os, signal, sys
-        sys.argv = ["marinbuild", "clean", "--yes", "-f", {str(tmp_path / "Marinfile.py")!r},
-                    "--prefix", {str(tmp_path / "out")!r}]
-        class Finalized:
-            def __del__(self):
-                os.kill(os.getpid(), signal.SIGINT)
-                for _ in range(1000):
-                    pass
-        load = builtins.__import__
-        def interrupting(name, *args, **kwargs):
-            if name == "typer":
-                builtins.__import__ = load
-                Finalized()
-            return load(name, *args, **kwargs)
-        builtins.__import__ = interrupting
-        from marinbuild.__main__ import entry_point
-        entry_point()
-    """)
+    done = ctrl_c_swallowed_while_loading("clean", "--yes", "-f", str(tmp_path / "Marinfile.py"),
+                                          "--prefix", str(tmp_path / "out"))
     assert "Exception ignored" in done.stderr  # the Ctrl-C was swallowed as intended
     assert list((tmp_path / "out").rglob("ran")), "clean deleted the outputs after a Ctrl-C"
     assert done.returncode == 130, done.stdout + done.stderr

@@ -10,34 +10,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tests.fixtures_created_slices import ledger, train_out, train_step
+from tests.fixtures_created_slices import deletes_answer, ledger, train_out, train_step
 from tests.fixtures_ssh import FakeFleet, wait_for
-from tests.tpu_api_emulator import TpuApiEmulator, _ApiError, cluster_toml
+from tests.tpu_api_emulator import TpuApiEmulator, cluster_toml
 
 from .helpers import marinbuild, start_marinbuild, status_row, write_marinfile
 
 pytest_plugins = ["tests.fixtures_created_slices"]
 
 FAST = {"MARINBUILD_RETRY_BASE_DELAY": "0.01"}
-
-
-def _deletes_answer(emulator: TpuApiEmulator, answers: list[object]) -> list[str]:
-    """Deletes of a queued resource are answered, in order, as ``answers`` say (503: "try again",
-    "refuse": 403), then done; returns what each delete got."""
-    real = emulator._delete_qr
-    given: list[str] = []
-
-    def answering(name: str, query: dict[str, str]) -> dict[str, Any]:
-        what = answers[len(given)] if len(given) < len(answers) else "ok"
-        given.append(str(what))
-        if what == "refuse":
-            raise _ApiError(403, "PERMISSION_DENIED", "deletes are refused for this test")
-        if what == 503:
-            raise _ApiError(503, "UNAVAILABLE", "The service is currently unavailable.")
-        return real(name, query)
-
-    emulator._delete_qr = answering  # type: ignore[method-assign]
-    return given
 
 
 def _lease_owner(out: Path) -> int | None:
@@ -65,7 +46,7 @@ other = step("other", cmd="while [ ! -e {output}/../go ]; do sleep 0.1; done; to
     cluster = project / "cluster.toml"
     cluster.write_text(cluster_toml(emulator, hosts))
     out = train_out(project, cluster)
-    given = _deletes_answer(emulator, [503, 503, 503, 503])
+    given = deletes_answer(emulator, [503, 503, 503, 503])
     runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", "-j", "2", cwd=project, env=FAST)
     try:
         wait_for(lambda: (out / "attempts.json").exists(), timeout=60)
@@ -223,7 +204,7 @@ def test_status_does_not_say_a_dead_runners_step_waits_for_capacity(
 def test_show_counts_the_hours_of_a_queued_resource_deleted_only_as_the_runner_exits(
         project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
     # Refused at the attempt's end and at the step's: the exit handler deletes it.
-    given = _deletes_answer(emulator, ["refuse", "refuse"])
+    given = deletes_answer(emulator, ["refuse", "refuse"])
     cluster = train_step(project, emulator, hosts, "sleep 1; echo ok > {output}/out")
     result = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import python_code
+from tests.helpers import ctrl_c_swallowed_while_loading, python_code
 
 
 @pytest.mark.parametrize("start", ["console script", "python -m"])
@@ -37,24 +37,7 @@ def test_a_ctrl_c_a_finalizer_swallowed_while_loading_still_stops_the_run_before
     (tmp_path / "Marinfile.py").write_text(
         "from marinbuild import step\nstep('a', cmd='touch {output}/ran')\n"
     )
-    done = python_code(f"""
-        import builtins, os, signal, sys
-        sys.argv = ["marinbuild", "run", "-f", {str(tmp_path / "Marinfile.py")!r}, "--prefix", {str(tmp_path / "out")!r}]
-        class Finalized:
-            def __del__(self):
-                os.kill(os.getpid(), signal.SIGINT)
-                for _ in range(1000):
-                    pass
-        load = builtins.__import__
-        def interrupting(name, *args, **kwargs):
-            if name == "typer":
-                builtins.__import__ = load
-                Finalized()
-            return load(name, *args, **kwargs)
-        builtins.__import__ = interrupting
-        from marinbuild.__main__ import entry_point
-        entry_point()
-    """)
+    done = ctrl_c_swallowed_while_loading("run", "-f", str(tmp_path / "Marinfile.py"), "--prefix", str(tmp_path / "out"))
     assert "Exception ignored" in done.stderr  # the fault happened as intended
     assert done.returncode == 130, done.stdout + done.stderr
     assert done.stderr.endswith("marinbuild: interrupted\n")
