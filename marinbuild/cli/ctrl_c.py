@@ -16,7 +16,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-__all__ = ["install", "on_ctrl_c", "raise_if_swallowed"]
+__all__ = ["handled", "install", "on_ctrl_c", "raise_if_swallowed"]
 
 _received = False
 
@@ -35,6 +35,14 @@ def install() -> None:
 
 
 def raise_if_swallowed() -> None:
-    """Raise ``KeyboardInterrupt`` if a Ctrl-C came and the command is still going."""
+    """Raise ``KeyboardInterrupt`` if a Ctrl-C came and nothing has handled it yet (once)."""
+    global _received
     if _received:
+        _received = False
         raise KeyboardInterrupt
+
+
+def handled() -> None:
+    """The Ctrl-C was taken (the command reported it): a later command in this process starts afresh."""
+    global _received
+    _received = False

@@ -92,6 +92,7 @@ def interrupted() -> int:
     with a traceback, so they are ignored from here on.
     """
     ignore_ctrl_c()
+    ctrl_c.handled()
     err.print("marinbuild: interrupted", markup=False)
     return 130
 

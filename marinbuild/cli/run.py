@@ -119,6 +119,7 @@ def run_command(
     if params.dry:
         return  # the plan was the answer
     if summary.interrupted:
+        ctrl_c.handled()  # the run stopped on it and said so
         raise typer.Exit(130)
     if not summary.ok:
         raise typer.Exit(1)
