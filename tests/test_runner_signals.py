@@ -54,3 +54,30 @@ def test_a_second_sigterm_while_the_runner_stops_ends_it_and_its_steps(project):
     # Ended by the second signal, not by finishing the stop (which waits out the step's grace).
     assert proc.returncode == -signal.SIGTERM, (proc.returncode, out, err)
     assert wait_dead(shell, 15)
+
+
+def test_the_attempt_a_sigkilled_runner_started_keeps_its_number(project):
+    # MARINBUILD_ATTEMPT names checkpoints and log folders: the attempt a SIGKILLed runner started
+    # (never recorded in attempts.json) must not lend its number to the next run's attempt.
+    import json
+    from pathlib import Path
+
+    from .helpers import marinbuild, plan_json
+
+    write_marinfile(project, """
+        from marinbuild import step
+        step("train", cmd='echo $MARINBUILD_ATTEMPT >> {output}/seen; '
+                          '[ -e {output}/go ] || {{ echo up > {output}/started; sleep 120; }}')
+    """)
+    out = Path(plan_json(project)["train"]["output_path"])
+    runner = start_marinbuild("run", cwd=project)
+    try:
+        wait_for_text(out / "started")
+    finally:
+        runner.send_signal(signal.SIGKILL)
+        runner.communicate()
+    (out / "go").touch()
+    again = marinbuild("run", cwd=project)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (out / "seen").read_text().split() == ["1", "2"]
+    assert [a["attempt"] for a in json.loads((out / "attempts.json").read_text())["attempts"]] == [2]

@@ -94,6 +94,10 @@ class Job:
     previous_attempts: tuple[Mapping[str, Any], ...] | None = None
     """Attempts earlier runs of the step recorded in its ledger, read while it was prepared
     (off the run loop: on a remote store a read is a round trip); None: not read yet."""
+    lost_attempt: bool = False
+    """An earlier run started an attempt it never recorded (its runner was killed, leaving the
+    step RUNNING): that attempt's number is not given again (``MARINBUILD_ATTEMPT`` names
+    checkpoints and log folders)."""
     progress_timeout: float | None = None
     """Seconds without progress (log and ``$MARINBUILD_PROGRESS`` unchanged) after which the
     attempt is killed as a hang; None: never."""

@@ -267,7 +267,8 @@ class _StepRun:
         self.counter = RetryCounter(budgets if isinstance(budgets, RetryBudgets) else RetryBudgets(failure=budgets))
         head_of = getattr(self.inner, "ledger_head", None)
         head = dict(head_of(job)) if head_of is not None else {}
-        self.ledger = AttemptLedger(job.output_path, job.name, head=head, previous=job.previous_attempts)
+        self.ledger = AttemptLedger(job.output_path, job.name, head=head, previous=job.previous_attempts,
+                                    lost=job.lost_attempt)
         self.backend = backend_label(self.inner)
         self.first_start: float | None = None
         self.deadline = time.monotonic() + job.timeout if job.timeout is not None else None

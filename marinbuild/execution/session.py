@@ -435,6 +435,10 @@ def execute(
         identities={n: node.identity for n, node in project.graph.nodes.items()},
         fresh_output=settings.fresh_output,
         keep_output=settings.keep_output,
+        lost_attempts=frozenset(
+            out for out in (plan.node(n).output_path for n in to_run)
+            if (r := plan.statuses.get(out)) is not None and r.status == RUNNING and not r.mismatch
+        ),
         start_over=start_over,
         resuming=resuming,
     )

@@ -93,6 +93,9 @@ class RunContext:
     """Output path of every step in the graph, by name."""
     fresh_output: bool = False
     """Clear every step's partial output before it runs (``run --fresh-output``), as ``fresh_output=True`` does."""
+    lost_attempts: frozenset[str] = frozenset()
+    """Output paths whose step an earlier run left ``RUNNING`` (its runner killed): its last attempt
+    was never recorded, and its number is not given again."""
     keep_output: bool = False
     """Every step resumes in place over what its folder holds (``run --keep-output``), as ``resume_output=True`` does."""
     start_over: frozenset[str] = frozenset()
@@ -182,6 +185,7 @@ def prepare(ctx: RunContext, node: StepNode, extra_env: Mapping[str, str], cores
         timeout=timeout,
         extra={**_extra(s, environment), HELD_EXTRA: held},
         previous_attempts=previous,
+        lost_attempt=out in ctx.lost_attempts,
         progress_timeout=s.progress_timeout,
     )
     return job, info

@@ -126,6 +126,7 @@ class AttemptLedger:
         step: str,
         head: Mapping[str, Any] | None = None,
         previous: tuple[Mapping[str, Any], ...] | None = None,
+        lost: bool = False,
     ) -> None:
         self.storage = Storage.for_prefix(output_path)
         self.path = Storage.join(output_path, LEDGER)
@@ -135,12 +136,20 @@ class AttemptLedger:
         if previous is None:
             previous = read_attempts(self.storage, output_path)
         self.previous: list[dict[str, Any]] = [dict(a) for a in previous]
+        # An attempt an earlier run started and never recorded (``lost``) took the number after
+        # the recorded ones: the next is one more again (a gap where the killed run had recorded
+        # its last attempt after all, never a number given twice).
+        self._floor = self._last(self.previous) + 2 if lost else 0
 
     @property
     def next_number(self) -> int:
-        """The number the next attempt gets: one more than any recorded."""
-        numbers = [a.get("attempt", 0) for a in self.previous + self.entries]
-        return max((n for n in numbers if isinstance(n, int)), default=0) + 1
+        """The number the next attempt gets: one more than any recorded (or than a lost one)."""
+        return max(self._last(self.previous + self.entries) + 1, self._floor)
+
+    @staticmethod
+    def _last(attempts: list[dict[str, Any]]) -> int:
+        numbers = [a.get("attempt", 0) for a in attempts]
+        return max((n for n in numbers if isinstance(n, int)), default=0)
 
     def append(self, entry: Mapping[str, Any]) -> None:
         """Record one more attempt and rewrite the ledger."""

@@ -112,6 +112,7 @@ class TpuDispatch(TpuAttempts):
             env=env,
             slices=slices,
             previous_attempts=job.previous_attempts,
+            lost_attempt=job.lost_attempt,
             progress_timeout=job.progress_timeout if job.progress_timeout is not None else self.cluster.progress_timeout,
         )
 

@@ -88,6 +88,8 @@ class TpuJob:
     step's Python environment); kept out of ``attempts.json``."""
     previous_attempts: tuple[Mapping[str, Any], ...] | None = None
     """What earlier runs recorded in the ledger, when already read (``Job.previous_attempts``)."""
+    lost_attempt: bool = False
+    """An earlier run's attempt was never recorded (``Job.lost_attempt``)."""
     progress_timeout: float | None = None
     """Seconds without progress on any host (logs and ``$MARINBUILD_PROGRESS``) before a hang."""
     max_retries_hang: int = 2
@@ -552,6 +554,7 @@ def run_tpu_step(
         loop = Retrying(TpuAttempts(lambda _job: step), lambda _name: job.budgets)
         plain = Job(name=job.name, output_path=job.output_path, log_file=os.path.join(tmp, "step.log"), workdir=".",
                     env=dict(job.env), command=job.command, previous_attempts=job.previous_attempts,
+                    lost_attempt=job.lost_attempt,
                     progress_timeout=job.progress_timeout)
         done: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
         run = loop.start(plain, done.put)

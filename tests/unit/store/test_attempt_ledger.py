@@ -76,3 +76,14 @@ def test_the_retries_of_a_run_under_way_count_only_once_it_recorded_an_attempt(t
     since = {retried: 100.0, fresh: 100.0, bad: 100.0, none: 100.0}
     # fresh: its ledger tells of a run before this one took the step; bad and none say nothing.
     assert read_current_retries(storage, since) == {retried: counts}
+
+
+def test_an_attempt_a_killed_run_never_recorded_lends_its_number_to_no_one(tmp_path: Path) -> None:
+    out = str(tmp_path)
+    assert AttemptLedger(out, "s", previous=(), lost=True).next_number == 2
+    earlier = ({"attempt": 1}, {"attempt": 2})
+    ledger = AttemptLedger(out, "s", previous=earlier, lost=True)
+    assert ledger.next_number == 4  # attempt 3 was the killed run's
+    ledger.append({"attempt": 4})
+    assert ledger.next_number == 5
+    assert AttemptLedger(out, "s", previous=earlier).next_number == 3
