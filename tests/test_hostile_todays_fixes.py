@@ -121,7 +121,9 @@ def test_keep_output_resumes_in_place_after_a_forced_rerun_killed_before_its_mov
     # The next run asks to keep the output: as `run -R a --keep-output` would, it resumes in place.
     again = marinbuild("run", "--keep-output", "--prefix", prefix, cwd=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert (out / "done").read_text() == "attempt 1\nattempt 2\n", again.stdout
+    # Resumed in place: the first run's line is still there. The killed run's attempt keeps its
+    # number (2) although it never began, so this one is 3.
+    assert (out / "done").read_text() == "attempt 1\nattempt 3\n", again.stdout
     assert not list((out / ".marinbuild").glob("aside-*"))
 
 
