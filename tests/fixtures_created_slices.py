@@ -19,6 +19,9 @@ from tests.fixtures_ssh import FakeFleet, start_fleet, stop_fleet
 from tests.helpers import plan_json, write_marinfile
 from tests.tpu_api_emulator import TpuApiEmulator, _ApiError, cluster_toml, fleet_hosts
 
+FAST = {"MARINBUILD_RETRY_BASE_DELAY": "0.01"}
+"""Retries after a hundredth of a second: runs that retry end quickly."""
+
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeFleet]:

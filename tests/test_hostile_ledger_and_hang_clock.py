@@ -7,12 +7,20 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.fixtures_created_slices import assert_closing_line_matches, deletes_answer, ledger, train_out, train_step
+from tests.fixtures_created_slices import (
+    FAST,
+    assert_closing_line_matches,
+    deletes_answer,
+    ledger,
+    train_out,
+    train_step,
+)
 from tests.fixtures_ssh import FakeFleet, processes_gone, wait_for
 from tests.tpu_api_emulator import TpuApiEmulator
 
@@ -30,9 +38,6 @@ if TYPE_CHECKING:
     from .fixtures_ray import RayCluster
 
 pytest_plugins = ["tests.fixtures_ray", "tests.fixtures_created_slices"]
-
-FAST = {"MARINBUILD_RETRY_BASE_DELAY": "0.01"}
-
 
 def _classes(out: Path) -> list[str]:
     return [a["class"] for a in ledger(out)["attempts"]]
@@ -221,6 +226,21 @@ def _iso(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
+def _first_attempt_preempted(project: Path, emulator: TpuApiEmulator, cluster: Path, out: Path,
+                             env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run the TPU step, preempt a node once its first attempt has begun, and wait for the run's end."""
+    runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=env)
+    try:
+        wait_for(lambda: (out / "a1").exists(), timeout=60)
+        emulator.preempt(emulator.active_nodes()[-1])
+        stdout, stderr = runner.communicate(timeout=90)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+    return subprocess.CompletedProcess(runner.args, runner.returncode, stdout, stderr)
+
+
 def test_tpu_two_attempts_each_with_a_refused_delete_are_both_amended_and_counted(
         project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
     # Attempt 1 fails and its delete is refused; attempt 2 succeeds, its delete is refused and
@@ -320,16 +340,8 @@ def test_tpu_preemption_then_success_closing_line_and_ledger_agree(
                          'touch {output}/a$MARINBUILD_ATTEMPT; test $MARINBUILD_ATTEMPT -ge 2 || sleep 60; '
                          'echo ok > {output}/out')
     out = train_out(project, cluster)
-    runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
-    try:
-        wait_for(lambda: (out / "a1").exists(), timeout=60)
-        emulator.preempt(emulator.active_nodes()[-1])
-        stdout, stderr = runner.communicate(timeout=90)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.communicate()
-    assert runner.returncode == 0, stdout + stderr
+    done = _first_attempt_preempted(project, emulator, cluster, out, FAST)
+    assert done.returncode == 0, done.stdout + done.stderr
     record = ledger(out)
     assert [a["class"] for a in record["attempts"]] == ["PREEMPTED", "SUCCESS"], record
     assert record["retries"]["preemption"]["used"] == 1
@@ -343,17 +355,8 @@ def test_tpu_preemption_retry_the_wall_time_rules_out_is_not_counted(
     cluster = train_step(project, emulator, hosts,
                          'touch {output}/a$MARINBUILD_ATTEMPT; sleep 60', walltime=30)
     out = train_out(project, cluster)
-    runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project,
-                              env={"MARINBUILD_RETRY_BASE_DELAY": "120"})
-    try:
-        wait_for(lambda: (out / "a1").exists(), timeout=60)
-        emulator.preempt(emulator.active_nodes()[-1])
-        stdout, stderr = runner.communicate(timeout=90)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.communicate()
-    assert runner.returncode != 0, stdout + stderr
+    done = _first_attempt_preempted(project, emulator, cluster, out, {"MARINBUILD_RETRY_BASE_DELAY": "120"})
+    assert done.returncode != 0, done.stdout + done.stderr
     assert not (out / "a2").exists()
     record = ledger(out)
     assert [a["class"] for a in record["attempts"]] == ["PREEMPTED"], record

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.fixtures_created_slices import assert_closing_line_matches, ledger, train_out, train_step
+from tests.fixtures_created_slices import FAST, assert_closing_line_matches, ledger, train_out, train_step
 from tests.fixtures_ssh import FakeFleet, processes_gone, wait_for
 from tests.tpu_api_emulator import TpuApiEmulator, _ApiError
 
@@ -30,9 +30,6 @@ if TYPE_CHECKING:
     from .fixtures_ray import RayCluster
 
 pytest_plugins = ["tests.fixtures_ray", "tests.fixtures_created_slices"]
-
-FAST = {"MARINBUILD_RETRY_BASE_DELAY": "0.01"}
-
 
 # ---------------------------------------------------------------------------------------
 # Ray: the hang clock starts when the task starts.

@@ -11,16 +11,13 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures_created_slices import train_out, train_step
+from tests.fixtures_created_slices import FAST, train_out, train_step
 from tests.fixtures_ssh import FakeFleet, wait_for
 from tests.tpu_api_emulator import TpuApiEmulator, _ApiError
 
 from .helpers import start_marinbuild, status_row
 
 pytest_plugins = ["tests.fixtures_created_slices"]
-
-FAST = {"MARINBUILD_RETRY_BASE_DELAY": "0.01"}
-
 
 def _deletes_unavailable(emulator: TpuApiEmulator) -> list[str]:
     """Every delete of a queued resource is answered 503 ("try again"), as during an outage of

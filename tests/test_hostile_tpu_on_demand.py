@@ -10,16 +10,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tests.fixtures_created_slices import deletes_answer, ledger, train_out, train_step
+from tests.fixtures_created_slices import FAST, deletes_answer, ledger, train_out, train_step
 from tests.fixtures_ssh import FakeFleet, wait_for
 from tests.tpu_api_emulator import TpuApiEmulator, cluster_toml
 
 from .helpers import marinbuild, start_marinbuild, status_row, write_marinfile
 
 pytest_plugins = ["tests.fixtures_created_slices"]
-
-FAST = {"MARINBUILD_RETRY_BASE_DELAY": "0.01"}
-
 
 def _lease_owner(out: Path) -> int | None:
     lease = out / ".marinbuild" / "lease"
