@@ -210,3 +210,22 @@ def copy_example(name: str, dest: Path, examples: Path = REPO / "examples") -> P
 
     shutil.copytree(examples / name, dest / name, ignore=shutil.ignore_patterns(*EXAMPLE_LEFTOVERS))
     return dest / name
+
+
+def placed_kind(backend: str, cluster=None):  # type: ignore[no-untyped-def]
+    """The kind of backend named ``backend`` as a run places it (TPU on ``cluster``, else one slice)."""
+    from marinbuild.backends.local.kind import LocalPlaced
+    from marinbuild.backends.ray.kind import RayPlaced
+    from marinbuild.backends.tpu.cluster import parse_cluster
+    from marinbuild.backends.tpu.kind import TpuPlaced
+
+    if backend == "tpu":
+        return TpuPlaced(cluster or parse_cluster({"slices": [{"name": "a", "tpu_type": "v4-8", "hosts": ["h"]}]}))
+    if backend == "ray":
+        return RayPlaced({})
+    if backend == "slurm":
+        from marinbuild.backends.slurm.kind import SlurmPlaced
+        from marinbuild.backends.slurm.settings import SlurmSettings
+
+        return SlurmPlaced(SlurmSettings())
+    return LocalPlaced()

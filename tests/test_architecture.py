@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import ast
 import collections
+import io
+import re
+import tokenize
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "marinbuild"
@@ -27,7 +30,7 @@ CONFINED = {
 # The planning core decides; it never reaches into running steps or the terminal. (It may read
 # stored records through store/: staleness is decided from status markers.)
 CORE = ["steps.py", "config_walk.py", "identity.py", "graph.py", "staleness.py", "planner.py", "resources.py",
-        "units.py", "tpu_types.py", "errors.py"]
+        "units.py", "tpu_types.py", "slice_fit.py", "accounting.py", "errors.py"]
 EDGES = ("marinbuild.execution", "marinbuild.backends", "marinbuild.cli")
 
 PACKAGES = ("store", "execution", "backends", "report", "pyenv", "cli")
@@ -200,3 +203,31 @@ def test_each_cli_command_lives_in_its_own_module_and_none_imports_the_app():
     for path in sorted((PACKAGE / "cli").glob("*.py")):
         if path.name != "app.py":
             assert "marinbuild.cli.app" not in _imports(path), path.name
+
+
+BACKEND_WORDS = {"tpu", "tpus", "ray", "slurm", "gcp"}
+"""Names of kinds of backend (and the cloud one creates slices in): the run loop knows none."""
+
+
+def _words(text: str) -> list[str]:
+    """The words of an identifier or a text, split at underscores, case changes and digits."""
+    return [w.lower() for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+", text)]
+
+
+def test_nothing_under_execution_names_a_kind_of_backend():
+    """The run loop is told about backends only through the registry of kinds (backends/base.py):
+    no name, string, docstring or comment under execution/ names one."""
+    found = []
+    for path in sorted((PACKAGE / "execution").rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+            if tok.type in (tokenize.NAME, tokenize.STRING, tokenize.COMMENT) or tok.type == getattr(tokenize, "FSTRING_MIDDLE", -1):
+                named = BACKEND_WORDS.intersection(_words(tok.string))
+                if named:
+                    found.append(f"{where}:{tok.start[0]}: {sorted(named)} in {tok.string[:60]!r}")
+    assert found == []
+
+
+def test_the_backend_word_finder_finds_what_it_must():
+    assert {"ray", "tpu", "gcp", "slurm"} <= set(_words("ray_address TpuDispatch 'on GCP' SLURM_JOB_ID"))
+    assert not BACKEND_WORDS.intersection(_words("array stray output_path arrays Gray"))

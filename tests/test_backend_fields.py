@@ -21,7 +21,7 @@ from marinbuild.resources import ResourceConfig
 from marinbuild.steps import step
 
 from .fixtures_ssh import live_processes_matching, wait_for
-from .helpers import marinbuild, plan_json, status_of, write_marinfile
+from .helpers import marinbuild, placed_kind, plan_json, status_of, write_marinfile
 
 NO_IMAGE = "registry.invalid/marinbuild-tests/none:0"
 
@@ -32,9 +32,10 @@ def graph_of(*steps, prefix: str = "/tmp/mb-fields"):  # type: ignore[no-untyped
 
 def checked(graph, backend: str = "local", cluster=None, engine=None):  # type: ignore[no-untyped-def]
     names = list(graph.order)
+    kind = placed_kind(backend, cluster)
     return check_fields(
         graph, names, requests_of(graph, names), to_run=names, marinfile="/nowhere/Marinfile.py",
-        backend_of=lambda n: backend, cluster=cluster, engine_for=engine,
+        kind_of=lambda n: kind, engine_for=engine,
     )
 
 

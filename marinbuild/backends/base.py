@@ -1,4 +1,4 @@
-"""The interface between the scheduler and whatever executes a step.
+"""The interface between the run and whatever executes a step: a backend, and a kind of backend.
 
 A backend starts a :class:`Job` and reports its :class:`Outcome` through a callback, from
 any thread; the scheduler never waits on a backend directly. ``cancel`` asks a running job
@@ -8,21 +8,16 @@ reserved for the job: cores to pin, environment, wall-time limit.
 A backend runs **one attempt** of a job; retrying is the business of the one retry loop
 (:mod:`marinbuild.backends.retrying`), which wraps every backend. An attempt's
 :class:`Outcome` says how it ended (:class:`Cause`), and the loop draws on that cause's
-budget. Optional hooks a backend may define, looked up by name:
+budget. What else the loop asks of a backend is declared, with its default, on
+:class:`BackendHooks`, which backends derive from (one that does not gets the defaults).
 
-* ``watches_progress = True`` (or a method ``watches_progress(job) -> bool``): the backend
-  looks after hangs itself (the TPU gang watches every host's log and progress file);
-  otherwise the loop watches ``job.log_file`` and the ``$MARINBUILD_PROGRESS`` file on this
-  machine.
-* ``announces_start = True``: an attempt may wait for resources after ``start`` (a Ray task
-  queued for a node) and rewrites the step's ``RUNNING`` marker once it really starts; the
-  loop's hang clock starts there, so waiting is never taken for a hang.
-* ``ledger_head(job) -> Mapping``: fields the backend adds at the top of ``attempts.json``.
-* ``step_ended(job)``: called once after the step's last attempt (per-step state may go),
-  before its ledger is written.
-* ``amend_ledger(job, entries)``: called right after ``step_ended``; may correct earlier
-  attempts' entries with what only the step's end settled (a queued resource whose delete
-  failed at its attempt's end, deleted at the step's).
+A **kind** of backend (:class:`BackendKind`: local, Ray, Slurm, TPU slices over SSH) is
+what a run is told about it: its name for ``--backend``, the cluster-file tables and run
+options it reads, and, once planning shows it the steps (:meth:`BackendKind.plan`), a
+:class:`PlacedKind` saying which steps it takes, what it refuses of their fields, whether
+this machine's pools admit them, what it does before the run and the backend that runs
+them. Kinds are found by name in :mod:`marinbuild.backends.registry`; the session in
+``execution/`` knows no kind by name.
 """
 
 from __future__ import annotations
@@ -30,9 +25,33 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-__all__ = ["HELD_EXTRA", "PROGRESS_VAR", "Backend", "Cause", "Grant", "Job", "Outcome", "Running"]
+from marinbuild.errors import ResourceError
+
+if TYPE_CHECKING:
+    from marinbuild.capacity import Capacity
+    from marinbuild.graph import StepNode
+    from marinbuild.resources import Request, ResourceConfig
+    from marinbuild.store.lease import LeaseSettings
+
+__all__ = [
+    "HELD_EXTRA",
+    "PROGRESS_VAR",
+    "Backend",
+    "BackendHooks",
+    "BackendKind",
+    "Cause",
+    "Grant",
+    "Job",
+    "Outcome",
+    "PlacedKind",
+    "PlanInput",
+    "Running",
+    "WireInput",
+    "check_replicas",
+    "hooks_of",
+]
 
 HELD_EXTRA = "held"
 """The key of :attr:`Job.extra` holding what the step holds while it runs (for accelerator-hours)."""
@@ -170,3 +189,178 @@ class Running(Protocol):
 class Backend(Protocol):
     def start(self, job: Job, on_done: Callable[[Outcome], None]) -> Running:
         """Start ``job`` without blocking; call ``on_done`` exactly once when it ends."""
+
+
+class BackendHooks:
+    """What the retry loop asks of a backend beyond ``start``, each with the answer of a backend
+    that needs nothing more (a local process). Backends derive from this class and override
+    what differs; the loop calls these and never looks for other names."""
+
+    label: ClassVar[str] = "local"
+    """The backend's name in ``attempts.json`` (``backend``) and in each attempt's log header."""
+    announces_start: ClassVar[bool] = False
+    """An attempt may wait for resources after ``start`` (a Ray task queued for a node, a Slurm
+    job pending) and rewrites the step's ``RUNNING`` marker once it really starts; the loop's
+    hang clock starts there, so waiting is never taken for a hang."""
+
+    def watches_progress(self, job: Job) -> bool:
+        """Whether the backend looks after hangs of ``job`` itself (the TPU gang watches every
+        host's log and progress file); otherwise the loop watches ``job.log_file`` and the
+        ``$MARINBUILD_PROGRESS`` file on this machine."""
+        return False
+
+    def requeued(self, job: Job) -> bool:
+        """Whether the attempt, silent now, lost its worker and waits to run again within the
+        same attempt (Ray reruns a task whose worker died; Slurm requeues a job): asked before
+        a silent attempt is called a hang, which then is not, and its clock starts again."""
+        return False
+
+    def ledger_head(self, job: Job) -> Mapping[str, Any]:
+        """Fields the backend adds at the top of the step's ``attempts.json``."""
+        return {}
+
+    def step_ended(self, job: Job) -> None:
+        """Called once after the step's last attempt (per-step state may go), before its ledger is written."""
+
+    def amend_ledger(self, job: Job, entries: list[dict[str, Any]]) -> None:
+        """Called right after :meth:`step_ended`; may correct earlier attempts' entries with what
+        only the step's end settled (a queued resource whose delete failed at its attempt's end,
+        deleted at the step's)."""
+
+    def header_host(self, job: Job) -> str:
+        """Where the attempt's log header says it runs: this machine, unless the backend knows better."""
+        import socket
+
+        return socket.gethostname()
+
+
+_NO_HOOKS = BackendHooks()
+
+
+def hooks_of(backend: Any) -> BackendHooks:
+    """The hooks of ``backend``: its own when it derives from :class:`BackendHooks`, else the defaults."""
+    return backend if isinstance(backend, BackendHooks) else _NO_HOOKS
+
+
+# ---------------------------------------------------------------------------------------
+# Kinds of backend: what a run is told about each, and what each takes of one run.
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    """What planning shows a kind: the project, every step's request, the capacity so far."""
+
+    project: Any
+    """The :class:`~marinbuild.project.Project` (its graph, prefix, storage and Marinfile)."""
+    requests: Mapping[str, Request]
+    to_run: tuple[str, ...]
+    capacity: Capacity
+    cluster: Mapping[str, Any] | None = None
+    """The cluster file, decoded: each kind reads its own tables; None when no file is named."""
+    cluster_source: str = "<cluster>"
+    """Where the cluster file was read from, for messages."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """The run options kinds declare (:attr:`BackendKind.options`), by name."""
+    dry: bool = True
+    """Nothing will run (``plan``, ``run -n``): a kind joins no cluster it need not."""
+    allow_cross_region: bool = False
+
+
+@dataclass(frozen=True)
+class WireInput:
+    """What a kind is given to build its backend once the run starts."""
+
+    project: Any
+    requests: Mapping[str, Request]
+    images: Mapping[str, tuple[str, str]]
+    """Step name -> (engine, image) for the steps planning put in containers on this machine."""
+    lease: LeaseSettings
+    """The one lease policy: a fence beside remote work reads and kills by it."""
+    echo: Callable[[str], None]
+    """Lines for the user beside the reporter's events."""
+    output: Callable[[str], None]
+    """Where a remote host's output lines go (nowhere unless the run prints step output)."""
+    sync: bool = True
+    """Copy the project directory to remote hosts before a step runs there."""
+    fresh_output: bool = False
+
+
+def check_replicas(name: str, rc: ResourceConfig, backend: str) -> None:
+    """Refuse ``replicas`` above one on a backend that runs a step once (TPU steps: one per slice)."""
+    from marinbuild.resources import TpuConfig
+
+    if rc.replicas > 1 and not isinstance(rc.device, TpuConfig):
+        raise ResourceError(
+            f"step {name!r}: replicas={rc.replicas} is for TPU steps (one replica per slice); "
+            f"the {backend} backend runs a step once"
+        )
+
+
+class PlacedKind:
+    """What one kind takes of one run, decided at plan time; the defaults are a backend that
+    runs steps elsewhere, once each, with no container and no say over preemption."""
+
+    name: str = ""
+    remote: bool = False
+    """Steps it takes use nothing of this machine: admission hands them limits (wall time,
+    thread counts), not cores, and planning does not fit them to this machine."""
+    provision_timeout: float | None = None
+    """How long its steps may go on failing to get hosts (the provisioning budget); None: the default."""
+
+    def takes(self, name: str, request: Request) -> bool:
+        """Whether this kind runs step ``name`` (the first kind of the run that takes it does)."""
+        return True
+
+    def offer(self, capacity: Capacity) -> Capacity:
+        """This machine's capacity with what this kind adds to its pools (a cluster file's slices)."""
+        return capacity
+
+    def check_step(self, name: str, rc: ResourceConfig, request: Request) -> Request:
+        """Refuse (:class:`~marinbuild.errors.ResourceError`) what of a step's fields this kind
+        cannot honour; the request, narrowed where a field narrows it."""
+        check_replicas(name, rc, self.name)
+        if not rc.preemptible:
+            raise ResourceError(
+                f"step {name!r}: preemptible=False cannot be honoured on the {self.name} backend "
+                f"({self.preemption_unknown})"
+            )
+        return request
+
+    preemption_unknown: str = "it does not say which hosts may be preempted"
+
+    def image(self, name: str, image: str, engine_for: Callable[[str], tuple[str | None, str]]) -> tuple[str, str]:
+        """The (engine, image) a step's ``image=`` runs with, or a refusal."""
+        raise ResourceError(f"step {name!r}: image={image!r} is not supported on the {self.name} backend")
+
+    def settle(self, given: PlanInput, requests: Mapping[str, Request], capacity: Capacity
+               ) -> tuple[Mapping[str, Request], Capacity]:
+        """After the field checks: requests and capacity as this kind settles them (slices it will
+        create, offered to admission)."""
+        return requests, capacity
+
+    def before_run(self, project: Any, echo: Callable[[str], None]) -> None:
+        """Done before every run, even one with nothing to do: what a killed runner left (queued
+        resources, jobs) is cleaned up. Trouble is a warning through ``echo``, not a stop."""
+
+    def backend(self, wire: WireInput, fallback: Callable[[StepNode], Backend]) -> Callable[[StepNode], Backend]:
+        """The backend of each step: this kind's for the steps it takes, ``fallback(node)`` for the rest."""
+        raise NotImplementedError(f"the {self.name} backend runs no steps")
+
+
+class BackendKind:
+    """A kind of backend as a run knows it; registered by name (:mod:`marinbuild.backends.registry`)."""
+
+    name: str = ""
+    help: str = ""
+    """A few words for ``--backend``'s help."""
+    choice: bool = True
+    """Chosen with ``--backend`` (or ``DEFAULT_BACKEND``); False: it joins every run whose
+    cluster file configures it, beside the chosen kind (TPU slices over SSH)."""
+    cluster_keys: frozenset[str] = frozenset()
+    """The cluster file's top-level keys it reads; a key no kind reads is refused."""
+    options: Mapping[str, Any] = {}
+    """The run options it reads (``marinbuild run`` flags and :func:`marinbuild.run` keywords), with defaults."""
+
+    def plan(self, given: PlanInput) -> PlacedKind | None:
+        """This kind's part of the run (plan time, no writes); None: it takes no step."""
+        raise NotImplementedError

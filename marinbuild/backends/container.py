@@ -24,7 +24,7 @@ import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from marinbuild.backends.base import Backend, Job, Outcome
+from marinbuild.backends.base import Backend, BackendHooks, Job, Outcome
 
 __all__ = ["ENGINES", "InContainers", "container_argv", "working_engine"]
 
@@ -68,8 +68,10 @@ def container_argv(engine: str, image: str, job: Job, env: Mapping[str, str], co
     return [*argv, image, "/bin/sh", "-c", command]
 
 
-class InContainers:
+class InContainers(BackendHooks):
     """A backend running the jobs of ``images`` (step name -> (engine, image)) in them; others pass through."""
+
+    label = "container"
 
     def __init__(self, inner: Backend, images: Mapping[str, tuple[str, str]], marinfile: str, prefix: str) -> None:
         self.inner = inner

@@ -23,7 +23,9 @@ attempt's outcome reaches the scheduler. Every attempt is appended to the step's
 ``retries`` the run used of each budget, ``{"failure": {"used": 1, "max": 3}, ...}``.
 
 Where the backend does not watch for hangs itself (``watches_progress``), the loop does: the
-step's log and its progress file on this machine (:mod:`marinbuild.backends.progress`).
+step's log and its progress file on this machine (:mod:`marinbuild.backends.progress`). What
+the loop asks of a backend beyond ``start`` is declared, with defaults, on
+:class:`~marinbuild.backends.base.BackendHooks`.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from marinbuild.backends.base import HELD_EXTRA, PROGRESS_VAR, Backend, Cause, Job, Outcome
+from marinbuild.backends.base import HELD_EXTRA, PROGRESS_VAR, Backend, BackendHooks, Cause, Job, Outcome, hooks_of
 from marinbuild.backends.progress import FileProgress, HangWatch
 from marinbuild.store.attempt_ledger import LEDGER, AttemptLedger, ended_progress_note, iso_time, write_progress_note
 from marinbuild.store.markers import status_path
@@ -194,14 +196,14 @@ class RetryCounter:
 
 
 def backend_label(backend: Any) -> str:
-    """A short name for the backend that ran an attempt: local, container, ray, tpu."""
-    names = {"LocalBackend": "local", "InContainers": "container", "RayBackend": "ray", "TpuDispatch": "tpu",
-             "TpuAttempts": "tpu"}
+    """A short name for the backend that ran an attempt (its :attr:`BackendHooks.label`: local,
+    container, ray, tpu, slurm), looked for through wrappers that pass jobs to an ``inner`` one."""
     seen = 0
-    while type(backend).__name__ not in names and hasattr(backend, "inner") and seen < 8:
+    while not isinstance(backend, BackendHooks) and hasattr(backend, "inner") and seen < 8:
         backend, seen = backend.inner, seen + 1
-    name = type(backend).__name__
-    return names.get(name, name.lower().removesuffix("backend") or "local")
+    if isinstance(backend, BackendHooks):
+        return backend.label
+    return type(backend).__name__.lower().removesuffix("backend") or "local"
 
 
 def attempt_extras(extra: Mapping[str, Any] | None, backend: str) -> dict[str, Any]:
@@ -265,8 +267,8 @@ class _StepRun:
         self.on_done = on_done
         budgets = owner.budget_of(job.name)
         self.counter = RetryCounter(budgets if isinstance(budgets, RetryBudgets) else RetryBudgets(failure=budgets))
-        head_of = getattr(self.inner, "ledger_head", None)
-        head = dict(head_of(job)) if head_of is not None else {}
+        self.hooks = hooks_of(self.inner)
+        head = dict(self.hooks.ledger_head(job))
         self.ledger = AttemptLedger(job.output_path, job.name, head=head, previous=job.previous_attempts,
                                     lost=job.lost_attempt)
         self.backend = backend_label(self.inner)
@@ -293,11 +295,11 @@ class _StepRun:
             env={**job.env, ATTEMPT_VAR: str(number), PROGRESS_VAR: progress},
             retries=self.counter.summary(),  # a last attempt adds nothing to them
         )
-        write_header(job.log_file, number, "ray-node" if self.backend == "ray" else socket.gethostname(), self.backend)
+        write_header(job.log_file, number, self.hooks.header_host(job), self.backend)
         with self._lock:
             self._hung_at = None
             self._handle = None  # the last attempt's: a hang of this one must not cancel it
-        if job.progress_timeout is not None and not _watches_itself(self.inner, job):
+        if job.progress_timeout is not None and not self.hooks.watches_progress(job):
             self._watch = self._hang_watch(job, number, job.progress_timeout)
         handle = self.inner.start(job, lambda outcome: self._attempt_done(number, outcome))
         with self._lock:
@@ -318,14 +320,13 @@ class _StepRun:
             # Queued elsewhere: the clock starts when the attempt rewrites the step's RUNNING
             # marker (or shows progress), not at submission.
             started=(FileProgress([status_path(out), job.log_file, progress]).changed
-                     if getattr(self.inner, "announces_start", False) else None),
+                     if self.hooks.announces_start else None),
         )
 
     def _hung(self, job: Job, number: int, last: float, timeout: float) -> None:
-        requeued = getattr(self.inner, "requeued", None)
-        if requeued is not None and requeued(job):
+        if self.hooks.requeued(job):
             # Its worker is gone and it waits to run again (Ray reruns a task whose worker it
-            # lost): no hang yet, and the clock waits for it to start again.
+            # lost, Slurm requeues a job): no hang yet, and the clock waits for it to start again.
             append_note(self.job.log_file, f"marinbuild: attempt {number}: its worker was lost; "
                                            "no hang is counted while it waits to run again")
             with self._lock:
@@ -393,7 +394,7 @@ class _StepRun:
         # whose delete failed at its attempt's end) is let go, and its entry amended.
         self._step_ended(retried=any(self.counter.used.values()) or not outcome.ok)
         records = {**outcome.records, self.ledger.path: self.ledger.text()}
-        if self.job.progress_timeout is not None or _watches_itself(self.inner, self.job):
+        if self.job.progress_timeout is not None or self.hooks.watches_progress(self.job):
             records.update(ended_progress_note(self.job.output_path))  # with the record: no round trip of its own
         changes: dict[str, Any] = {"records": records, "retries": self.counter.summary()}
         if decision.why and decision.cause not in (Cause.FAILED, Cause.CANCELLED, Cause.TIMEOUT, Cause.SUCCESS):
@@ -410,13 +411,9 @@ class _StepRun:
         tally = self.owner.tally
         if tally is not None and retried:
             tally[self.job.name] = self.counter.summary()
-        ended = getattr(self.inner, "step_ended", None)
-        amend = getattr(self.inner, "amend_ledger", None)
         try:
-            if ended is not None:
-                ended(self.job)
-            if amend is not None:
-                amend(self.job, self.ledger.entries)
+            self.hooks.step_ended(self.job)
+            self.hooks.amend_ledger(self.job, self.ledger.entries)
         except Exception:  # per-step cleanup must not keep the outcome from the scheduler
             traceback.print_exc()
 
@@ -458,12 +455,6 @@ class _StepRun:
             self._watch.stop()
         if handle is not None:
             handle.cancel(reason)
-
-
-def _watches_itself(backend: Backend, job: Job) -> bool:
-    """Whether ``backend`` looks after hangs of ``job`` itself (an attribute, or a method asked per job)."""
-    watches = getattr(backend, "watches_progress", False)
-    return bool(watches(job)) if callable(watches) else bool(watches)
 
 
 def _hang_error(last: float, timeout: float) -> str:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from marinbuild.execution.accounting import Estimate
+    from marinbuild.accounting import Estimate
     from marinbuild.planner import Plan
     from marinbuild.project import Project
 
@@ -50,7 +50,7 @@ def why_extras(project: Project, name: str, info: Mapping[str, Any] | None, own:
 
 def estimates(project: Project, plan: Plan) -> dict[str, Estimate | None]:
     """An estimate (or None: no history) for each step the plan would run."""
-    from marinbuild.execution.accounting import estimates_for
+    from marinbuild.accounting import estimates_for
 
     return estimates_for(project.storage, project.graph, plan.to_run())
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import signal
 from typing import TYPE_CHECKING, Annotated, Any
 
+import click
 import typer
 
+from marinbuild.backends.registry import kind_names, kinds
 from marinbuild.cli import ctrl_c
 from marinbuild.cli.exits import handles_errors
 from marinbuild.cli.options import (
@@ -26,7 +28,6 @@ from marinbuild.cli.options import (
 )
 from marinbuild.cli.printing import err, out, print_plan, step_line_printer, with_environments
 from marinbuild.execution.invocation import RunParameters, RunVoice, invoke
-from marinbuild.execution.session import BackendChoice
 
 if TYPE_CHECKING:
     from marinbuild.execution.reporting import Reporter
@@ -59,6 +60,9 @@ def _lease_flag(ctx: typer.Context, param: typer.CallbackParam, value: float | N
     return value
 
 
+_BACKENDS_HELP = ", ".join(f"{k.name} ({k.help})" if k.help else k.name for k in kinds() if k.choice)
+
+
 @handles_errors
 def run_command(
     targets: TargetsArg = None,
@@ -76,7 +80,7 @@ def run_command(
     resources: ResourcesOpt = None,
     token: TokenOpt = None,
     walltime: Annotated[str | None, typer.Option("--walltime", help="Time budget of the whole run, e.g. 2:00:00; steps whose soft limit exceeds what is left are not started.")] = None,
-    backend: Annotated[BackendChoice | None, typer.Option("--backend", case_sensitive=False, help="Where steps run (default: the Marinfile's DEFAULT_BACKEND, else local).")] = None,
+    backend: Annotated[str | None, typer.Option("--backend", click_type=click.Choice(kind_names(), case_sensitive=False), help=f"Where steps run: {_BACKENDS_HELP} (default: the Marinfile's DEFAULT_BACKEND, else local).")] = None,
     ray_address: Annotated[str | None, typer.Option("--ray-address", envvar="RAY_ADDRESS", help="The Ray cluster for --backend ray (default: a Ray started for this run).")] = None,
     lease_heartbeat: Annotated[float | None, typer.Option("--lease-heartbeat", envvar="MARINBUILD_LEASE_HEARTBEAT", callback=_lease_flag, help="Seconds between lease renewals (default: 10; at least 0.1).")] = None,
     lease_expiry: Annotated[float | None, typer.Option("--lease-expiry", envvar="MARINBUILD_LEASE_EXPIRY", callback=_lease_flag, help="Seconds a lease must stay unrenewed before another runner takes it over (default: 60; 1 to 3600, at least twice the heartbeat).")] = None,

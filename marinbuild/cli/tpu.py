@@ -36,10 +36,11 @@ def _context(file: str, prefix: str | None, cluster: str | None) -> tuple[GcpSet
 
     chosen = cluster
     if os.path.exists(file):
-        from marinbuild.execution.session import cluster_of, load
+        from marinbuild.backends.tpu.kind import project_cluster
+        from marinbuild.execution.session import load
 
         project = load(file, prefix=prefix)
-        loaded = cluster_of(project, cluster)
+        loaded = project_cluster(project, cluster)
         resolved, storage = project.graph.prefix, project.storage
     else:
         if chosen is None:

@@ -27,7 +27,7 @@ from marinbuild.store.storage import Storage
 if TYPE_CHECKING:
     from marinbuild.backends.base import Grant
 
-__all__ = ["RayAdmission", "ResourceAdmission", "check_plan_fits", "describe_request", "requests_of"]
+__all__ = ["RemoteAdmission", "ResourceAdmission", "check_plan_fits", "describe_request", "requests_of"]
 
 LEASE_WAIT = "a lease held by another runner"
 """What a step leased elsewhere waits on, as the live view says it."""
@@ -146,24 +146,25 @@ def _estimator(prefix: str):  # type: ignore[no-untyped-def]
     return WallTimeEstimator(Storage.join(prefix, ".marinbuild", "walltime.json"))
 
 
-class RayAdmission:
-    """The scheduler's gate when Ray places steps: it hands out limits, Ray the resources.
+class RemoteAdmission:
+    """The scheduler's gate when a remote backend runs some steps: it hands out limits, the
+    backend's cluster the resources.
 
-    Steps Ray runs get no local allocation: their grant carries the environment a local
-    step would see (thread counts from the core request, ``MARINBUILD_MEMORY``) and the
-    wall-time limit. Steps not placed on Ray (TPU steps kept on SSH) go through the local
-    pools as they would without Ray; ``--walltime`` applies to all.
+    Steps that run elsewhere get no local allocation: their grant carries the environment a
+    local step would see (thread counts from the core request, ``MARINBUILD_MEMORY``) and the
+    wall-time limit. The other steps go through this machine's pools as they would otherwise;
+    ``--walltime`` applies to all.
     """
 
-    def __init__(self, local: ResourceAdmission, on_ray: Collection[str]) -> None:
+    def __init__(self, local: ResourceAdmission, elsewhere: Collection[str]) -> None:
         self.local = local
-        self.on_ray = frozenset(on_ray)
+        self.elsewhere = frozenset(elsewhere)
 
     def refusal(self, node: StepNode) -> str | None:
         return self.local.refusal(node)
 
     def try_acquire(self, node: StepNode) -> Grant | None:
-        if node.name not in self.on_ray:
+        if node.name not in self.elsewhere:
             return self.local.try_acquire(node)
         from marinbuild.backends.base import Grant  # the run machinery: `plan` only sizes requests
 

@@ -4,7 +4,7 @@ An :class:`Allocator` holds what is free as a :class:`~marinbuild.capacity.Capac
 ``try_allocate`` first works out the whole allocation against the free pool and only
 then takes it, so a request that lacks one dimension takes nothing (there is never
 anything to roll back). Cores go out as concrete ids (lowest first), GPUs as device
-indices, TPU slices by name, all slices of one type; memory and named resources are
+indices, accelerator slices by name, all slices of one type (:mod:`marinbuild.slice_fit`); memory and named resources are
 counted; tokens must be offered and are not used up. Wall time is not counted here:
 the runner enforces it.
 
@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 
 from marinbuild.capacity import Capacity
 from marinbuild.errors import ResourceError
-from marinbuild.resources import Cores, Gpus, Request, ResourceLike, Slices, as_request
+from marinbuild.resources import Cores, Gpus, Request, ResourceLike, as_request
+from marinbuild.slice_fit import SHORTAGE_WORDS, fit_slices, move_slices, slice_env
 from marinbuild.units import format_bytes
 
 __all__ = ["THREAD_ENV_VARS", "Allocation", "Allocator", "check_fits", "shortage"]
@@ -62,9 +63,7 @@ class Allocation:
             env["MARINBUILD_MEMORY"] = str(req.nbytes)
         if self.machine_has_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, req.gpu_ids))
-        if req.slices is not None:
-            env["MARINBUILD_TPU_TYPE"] = req.slices.tpu_type
-            env["MARINBUILD_TPU_SLICES"] = ",".join(req.slice_names)
+        env.update(slice_env(req))
         return env
 
 
@@ -177,7 +176,7 @@ def _fit(req: Request, pool: Capacity) -> Request | str:
             return gpus
         fitted = replace(fitted, gpus=gpus)
     if req.slices is not None:
-        slices = _fit_slices(req.slices, pool)
+        slices = fit_slices(req.slices, pool)
         if isinstance(slices, str):
             return slices
         fitted = replace(fitted, slices=slices)
@@ -204,7 +203,7 @@ def shortage(request: ResourceLike, pool: Capacity) -> str:
         return ""
     for needle, word in (
         ("asks for cpu", "cores"), ("asks for cores", "cores"), ("asks for ram", "memory"),
-        ("gpu", "a GPU"), ("GPU", "a GPU"), ("tpu", "a TPU slice"), ("token", "a token"),
+        ("gpu", "a GPU"), ("GPU", "a GPU"), SHORTAGE_WORDS, ("token", "a token"),
     ):
         if needle in reason:
             return word
@@ -239,28 +238,6 @@ def _fit_gpus(gpus: Gpus, pool: Capacity) -> Gpus | str:
     return Gpus(ids, gpus.gpu_type)
 
 
-def _fit_slices(slices: Slices, pool: Capacity) -> Slices | str:
-    if slices.names is not None:
-        free = pool.slices.get(slices.tpu_type, ())
-        if set(slices.names) <= set(free):
-            return slices
-    else:
-        for tpu_type in slices.tpu_types:
-            free = pool.slices.get(tpu_type, ())
-            if slices.among is not None:
-                free = tuple(name for name in free if name in slices.among)
-            if len(free) >= slices.n:
-                return Slices(tpu_type, names=free[: slices.n])
-    wanted = " or ".join(slices.tpu_types)
-    known = ", ".join(f"{t} x {len(names)}" for t, names in pool.slices.items()) or "none"
-    if slices.names is not None:
-        return f"asks for tpu slices {list(slices.names)} of {wanted}, which are not offered (known slices: {known})"
-    most = max(len(pool.slices.get(t, ())) for t in slices.tpu_types)
-    shortfall = f"only {most} of one type are offered" if most else f"no slice of type {wanted} is known"
-    hint = "; name a cluster file with --cluster" if not pool.slices else ""
-    return f"asks for tpu={wanted} x {_plural(slices.n, 'slice')} but {shortfall} (known slices: {known}{hint})"
-
-
 def _plural(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
@@ -271,19 +248,8 @@ def _minus(names: tuple[str, ...], taken: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _move(pool: Capacity, req: Request, sign: int, whole: Capacity) -> Capacity:
-    """``pool`` with an allocated ``req`` taken out (sign -1) or put back (sign +1).
-
-    Slices put back return to their place in ``whole``, so the hand-out order stays the
-    cluster file's.
-    """
-    slices = dict(pool.slices)
-    if req.slices is not None:
-        kind, names = req.slices.tpu_type, req.slice_names
-        if sign < 0:
-            slices[kind] = _minus(slices[kind], names)
-        else:
-            back = {*slices[kind], *names}
-            slices[kind] = tuple(n for n in whole.slices[kind] if n in back)
+    """``pool`` with an allocated ``req`` taken out (sign -1) or put back (sign +1)."""
+    slices = move_slices(pool.slices, req, sign, whole.slices)
     return replace(
         pool,
         cores=_shift(pool.cores, req.core_ids, sign),

@@ -68,8 +68,7 @@ class RunParameters:
     """Tokens this run offers."""
     walltime: str | None = None
     backend: str | None = None
-    """``"local"`` or ``"ray"``; None: the Marinfile's ``DEFAULT_BACKEND``, else local."""
-    ray_address: str | None = None
+    """The kind of backend (a name ``--backend`` takes); None: the Marinfile's ``DEFAULT_BACKEND``, else local."""
     lease_heartbeat: float | None = None
     lease_expiry: float | None = None
     fresh_output: bool = False
@@ -82,9 +81,9 @@ class RunParameters:
     max_retries_hang: int = 2
     """Retries of an attempt killed for making no progress (a step's own ``max_retries_hang`` wins)."""
     no_sync: bool = False
-    """Do not copy the project directory to TPU hosts."""
+    """Do not copy the project directory to remote hosts."""
     allow_cross_region: bool = False
-    """Run TPU steps whose prefix or ``gs://`` inputs lie outside the ``[gcp]`` zone's region."""
+    """Run steps on capacity created outside the region of their prefix and ``gs://`` inputs."""
     plan: str | None = None
     """A plan file written by ``marinbuild plan -o``: run exactly it, or refuse."""
     print_commands: bool = False
@@ -93,6 +92,9 @@ class RunParameters:
     quiet: bool = False
     verbose: bool = False
     """The command line's tracebacks; the library raises with its traceback either way."""
+    backend_options: tuple[tuple[str, Any], ...] = ()
+    """The run options the kinds of backend declare (:func:`marinbuild.backends.registry.kind_options`),
+    as given: each is a ``marinbuild run`` flag and a :func:`marinbuild.run` keyword of its own."""
 
     @classmethod
     def of(cls, **values: Any) -> RunParameters:
@@ -106,6 +108,12 @@ class RunParameters:
                 values[name] = tuple(given)
         if values.get("backend") is not None:
             values["backend"] = str(values["backend"])
+        from marinbuild.backends.registry import kind_options
+
+        declared = kind_options()
+        given = dict(values.pop("backend_options", ()))
+        given.update({name: values.pop(name) for name in list(values) if name in declared})
+        values["backend_options"] = tuple(sorted({**declared, **given}.items()))
         return cls(**values)
 
     @property
@@ -115,7 +123,7 @@ class RunParameters:
             jobs=self.jobs,
             keep_going=self.keep_going,
             backend=self.backend,
-            ray_address=self.ray_address,
+            options=dict(self.backend_options),
             lease_heartbeat=self.lease_heartbeat,
             lease_expiry=self.lease_expiry,
             fresh_output=self.fresh_output,
@@ -151,7 +159,7 @@ class RunVoice:
     """Makes the reporter of the run's events, once steps are about to start: a run with
     nothing to do prints no event, and need not import the terminal's console for them."""
     echo: Callable[[str], None] = _quiet
-    """Lines for the user beside the events ("nothing to do", what TPU hosts say)."""
+    """Lines for the user beside the events ("nothing to do", what remote hosts say)."""
     warn: Callable[[str], None] = _quiet
     """Lines for stderr: planning notes, a reviewed plan's differences."""
     on_output: Callable[[str, str], None] | None = None

@@ -1,10 +1,11 @@
 """One run, wired: from a Marinfile (or a list of steps) to a plan, the scheduler and its backends.
 
 Everything a run assembles lives here and nowhere else: the machine's capacity, admission, the
-backends (local, TPU slices over SSH, Ray) and which step goes to which, the lease claims and the
-scheduler. The command line and the library API (:func:`marinbuild.run`, :func:`marinbuild.plan`)
-both call this module, so a step runs the same way from either; a new backend is added in
-:func:`_backends`.
+backends and which step goes to which, the lease claims and the scheduler. The command line and
+the library API (:func:`marinbuild.run`, :func:`marinbuild.plan`) both call this module, so a step
+runs the same way from either. Backends are kinds found by name
+(:mod:`marinbuild.backends.registry`): this module names none of them, and a new kind is added
+there, not here (docs/architecture.md says how).
 
 Data flows one way: Marinfile → steps → plan → session → scheduler → backend → markers.
 """
@@ -13,15 +14,16 @@ from __future__ import annotations
 
 import enum
 import gc
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from marinbuild.backends.base import PlacedKind, PlanInput
+from marinbuild.backends.cluster_file import cluster_path, read_cluster_file
+from marinbuild.backends.registry import chosen_kind, companion_kinds, kinds
 from marinbuild.capacity import Capacity, detect_capacity, parse_named_counts, with_overrides
-from marinbuild.errors import UserError, missing_extra
-from marinbuild.execution.admission import ResourceAdmission, check_plan_fits, requests_of
-from marinbuild.execution.backend_fields import FieldCheck, backend_namer, check_fields
+from marinbuild.execution.admission import RemoteAdmission, ResourceAdmission, check_plan_fits, requests_of
+from marinbuild.execution.backend_fields import FieldCheck, check_fields
 from marinbuild.execution.reporting import NullReporter, Reporter, Summary
 from marinbuild.planner import Plan
 from marinbuild.project import Project, open_project, plan_targets, probe, project_of_steps
@@ -30,16 +32,14 @@ from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, StatusRecord
 from marinbuild.units import parse_duration
 
 if TYPE_CHECKING:
-    from marinbuild.backends.base import Backend
-    from marinbuild.backends.ray.cluster import Placement
-    from marinbuild.backends.tpu.cluster import Cluster
+    from marinbuild.backends.base import Backend, Job, Outcome
     from marinbuild.execution.output_stream import OutputFollower
     from marinbuild.execution.scheduler import Admission
     from marinbuild.graph import StepNode
     from marinbuild.resources import Request
+    from marinbuild.store.lease import LeaseSettings
 
 __all__ = [
-    "BackendChoice",
     "Machine",
     "PlannedRun",
     "RunSettings",
@@ -50,13 +50,6 @@ __all__ = [
     "load",
     "plan_run",
 ]
-
-
-class BackendChoice(enum.StrEnum):
-    """Where steps without TPU slices run."""
-
-    local = "local"
-    ray = "ray"
 
 
 @dataclass(frozen=True)
@@ -77,7 +70,10 @@ class RunSettings:
     """Steps running at once; steps that declare no resources then take no core. 0: the core count."""
     keep_going: bool = False
     backend: str | None = None
-    ray_address: str | None = None
+    """The kind of backend steps run on (a name ``--backend`` takes); None: the Marinfile's
+    ``DEFAULT_BACKEND``, else local."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """The run options the kinds of backend declare, by name (a flag ``--x-y`` is ``x_y``)."""
     lease_heartbeat: float | None = None
     lease_expiry: float | None = None
     fresh_output: bool = False
@@ -91,7 +87,7 @@ class RunSettings:
     sync: bool = True
     walltime: str | None = None
     allow_cross_region: bool = False
-    """Run TPU steps whose prefix or ``gs://`` inputs lie outside their ``[gcp]`` zone's region."""
+    """Run steps on capacity created in a region other than that of their prefix and ``gs://`` inputs."""
 
 
 @dataclass(frozen=True)
@@ -102,12 +98,15 @@ class PlannedRun:
     plan: Plan
     requests: dict[str, Request]
     capacity: Capacity
-    cluster: Cluster | None
+    backends: tuple[PlacedKind, ...] = ()
+    """Each kind's part of the run, first choice first: a step runs on the first that takes it."""
     forced: bool = False
-    placements: dict[str, Placement | None] | None = None
-    """Where Ray places each step to run; None when steps do not run on Ray."""
     fields: FieldCheck | None = None
     """Each step's environment, container image, and what planning could not check."""
+
+    def kind_of(self, name: str) -> PlacedKind:
+        """The kind of backend step ``name`` runs on."""
+        return _taker(self.backends, name, self.requests[name])
 
 
 class StepOutcome(enum.StrEnum):
@@ -185,28 +184,23 @@ def load(file: str = "Marinfile.py", steps: Sequence[Step] | None = None, prefix
     return project_of_steps(steps, prefix) if steps is not None else open_project(file, prefix)
 
 
-def capacity_of(machine: Machine, cluster: Cluster | None) -> Capacity:
-    """The detected capacity with the user's overrides, and the cluster's TPU slices."""
+def capacity_of(machine: Machine) -> Capacity:
+    """The detected capacity with the user's overrides."""
     return with_overrides(
         detect_capacity(),
         cores=machine.cores,
         mem=machine.mem,
         resources=parse_named_counts(list(machine.resources)),
         tokens=list(machine.tokens),
-        slices=cluster.slices_by_type() if cluster is not None else None,
     )
 
 
-def cluster_of(project: Project, path: str | None) -> Cluster | None:
-    """The TPU cluster: ``path``, else the Marinfile's ``DEFAULT_CLUSTER`` (relative to it)."""
-    chosen = path or project.marinfile.default("DEFAULT_CLUSTER")
-    if not chosen:
-        return None
-    from marinbuild.backends.tpu.cluster import load_cluster
-
-    if path is None:
-        chosen = os.path.join(project.workdir, str(chosen))
-    return load_cluster(str(chosen))
+def cluster_file(project: Project, path: str | None) -> tuple[dict[str, Any] | None, str]:
+    """The decoded cluster file (``path``, else the Marinfile's ``DEFAULT_CLUSTER``) and where it is."""
+    chosen = cluster_path(project.workdir, project.marinfile.default("DEFAULT_CLUSTER"), path)
+    if chosen is None:
+        return None, "<cluster>"
+    return read_cluster_file(chosen, {key for kind in kinds() for key in kind.cluster_keys}), chosen
 
 
 def plan_run(
@@ -224,83 +218,57 @@ def plan_run(
 ) -> PlannedRun:
     """Decide what runs, and refuse (before anything runs) a step nothing here could hold.
 
-    Reads markers and leases and writes nothing. With ``settings`` naming the Ray backend, the
-    steps to run are placed on the Ray cluster's nodes (joined only when one is named or the run
-    is not ``dry``); a step Ray cannot place must fit this machine.
+    Reads markers and leases and writes nothing. Every kind of backend the run uses sees the
+    plan: the one ``settings`` chooses (joining its cluster only when one is named or the run
+    is not ``dry``), those the cluster file configures, and this machine, which takes every
+    step no other kind took; such a step must fit this machine.
     """
     fresh = settings is not None and settings.fresh_output
     plan = plan_targets(project, list(targets), list(force), force_all, explain=explain, fresh_output=fresh)
-    tpu_cluster = cluster_of(project, cluster)
-    capacity = capacity_of(machine, tpu_cluster)
+    to_run = tuple(plan.to_run())
     requests = requests_of(project.graph, plan.order)
-    planned = PlannedRun(project, plan, requests, capacity, tpu_cluster, forced=bool(force) or force_all)
-    placements = None
-    if settings is not None and backend_choice(settings, project) is BackendChoice.ray:
-        placements = ray_placements(planned, settings.ray_address, dry)
-    on_ray = lambda n: bool(placements and placements.get(n))  # noqa: E731
+    data, source = cluster_file(project, cluster)
+    allow = allow_cross_region if allow_cross_region is not None else settings is not None and settings.allow_cross_region
+    given = PlanInput(project, requests, to_run, capacity_of(machine), data, source,
+                      settings.options if settings is not None else {}, dry, allow)
+    companions: list[PlacedKind] = []
+    for kind in companion_kinds():
+        placed = kind.plan(given)
+        if placed is not None:
+            companions.append(placed)
+            given = replace(given, capacity=placed.offer(given.capacity))
+    chosen = chosen_kind(backend_choice(settings, project)) if settings is not None else None
+    first = chosen.plan(given) if chosen is not None and chosen.name != _HERE else None
+    here = chosen_kind(_HERE).plan(given)
+    assert here is not None
+    order = tuple(p for p in (first, *companions, here) if p is not None)
     fields = check_fields(
-        project.graph, plan.order, requests, to_run=plan.to_run(), marinfile=project.marinfile.path,
-        backend_of=backend_namer(requests, tpu_cluster, on_ray), cluster=tpu_cluster,
+        project.graph, plan.order, requests, to_run=to_run, marinfile=project.marinfile.path,
+        kind_of=lambda n: _taker(order, n, requests[n]),
     )
-    requests = dict(fields.requests)
-    if tpu_cluster is not None and tpu_cluster.gcp is not None:
-        allow = allow_cross_region if allow_cross_region is not None else settings is not None and settings.allow_cross_region
-        requests, capacity = _created_slices(project, tpu_cluster, requests, plan.to_run(), capacity, allow)
-    to_check = {n: requests[n] for n in plan.to_run() if not on_ray(n)}
-    check_plan_fits(to_check, capacity)
-    return replace(planned, requests=requests, capacity=capacity, placements=placements, fields=fields)
+    settled, capacity = dict(fields.requests), given.capacity
+    for placed in order:
+        narrowed, capacity = placed.settle(given, settled, capacity)
+        settled = dict(narrowed)
+    check_plan_fits({n: settled[n] for n in to_run if not _taker(order, n, requests[n]).remote}, capacity)
+    return PlannedRun(project, plan, settled, capacity, order, forced=bool(force) or force_all, fields=fields)
 
 
-def _created_slices(
-    project: Project, cluster: Cluster, requests: dict[str, Request], to_run: Sequence[str], capacity: Capacity,
-    allow_cross_region: bool,
-) -> tuple[dict[str, Request], Capacity]:
-    """TPU steps no static slice serves get slices created from ``[gcp]``, offered to admission;
-    their prefix and ``gs://`` inputs must lie in the zone's region (a one-line refusal otherwise)."""
-    from marinbuild.backends.tpu.provision_plan import created_slices
-
-    requests, offered = created_slices(cluster, requests, to_run)
-    if not offered:
-        return requests, capacity
-    capacity = with_overrides(capacity, slices={t: (*capacity.slices.get(t, ()), *names) for t, names in offered.items()})
-    if not allow_cross_region and cluster.gcp is not None:
-        from marinbuild.backends.tpu.provision_plan import is_created_slice
-        from marinbuild.backends.tpu.regions import check_regions, gs_inputs
-        from marinbuild.store.buckets import bucket_locations
-
-        graph = project.graph
-        inputs = {
-            n: list(gs_inputs(graph.nodes[n].step.config)) for n in to_run
-            if (sl := requests[n].slices) is not None and sl.among and all(is_created_slice(a) for a in sl.among)
-        }
-        check_regions(cluster.gcp.zone, cluster.gcp.region, graph.prefix, inputs, bucket_locations)
-    return requests, capacity
+_HERE = "local"
+"""The kind that runs steps on this machine: it takes every step no other kind took."""
 
 
-def backend_choice(settings: RunSettings, project: Project) -> BackendChoice:
-    """``settings.backend``, else the Marinfile's ``DEFAULT_BACKEND``, else local."""
-    choice = settings.backend or project.marinfile.default("DEFAULT_BACKEND") or "local"
-    try:
-        return BackendChoice(str(choice))
-    except ValueError:
-        raise UserError(f"--backend must be 'local' or 'ray', not {choice!r}") from None
+def _taker(order: Sequence[PlacedKind], name: str, request: Request) -> PlacedKind:
+    for placed in order:
+        if placed.takes(name, request):
+            return placed
+    return order[-1]
 
 
-def ray_placements(planned: PlannedRun, address: str | None, dry: bool) -> dict[str, Placement | None] | None:
-    """Join the Ray cluster and check every request to run against its nodes (plan time).
-
-    A dry run with no cluster named starts no Ray: one started for the run would offer this
-    machine, which the local check already covers. Nothing to run joins no cluster either.
-    """
-    requests = {n: planned.requests[n] for n in planned.plan.to_run()}
-    if not requests:
-        return None
-    from marinbuild.backends.ray.cluster import connect, place, require_ray
-
-    require_ray()
-    if dry and not (address or os.environ.get("RAY_ADDRESS")):
-        return None
-    return place(requests, connect(address, planned.capacity))
+def backend_choice(settings: RunSettings, project: Project) -> str:
+    """``settings.backend``, else the Marinfile's ``DEFAULT_BACKEND``, else local; a name ``--backend`` takes."""
+    choice = str(settings.backend or project.marinfile.default("DEFAULT_BACKEND") or _HERE)
+    return chosen_kind(choice).name
 
 
 @dataclass
@@ -402,7 +370,7 @@ def execute(
 ) -> RunSummary:
     """Run what the plan says must run; returns once every step is done, failed or blocked.
 
-    ``echo`` prints the few lines a backend says outside the reporter's events (TPU hosts).
+    ``echo`` prints the few lines a backend says outside the reporter's events (remote hosts).
     ``on_output(step, line)``, when given, receives every line a running step prints, and
     ``on_command(step, command)`` each shell step's resolved command as it starts.
     Ctrl-C (and SIGTERM, where the caller maps it to KeyboardInterrupt) stops the run cleanly:
@@ -414,8 +382,8 @@ def execute(
     results: dict[str, StepResult] = {
         n: StepResult(n, StepOutcome.SKIPPED, plan.node(n).output_path) for n in plan.order if n not in running
     }
-    if planned.cluster is not None and planned.cluster.gcp is not None:
-        _delete_leftovers(planned, echo)  # even with nothing to run: a killed runner's slices cost by the hour
+    for placed in planned.backends:
+        placed.before_run(project, echo)  # even with nothing to run: what a killed runner left costs by the hour
     if not to_run:
         return RunSummary(results)
     # Imported here: a dry run or plan does not pay for the machinery that runs steps.
@@ -448,10 +416,13 @@ def execute(
     admission: Admission = ResourceAdmission(
         planned.capacity, planned.requests, project.graph.prefix, walltime=budget, jobs=jobs
     )
-    # A TPU step's host output reaches the terminal only when step output is printed.
+    remote = [n for n in to_run if planned.kind_of(n).remote]
+    if remote:
+        admission = RemoteAdmission(admission, remote)  # type: ignore[arg-type]
     tally: dict[str, dict[str, Any]] = {}
-    runner, backend_for, admission = _backends(planned, settings, admission, echo, print_output=on_output is not None,
-                                               tally=tally)
+    # A remote host's output reaches the terminal only when step output is printed.
+    runner, backend_for = _backends(planned, settings, lease_settings, echo, print_output=on_output is not None,
+                                    tally=tally)
     redone = planned.forced or any(_finished(plan.statuses.get(plan.node(n).output_path)) for n in to_run)
     stale_success = _redone(project, plan) if redone else None
     claims = LeaseClaims(project.storage, lease_settings, stale_success=stale_success)
@@ -510,22 +481,6 @@ def output_handling(plan: Plan, settings: RunSettings) -> tuple[frozenset[str], 
     return frozenset(start_over), resuming
 
 
-def _delete_leftovers(planned: PlannedRun, echo: Callable[[str], None]) -> None:
-    """Queued resources an earlier runner made under this prefix and left (SIGKILL): deleted
-    when no live runner's lease holds their step. Trouble with the API is a warning, not a stop."""
-    from marinbuild.backends.tpu.leftovers import delete_unheld, find_made
-    from marinbuild.backends.tpu.tpu_api import TpuApi
-    from marinbuild.errors import MarinbuildError
-
-    assert planned.cluster is not None and planned.cluster.gcp is not None
-    project = planned.project
-    try:
-        with TpuApi(planned.cluster.gcp) as api:
-            delete_unheld(api, find_made(api, project.graph.prefix, project.storage), say=lambda line: echo(f"marinbuild: {line}"))
-    except MarinbuildError as e:
-        echo(f"marinbuild: warning: leftover queued resources not checked: {e}")
-
-
 def _redone(project: Project, plan: Plan) -> dict[str, StatusRecord]:
     """SUCCESS markers a forced run redoes: finding them again must not count as done."""
     records = probe(project, plan.to_run())
@@ -535,40 +490,38 @@ def _redone(project: Project, plan: Plan) -> dict[str, StatusRecord]:
 def _backends(
     planned: PlannedRun,
     settings: RunSettings,
-    admission: Admission,
+    lease: LeaseSettings,
     echo: Callable[[str], None],
     print_output: bool = True,
     tally: dict[str, dict[str, Any]] | None = None,
-) -> tuple[Backend, Callable[[StepNode], Backend] | None, Admission]:
-    """The backend of every step: local by default, TPU slices over SSH, Ray where placed."""
-    runner: Backend = _local_runner(planned)
-    backend_for: Callable[[StepNode], Backend] | None = None
-    if planned.cluster is not None:
-        output = echo if print_output else (lambda line: None)
-        backend_for = _tpu_backend_for(planned, runner, settings.sync, echo, output)
-    if planned.placements is not None:
-        from marinbuild.backends.ray.backend import RayBackend, ship_project_code
-        from marinbuild.execution.admission import RayAdmission
+) -> tuple[Backend, Callable[[StepNode], Backend]]:
+    """The backend of every step, from the kinds of the run: each takes its steps and passes the
+    rest on to the next; every backend wrapped in the one retry loop."""
+    from marinbuild.backends.base import WireInput
 
-        assert isinstance(admission, ResourceAdmission)
-        project = planned.project
-        ship_project_code(project.marinfile.path)
-        fallback = backend_for if backend_for is not None else (lambda node: runner)
-        ray = RayBackend(project.graph, planned.placements, fallback, fresh_output=settings.fresh_output)
-        return (*_retrying(planned, settings, ray, ray.backend_for, tally), RayAdmission(admission, ray.placements))
-    return (*_retrying(planned, settings, runner, backend_for, tally), admission)
+    wire = WireInput(
+        planned.project, planned.requests, planned.fields.images if planned.fields is not None else {},
+        lease, echo, echo if print_output else _drop_line, sync=settings.sync, fresh_output=settings.fresh_output,
+    )
+    choose: Callable[[StepNode], Backend] = _untaken
+    for placed in reversed(planned.backends):
+        choose = placed.backend(wire, choose)
+    return _retrying(planned, settings, _Untaken(), choose, tally)
 
 
-def _local_runner(planned: PlannedRun) -> Backend:
-    """The local backend, running steps in their Python environments and container images."""
-    from marinbuild.backends.container import InContainers
-    from marinbuild.backends.environments import WithEnvironments
-    from marinbuild.backends.local.backend import LocalBackend
+def _drop_line(line: str) -> None:
+    pass
 
-    path, prefix = planned.project.marinfile.path, planned.project.graph.prefix
-    runner: Backend = WithEnvironments(LocalBackend(), path, prefix)
-    images = planned.fields.images if planned.fields is not None else {}
-    return InContainers(runner, images, path, prefix) if images else runner
+
+def _untaken(node: StepNode) -> Backend:
+    raise RuntimeError(f"no backend of the run takes step {node.name!r}")
+
+
+class _Untaken:
+    """The scheduler's default backend, never used: every step's comes from the kinds of the run."""
+
+    def start(self, job: Job, on_done: Callable[[Outcome], None]) -> Any:
+        raise RuntimeError(f"no backend of the run takes step {job.name!r}")
 
 
 def _retrying(
@@ -582,8 +535,8 @@ def _retrying(
     from marinbuild.backends.retrying import RetryBudgets, with_retries
 
     graph = planned.project.graph
-    gcp = getattr(planned.cluster, "gcp", None) if planned.cluster is not None else None
-    provision_timeout = float(getattr(gcp, "provision_timeout", None) or RetryBudgets.provision_timeout)
+    timeouts = [p.provision_timeout for p in planned.backends if p.provision_timeout is not None]
+    provision_timeout = float(timeouts[0]) if timeouts else RetryBudgets.provision_timeout
 
     def budget_of(name: str) -> RetryBudgets:
         s = graph.nodes[name].step
@@ -596,30 +549,3 @@ def _retrying(
         )
 
     return with_retries(backend, backend_for, budget_of, tally)
-
-
-def _tpu_backend_for(
-    planned: PlannedRun,
-    local: Backend,
-    sync: bool,
-    echo: Callable[[str], None],
-    output: Callable[[str], None] | None = None,
-) -> Callable[[StepNode], Backend]:
-    """Steps holding TPU slices go to the SSH gang backend; the rest run locally."""
-    try:
-        from marinbuild.backends.tpu.backend import TpuDispatch
-    except ImportError as e:
-        raise missing_extra(e, "TPU steps") or e from None
-
-    graph = planned.project.graph
-    assert planned.cluster is not None
-    tpu = TpuDispatch(
-        planned.cluster,
-        marinfile=planned.project.marinfile.path,
-        prefix=graph.prefix,
-        sync=sync,
-        console=echo,
-        output=output,
-    )
-    requests = planned.requests
-    return lambda node: tpu if requests[node.name].slices is not None else local

@@ -30,13 +30,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from marinbuild.accounting import held_by
 from marinbuild.backends.base import HELD_EXTRA, Job, Outcome
 from marinbuild.backends.environments import DECLARED_ENV_EXTRA, ENV_EXTRA
 from marinbuild.backends.final_records import RecordedOutcome, record
 from marinbuild.config_walk import LEAF_TYPES, MAPPING, RECORD, SET, children, describe_leaf, is_namedtuple
 from marinbuild.drift import code_record
 from marinbuild.errors import LeaseLost, MarinbuildError, StorageError
-from marinbuild.execution.accounting import held_by
 from marinbuild.graph import StepNode
 from marinbuild.pyenv.spec import EnvSpec, environment_of
 from marinbuild.redact import redact_env

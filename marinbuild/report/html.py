@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from marinbuild.execution.accounting import Usage
+from marinbuild.accounting import Usage
 from marinbuild.report.records import AttemptRecord, StepRecord, describe_retries
 from marinbuild.report.sweep import failed_logs_html, metric_plots_html, provenance_html, sweep_table_html
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from marinbuild.execution.accounting import Usage, attempt_usage, parse_time, provisioned_usage
+from marinbuild.accounting import Usage, attempt_usage, parse_time, provisioned_usage
 from marinbuild.store.attempt_ledger import LEDGER, ledger_attempts
 from marinbuild.store.json_notes import read_json_many
 from marinbuild.store.markers import FAILED, UNREADABLE, info_path, log_path, read_texts

@@ -110,6 +110,22 @@ class LeaseSettings:
         """
         return (self.fence_after + self.expiry) / 2
 
+    @property
+    def fence_read_interval(self) -> float:
+        """How often a fence beside remote work (a Ray task, a Slurm job) reads the lease: twice a heartbeat.
+
+        Such a fence kills its step once the lease names another runner, or once it has seen
+        no renewal for :attr:`fence_after`: a renewal is seen at most this long after it was
+        written, so the step is dead before ``fence_after`` plus this interval, which is within
+        the expiry after which a waiter takes over.
+        """
+        return self.heartbeat / 2
+
+    @property
+    def remote_kill_after(self) -> float:
+        """Seconds a fence beside remote work waits, from the last renewal it saw, before it kills the step."""
+        return self.fence_after
+
     @classmethod
     def resolve(
         cls, heartbeat: float | None = None, expiry: float | None = None, env: Mapping[str, str] | None = None

@@ -31,7 +31,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-from marinbuild.backends.base import Job, Outcome, wall_time_exceeded
+from marinbuild.backends.base import BackendHooks, Job, Outcome, wall_time_exceeded
 from marinbuild.backends.deadlines import Deadline, deadlines
 from marinbuild.backends.held_signals import HeldSignals
 from marinbuild.backends.local.cgroups import shared_cgroups
@@ -78,7 +78,7 @@ def _shell_argv(command: str, workdir: str, cgroup: str) -> list[str]:
     return ["/bin/sh", "-c", gated_shell(command, cgroup)]
 
 
-class LocalBackend:
+class LocalBackend(BackendHooks):
     """Start jobs as local processes, all reaped by one thread.
 
     Example::

@@ -30,8 +30,9 @@ the fencing check beside the work (:class:`LeaseFence`: the lease still names th
 that started it) before it writes ``RUNNING`` and again before the final markers, and
 writes nothing once it fails. While the step runs, a watchdog thread in the worker reads
 the lease and kills the worker's process group once the lease names another runner or
-has gone unrenewed for three quarters of its expiry (a driver suspended or cut off from
-the store, which Ray does not notice); a retry after a lost worker starts the step only
+has gone unrenewed for the one lease policy's time (:class:`~marinbuild.store.lease.LeaseSettings`:
+``fence_read_interval``, ``remote_kill_after``; a driver suspended or cut off from the store,
+which Ray does not notice); a retry after a lost worker starts the step only
 once it has seen the driver renew. ``lease_for`` swaps in any other :class:`TaskLease`,
 such as one whose heartbeat runs in the worker.
 
@@ -55,17 +56,17 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from marinbuild.backends.base import Backend, Job, Outcome, wall_time_exceeded
+from marinbuild.backends.base import Backend, BackendHooks, Job, Outcome, wall_time_exceeded
 from marinbuild.backends.environments import runtime_env_of, spec_of
 from marinbuild.backends.final_records import RecordedOutcome, record
 from marinbuild.backends.local.backend import _describe_exit
 from marinbuild.backends.local.containment import TOKEN_VAR, kill_token
 from marinbuild.backends.ray.cluster import Placement, require_ray
 from marinbuild.graph import StepGraph, StepNode
-from marinbuild.store.lease import DEFAULT_EXPIRY, LeaseRecord, Owner, lease_path, process_running
+from marinbuild.store.lease import LeaseRecord, LeaseSettings, Owner, lease_path, process_running
 from marinbuild.store.markers import (
     FAILED,
     MARKER_DIR,
@@ -108,16 +109,19 @@ class LeaseFence:
     would only fight. What must happen beside the work is the last check that the lease
     still names the runner that started it, and a watchdog for a driver that is alive but
     not renewing (suspended with SIGSTOP or Ctrl-Z, cut off from the store), which Ray does
-    not notice: while the step runs, the task reads the lease every twelfth of its expiry,
-    and kills the step (its worker's whole process group) once the lease names another
-    runner, or once it has stayed unchanged for three quarters of its expiry, before any
-    waiter (which watches for the whole expiry) can take it over. A killed worker is a lost
-    worker to Ray: its retry finds the lease not held and records nothing.
+    not notice: while the step runs, the task reads the lease every
+    ``settings.fence_read_interval`` and kills the step (its worker's whole process group)
+    once the lease names another runner, or once it has stayed unchanged for
+    ``settings.remote_kill_after``, before any waiter (which watches for the whole expiry)
+    can take it over. A killed worker is a lost worker to Ray: its retry finds the lease not
+    held and records nothing.
     """
 
     prefix: str
     path: str
     owner: Owner
+    settings: LeaseSettings = field(default_factory=LeaseSettings)
+    """The run's lease settings, whose one policy times the watchdog."""
 
     def start(self) -> None:
         pass
@@ -129,7 +133,7 @@ class LeaseFence:
         mine = record is not None and record.owner.same(self.owner)
         if mine and self.path not in _watchdogs:
             assert record is not None and text is not None
-            _watchdogs[self.path] = _LeaseWatchdog(self, text, record.expiry or DEFAULT_EXPIRY)
+            _watchdogs[self.path] = _LeaseWatchdog(self, text)
         return mine
 
     def stop(self) -> None:
@@ -146,11 +150,9 @@ class LeaseFence:
         """
         storage = Storage.for_prefix(self.prefix)
         first = storage.read_text(self.path)
-        record = LeaseRecord.from_json(first) if first is not None else None
-        expiry = record.expiry if record is not None and record.expiry else DEFAULT_EXPIRY
-        deadline = time.monotonic() + 0.75 * expiry
+        deadline = time.monotonic() + self.settings.remote_kill_after
         while time.monotonic() < deadline:
-            time.sleep(expiry / 24)
+            time.sleep(self.settings.fence_read_interval)
             text = storage.read_text(self.path)
             if text != first:
                 record = LeaseRecord.from_json(text) if text is not None else None
@@ -161,31 +163,30 @@ class LeaseFence:
 class _LeaseWatchdog:
     """Kills this worker's process group when its step's lease is lost or left unrenewed."""
 
-    def __init__(self, fence: LeaseFence, seen: str, expiry: float) -> None:
+    def __init__(self, fence: LeaseFence, seen: str) -> None:
         self.fence = fence
         self._stop = threading.Event()
         self._since = time.monotonic()
-        threading.Thread(target=self._watch, args=(seen, expiry), name="marinbuild-lease-watchdog", daemon=True).start()
+        threading.Thread(target=self._watch, args=(seen,), name="marinbuild-lease-watchdog", daemon=True).start()
 
     def stop(self) -> None:
         self._stop.set()
 
-    def _watch(self, seen: str | None, expiry: float) -> None:
+    def _watch(self, seen: str | None) -> None:
         storage = Storage.for_prefix(self.fence.prefix)
         since = self._since
-        while not self._stop.wait(expiry / 12):
+        policy = self.fence.settings
+        while not self._stop.wait(policy.fence_read_interval):
             try:
                 text = storage.read_text(self.fence.path)
             except Exception:  # unreadable counts as unrenewed
                 text = None
             record = LeaseRecord.from_json(text) if text is not None else None
-            if record is not None and record.expiry:
-                expiry = record.expiry
             if text is not None and (record is None or not record.owner.same(self.fence.owner)):
                 return self._kill()
             if text is not None and text != seen:
                 seen, since = text, time.monotonic()
-            elif time.monotonic() - since >= 0.75 * expiry:
+            elif time.monotonic() - since >= policy.remote_kill_after:
                 return self._kill()
 
     def _kill(self) -> None:
@@ -240,9 +241,10 @@ class TaskResult:
     host: str | None = None
 
 
-class RayBackend:
+class RayBackend(BackendHooks):
     """Submit the steps placed on Ray as tasks; every other step goes to ``fallback(node)``."""
 
+    label = "ray"
     announces_start = True
     """A task may wait in Ray's queue for a node; it rewrites the step's RUNNING marker once it starts."""
 
@@ -253,6 +255,7 @@ class RayBackend:
         fallback: Callable[[StepNode], Backend],
         lease_for: Callable[[Job], TaskLease | None] | None = None,
         fresh_output: bool = False,
+        lease: LeaseSettings | None = None,
     ) -> None:
         self.ray = require_ray()
         self.graph = graph
@@ -260,6 +263,7 @@ class RayBackend:
         self.fallback = fallback
         self.lease_for = lease_for
         self.fresh_output = fresh_output
+        self.lease = lease or LeaseSettings.resolve()
         self.task = self.ray.remote(execute_task)
 
     def backend_for(self, node: StepNode) -> Backend:
@@ -296,7 +300,7 @@ class RayBackend:
         path = lease_path(job.output_path)
         text = storage.read_text(path)
         record = LeaseRecord.from_json(text) if text is not None else None
-        return LeaseFence(self.graph.prefix, path, record.owner) if record is not None else None
+        return LeaseFence(self.graph.prefix, path, record.owner, self.lease) if record is not None else None
 
     def requeued(self, job: Job) -> bool:
         """Whether the task that started ``job`` has lost its worker (and Ray will run it again).
@@ -311,6 +315,9 @@ class RayBackend:
             return False
         host, pid = _worker_of(record.owner)
         return host == socket.gethostname() and pid is not None and not process_running(pid)
+
+    def header_host(self, job: Job) -> str:
+        return "ray-node"  # whichever node Ray picks: unknown when the attempt starts
 
     def watches_progress(self, job: Job) -> bool:
         """Whether the retry loop must leave hangs of ``job`` alone: its log is written on the node.

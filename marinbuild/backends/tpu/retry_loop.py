@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from marinbuild.backends.base import HELD_EXTRA, Cause, Job, Outcome, wall_time_exceeded
+from marinbuild.backends.base import HELD_EXTRA, BackendHooks, Cause, Job, Outcome, wall_time_exceeded
 from marinbuild.backends.retrying import RetryBudgets, Retrying
 from marinbuild.backends.retrying import backoff_delay as backoff_delay  # the one policy, re-exported
 from marinbuild.backends.tpu.cluster import Cluster, SliceSpec
@@ -415,7 +415,7 @@ def cut_short(cancel: threading.Event) -> bool:
     return cancel.is_set() and not (isinstance(cancel, AttemptCancel) and cancel.timed_out)
 
 
-class TpuAttempts:
+class TpuAttempts(BackendHooks):
     """The backend the retry loop wraps for TPU steps: each ``start`` runs one attempt.
 
     ``step_for(job)`` gives the :class:`TpuStep` of a job, the same one for every attempt of
@@ -440,7 +440,10 @@ class TpuAttempts:
     decides, from the outcome's cause, whether another attempt follows (on new hosts).
     """
 
-    watches_progress = True
+    label = "tpu"
+
+    def watches_progress(self, job: Job) -> bool:
+        return True
 
     def __init__(self, step_for: Callable[[Job], TpuStep]) -> None:
         self._step_for = step_for

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild.backends.base import Cause, Job, Outcome
+from marinbuild.backends.base import BackendHooks, Cause, Job, Outcome
 from marinbuild.backends.retrying import (
     ATTEMPT_VAR,
     RetryBudgets,
@@ -110,7 +110,7 @@ def test_a_ledger_entry_names_its_class_and_cause() -> None:
     assert attempt_entry(1, Outcome(ok=False, started=0, ended=0, timed_out=True))["class"] == "TIMEOUT"
 
 
-class _Scripted:
+class _Scripted(BackendHooks):
     """Ends each attempt as scripted (a cause per attempt), at once, from another thread."""
 
     def __init__(self, causes: list[Cause]) -> None:
@@ -239,7 +239,7 @@ def test_a_finished_local_step_leaves_no_reference_cycle_behind(tmp_path: Path) 
     assert kept == []
 
 
-class _Queued:
+class _Queued(BackendHooks):
     """Waits silently (queued for a node), rewrites the step's RUNNING marker as it starts, then
     stays silent for a while (``runs_s``) and succeeds."""
 

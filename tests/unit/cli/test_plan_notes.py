@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from marinbuild.accounting import Estimate, Usage
 from marinbuild.cli import plan_notes
 from marinbuild.cli.plan_notes import drift_lines, estimate_lines, estimates, format_hours, why_extras
 from marinbuild.cli.plan_view import columns_text
 from marinbuild.drift import code_record, drift_digest
-from marinbuild.execution.accounting import Estimate, Usage
 from marinbuild.execution.session import load
 from marinbuild.planner import make_plan
 from marinbuild.steps import step, versioned

@@ -9,7 +9,7 @@ import pytest
 from marinbuild.capacity import Capacity
 from marinbuild.errors import ResourceError
 from marinbuild.execution.admission import (
-    RayAdmission,
+    RemoteAdmission,
     ResourceAdmission,
     check_plan_fits,
     describe_request,
@@ -85,11 +85,11 @@ def test_a_wall_time_group_learns_from_successful_runs(tmp_path: Path) -> None:
     assert history.samples("tok") == (20.0, 40.0) * 4 + (30.0,)
 
 
-def test_ray_admission_hands_out_limits_not_resources(tmp_path: Path) -> None:
+def test_remote_admission_hands_out_limits_not_resources(tmp_path: Path) -> None:
     graph = build_graph([step("r", cmd="true", resources=Cores(64) & WTime(T=30)), step("l", cmd="true", resources=Cores(1))],
                         str(tmp_path))
     local = ResourceAdmission(Capacity(cores=(0,), memory=2**30), requests_of(graph, ["r", "l"]), str(tmp_path))
-    gate = RayAdmission(local, on_ray=["r"])
+    gate = RemoteAdmission(local, elsewhere=["r"])
     ray_grant = gate.try_acquire(graph.nodes["r"])
     assert ray_grant is not None and ray_grant.allocation is None and ray_grant.timeout == 30
     assert dict(ray_grant.env)["OMP_NUM_THREADS"] == "64"

@@ -8,16 +8,17 @@ import pytest
 
 from marinbuild.errors import ResourceError
 from marinbuild.execution.admission import requests_of
-from marinbuild.execution.backend_fields import FieldCheck, backend_namer, check_fields, free_bytes
+from marinbuild.execution.backend_fields import FieldCheck, check_fields, free_bytes
 from marinbuild.graph import StepGraph, build_graph
-from marinbuild.resources import Cores, Request, ResourceConfig, Slices
+from marinbuild.resources import ResourceConfig
 from marinbuild.steps import step
+from tests.helpers import placed_kind
 
 
 def _check(graph: StepGraph, backend: str = "local", engine=None) -> FieldCheck:  # type: ignore[no-untyped-def]
     names = list(graph.order)
     return check_fields(graph, names, requests_of(graph, names), to_run=names, marinfile="/nowhere/Marinfile.py",
-                        backend_of=lambda n: backend, engine_for=engine or (lambda image: (None, "no engine here")))
+                        kind_of=lambda n: placed_kind(backend), engine_for=engine or (lambda image: (None, "no engine here")))
 
 
 def _graph(prefix: str, **rc: ResourceConfig) -> StepGraph:
@@ -65,12 +66,3 @@ def test_not_preemptible_is_refused_on_ray_and_free_locally(tmp_path: Path) -> N
     assert _check(graph).requests["careful"] == requests_of(graph, ["careful"])["careful"]
     with pytest.raises(ResourceError, match=r"'careful'.*ray backend"):
         _check(graph, "ray")
-
-
-def test_backend_namer() -> None:
-    requests = {"cpu": Request.of(Cores(1)), "tpu": Request.of(Slices("v4-8")), "placed": Request.of(Cores(1))}
-    on_ray = {"placed"}.__contains__
-    no_cluster = backend_namer(requests, None, on_ray)
-    assert [no_cluster(n) for n in ("cpu", "tpu", "placed")] == ["local", "local", "ray"]
-    with_cluster = backend_namer(requests, object(), on_ray)  # type: ignore[arg-type]
-    assert [with_cluster(n) for n in ("cpu", "tpu", "placed")] == ["local", "tpu", "ray"]

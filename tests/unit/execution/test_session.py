@@ -8,7 +8,6 @@ import pytest
 
 from marinbuild.errors import ResourceError, UserError
 from marinbuild.execution.session import (
-    BackendChoice,
     Machine,
     RunSettings,
     RunSummary,
@@ -37,10 +36,10 @@ def test_run_summary() -> None:
 
 def test_backend_choice(tmp_path: Path) -> None:
     project = load(steps=[step("s", cmd="true")], prefix=str(tmp_path))
-    assert backend_choice(RunSettings(), project) is BackendChoice.local
-    assert backend_choice(RunSettings(backend="ray"), project) is BackendChoice.ray
-    with pytest.raises(UserError, match="--backend must be 'local' or 'ray'"):
-        backend_choice(RunSettings(backend="slurm"), project)
+    assert backend_choice(RunSettings(), project) == "local"
+    assert backend_choice(RunSettings(backend="Ray"), project) == "ray"
+    with pytest.raises(UserError, match="--backend must be 'local' or 'ray', not 'lsf'"):
+        backend_choice(RunSettings(backend="lsf"), project)
 
 
 def test_plan_run_refuses_a_step_nothing_here_could_hold(tmp_path: Path) -> None:

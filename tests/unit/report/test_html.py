@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from marinbuild.execution.accounting import Usage
+from marinbuild.accounting import Usage
 from marinbuild.report.html import dag_layout, render_report, timeline_lanes
 from marinbuild.report.records import AttemptRecord, StepRecord
 

@@ -1,4 +1,4 @@
-"""Unit tests of marinbuild.execution.accounting: what attempts held, for how long, and estimates."""
+"""Unit tests of marinbuild.accounting: what attempts held, for how long, and estimates."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild.execution.accounting import (
+from marinbuild.accounting import (
     Usage,
     attempt_usage,
     estimate,
