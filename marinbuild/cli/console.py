@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from marinbuild.cli.plan_view import COLUMNS, MAX_ROWS, plan_view
+from marinbuild.cli.printing import terminal_safe
 from marinbuild.execution.reporting import NullReporter, Summary
 from marinbuild.planner import Plan
 
@@ -159,7 +160,7 @@ def print_summary(console: Console, summary: Summary, log_starts: Mapping[str, i
         for name, used in summary.retries.items():
             console.print(Text(f"retries {name}: {describe_retries(used)}", style="yellow"))
     for f in summary.failed:
-        console.print(Text(f"FAILED {f.name}: {f.error}", style="red"))
+        console.print(Text(f"FAILED {f.name}: {terminal_safe(f.error)}", style="red"))
         since = (log_starts or {}).get(f.name, 0)  # this attempt's lines, not an earlier run's
         for tail_line in log_tail(f.log, LOG_TAIL_LINES, since) if f.log else ():
             console.print(Text(f"       | {tail_line}"))
@@ -175,6 +176,12 @@ def waiting_line(counts: Mapping[str, int]) -> str:
     """
     parts = [f"{n} on {what}" for what, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if n]
     return "waiting: " + ", ".join(parts)
+
+
+def _event(word: str, style: str, text: str) -> Text:
+    """An event line: the word styled, then ``text`` as written (a reason or an error quotes config
+    values: never taken as markup, its control characters escaped)."""
+    return Text.assemble((word, style), "  ", terminal_safe(text))
 
 
 class LineReporter(NullReporter):
@@ -196,18 +203,18 @@ class LineReporter(NullReporter):
 
     def step_waiting(self, name: str, reason: str) -> None:
         if not self.quiet:
-            self.console.print(f"[yellow]wait[/]  {name}: {reason}", highlight=False)
+            self.console.print(_event("wait", "yellow", f"{name}: {reason}"))
 
     def step_finished(self, name: str, duration: float) -> None:
         if not self.quiet:
             self.console.print(f"[green]done[/]  {name} ({duration:.1f} s)", highlight=False)
 
     def step_failed(self, name: str, error: str, log: str) -> None:
-        self.console.print(f"[red]FAIL[/]  {name}: {error}", highlight=False)
+        self.console.print(_event("FAIL", "red", f"{name}: {error}"))
 
     def step_skipped(self, name: str, reason: str) -> None:
         if not self.quiet:
-            self.console.print(f"[dim]skip[/]  {name}: {reason}", highlight=False)
+            self.console.print(_event("skip", "dim", f"{name}: {reason}"))
 
     def run_finished(self, summary: Summary) -> None:
         print_summary(self.console, summary, self.log_starts)

@@ -27,7 +27,7 @@ from marinbuild.cli.options import (
     machine_of,
     step_targets,
 )
-from marinbuild.cli.printing import err, print_notes, print_plan, with_environments
+from marinbuild.cli.printing import err, print_notes, print_plan, terminal_safe, with_environments
 from marinbuild.execution.admission import describe_request
 
 __all__ = ["DagFormat", "plan_command"]
@@ -92,7 +92,7 @@ def plan_command(
     from marinbuild.cli import plan_notes
 
     for line in plan_notes.drift_lines(project, the_plan):
-        err.print(f"marinbuild: {line}", markup=False)
+        err.print(f"marinbuild: {terminal_safe(line)}", markup=False)
     estimates = plan_notes.estimates(project, the_plan) if dag is None else {}
     if dag is DagFormat.dot:
         sys.stdout.write(dag_text.to_dot(the_plan))

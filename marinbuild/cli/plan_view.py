@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from marinbuild.cli.printing import terminal_safe
 from marinbuild.planner import Plan
 
 __all__ = ["COLUMNS", "MAX_ROWS", "TERMINAL_WIDTH", "PlanView", "columns_text", "cut_reason", "plan_text", "plan_view",
@@ -87,7 +88,8 @@ def plan_view(
     if len(names) > max_rows:
         # Action is a StrEnum: its members are their own text, without the enum's
         # .value descriptor (a Python-level call per step).
-        kinds = Counter((str(plan.decisions[n].action), _reason_kind(plan.decisions[n].reason)) for n in names)
+        kinds = Counter((str(plan.decisions[n].action), terminal_safe(_reason_kind(plan.decisions[n].reason)))
+                        for n in names)
         counts = tuple((action, reason, count) for (action, reason), count in sorted(kinds.items()))
         to_run = [n for n in names if plan.decisions[n].action != "skip"]
         names = (to_run or names)[:SHOWN_ROWS]
@@ -96,8 +98,9 @@ def plan_view(
         (
             n,
             str(plan.decisions[n].action),
-            plan.decisions[n].reason if wide else cut_reason(plan.decisions[n].reason, n),
-            str((resources or {}).get(n, "")),  # rendered only for the rows shown
+            # A reason quotes config values: defused, so that one step stays one line of one row.
+            terminal_safe(plan.decisions[n].reason) if wide else cut_reason(terminal_safe(plan.decisions[n].reason), n),
+            terminal_safe(str((resources or {}).get(n, ""))),  # rendered only for the rows shown
             plan.node(n).output_path if wide else under_prefix(plan.node(n).output_path, prefix),
         )
         for n in names

@@ -26,6 +26,7 @@ import typer
 from marinbuild.cli.exits import handles_errors
 from marinbuild.cli.options import FileOpt, PrefixOpt, VerboseOpt, metrics_of, step_targets
 from marinbuild.cli.printing import out
+from marinbuild.cli.printing import terminal_safe as _terminal_safe
 from marinbuild.errors import UserError
 
 if TYPE_CHECKING:
@@ -160,16 +161,6 @@ def _json_row(row: dict[str, Any], columns: list[tuple[str, str]]) -> dict[str, 
             out[name] = row.get(name)
     out["metrics"] = dict(row.get(_METRICS) or {})
     return out
-
-
-def _terminal_safe(text: str) -> str:
-    """``text`` with control characters escaped (``\\x1b``, ``\\x07``), as ``status`` shows markers:
-    a config or metric value must not clear the screen or ring the bell.
-
-    >>> _terminal_safe("\\x1b[2Jloss")
-    '\\\\x1b[2Jloss'
-    """
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
