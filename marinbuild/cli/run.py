@@ -24,7 +24,7 @@ from marinbuild.cli.options import (
     VerboseOpt,
     step_targets,
 )
-from marinbuild.cli.printing import err, out, print_plan, step_line_printer, with_environments
+from marinbuild.cli.printing import err, out, print_plan, step_line_printer, terminal_safe, with_environments
 from marinbuild.execution.invocation import RunParameters, RunVoice, invoke
 from marinbuild.execution.session import BackendChoice
 
@@ -163,7 +163,7 @@ def _silent(line: str) -> None:
 
 
 def _to_stderr(line: str) -> None:
-    err.print(line, markup=False, highlight=False)
+    err.print(terminal_safe(line), markup=False, highlight=False)
 
 
 def _stop_on_signals() -> None:

@@ -206,6 +206,7 @@ def invoke(
         voice.warn(f"marinbuild: note: {note}")
     if review is not None:
         check_review(review, planned.plan, project.graph, voice.warn)
+    _say_drift(planned, voice)
     if params.dry:
         voice.show_plan(planned)
         return _not_started(planned.plan)
@@ -222,6 +223,18 @@ def invoke(
     return execute(
         planned, params.settings, reporter, echo=voice.echo, on_output=voice.on_output, on_command=voice.on_command
     )
+
+
+def _say_drift(planned: PlannedRun, voice: RunVoice) -> None:
+    """What ``plan`` notes of the up-to-date steps (a changed command, function or plain field), said once
+    before the run starts or says it has nothing to do."""
+    from marinbuild.drift import drift_lines
+    from marinbuild.staleness import Action
+
+    plan = planned.plan
+    kept = [n for n in plan.order if plan.decisions[n].action is Action.SKIP]
+    for line in drift_lines(planned.project.storage, planned.project.graph, kept, plan.statuses):
+        voice.warn(f"marinbuild: {line}")
 
 
 def _not_started(plan: Plan) -> RunSummary:
