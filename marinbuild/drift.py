@@ -43,7 +43,7 @@ from marinbuild.store.json_text import loads_or_none
 from marinbuild.store.markers import StatusRecord, info_path, read_info
 from marinbuild.store.storage import Storage
 
-__all__ = ["Drift", "code_record", "drift_digest", "drift_lines", "drift_notes", "plain_fields", "root_changes", "step_drift"]
+__all__ = ["Drift", "code_record", "drift_digest", "drift_note_lines", "drift_notes", "plain_fields", "root_changes", "step_drift"]
 
 _ADVICE = "not part of the identity: --force it or make it versioned"
 _REF = re.compile(r"^(?P<name>.+)-(?P<identity>[0-9a-f]{16})(?:/.*)?$")
@@ -207,7 +207,7 @@ def drift_notes(
     return Drift(out, tuple(n.name for n in unchecked), len(paths))
 
 
-def drift_lines(
+def drift_note_lines(
     storage: Storage, graph: StepGraph, kept: Iterable[str], statuses: Mapping[str, StatusRecord] | None = None
 ) -> list[str]:
     """One line per drift of each up-to-date step in ``kept`` (``train: note: command changed since ...``),

@@ -158,7 +158,9 @@ def print_summary(console: Console, summary: Summary, log_starts: Mapping[str, i
         from marinbuild.report.records import describe_retries
 
         for name, used in summary.retries.items():
-            console.print(Text(f"retries {name}: {describe_retries(used)}", style="yellow"))
+            said = describe_retries(used, used_only=True)  # a budget left untouched says nothing here
+            if said:
+                console.print(Text(f"retries {name}: {said}", style="yellow"))
     for f in summary.failed:
         console.print(Text(f"FAILED {f.name}: {terminal_safe(f.error)}", style="red"))
         since = (log_starts or {}).get(f.name, 0)  # this attempt's lines, not an earlier run's
@@ -231,14 +233,49 @@ class LiveReporter(LineReporter):
         self.started: dict[str, float] = {}
         self.waiting: dict[str, str] = {}
         self.waiting_on: dict[str, int] = {}
+        self.estimates: dict[str, float] = {}
+        self.ended: set[str] = set()
         self.live = Live(self, console=console, refresh_per_second=4, transient=True)
+
+    def estimate_from(self, project: Any, names: Sequence[str]) -> None:
+        """Read the estimates of the steps to run from their earlier runs, in the background:
+        the run starts at once, and the time left shows once they are read."""
+        import threading
+
+        def read() -> None:
+            from marinbuild.execution.accounting import estimates_for
+
+            try:
+                found = estimates_for(project.storage, project.graph, list(names))
+            except Exception:  # an estimate is a nicety: never worth a failed run
+                return
+            self.estimates = {n: e.duration_s for n, e in found.items() if e is not None}
+
+        threading.Thread(target=read, name="marinbuild-estimates", daemon=True).start()
+
+    def time_left(self, now: float) -> float | None:
+        """Seconds left by the estimates: what the steps not yet ended still need, spread over those
+        running at once; None before the estimates are read or when no step to come has one."""
+        if not self.estimates:
+            return None
+        ended = self.ended
+        work = sum(max(self.estimates.get(n, 0.0) - (now - t), 0.0) for n, t in self.started.items())
+        work += sum(e for n, e in self.estimates.items() if n not in self.started and n not in ended)
+        return work / max(len(self.started), 1)
+
+    def head_line(self, now: float) -> str:
+        """``done 3/10 (30%) | running 2 | failed 0 | about 2m05s left``."""
+        from marinbuild.cli.plan_notes import rough_duration
+
+        finished = self.done + self.failed
+        share = f" ({100 * finished // self.total}%)" if self.total else ""
+        left = self.time_left(now)
+        return (f"done {finished}/{self.total}{share} | running {len(self.started)} | failed {self.failed}"
+                + (f" | about {rough_duration(left)} left" if left is not None else ""))
 
     def __rich__(self) -> Group:
         now = time.monotonic()
-        head = Text(
-            f"running {len(self.started)} | done {self.done} | failed {self.failed} | total {self.total}",
-            style="bold",
-        )
+        head = Text(self.head_line(now), style="bold")
         rows = [Text(f"  {now - t:6.1f} s  {n}") for n, t in list(self.started.items())[:20]]
         if self.waiting_on:
             rows.append(Text(f"  {waiting_line(self.waiting_on)}", style="yellow"))
@@ -261,11 +298,13 @@ class LiveReporter(LineReporter):
 
     def step_finished(self, name: str, duration: float) -> None:
         self.started.pop(name, None)
+        self.ended.add(name)
         self.done += 1
         self.console.print(f"[green]done[/]  {name} ({duration:.1f} s)", highlight=False)
 
     def step_failed(self, name: str, error: str, log: str) -> None:
         self.started.pop(name, None)
+        self.ended.add(name)
         self.failed += 1
         super().step_failed(name, error, log)
 

@@ -59,9 +59,15 @@ def plan_command(
     allow_cross_region: Annotated[bool, typer.Option("--allow-cross-region", help="Accept TPU steps reading buckets outside the [gcp] zone's region.")] = False,
     output: Annotated[str | None, typer.Option("-o", "--output", help="Also write the plan to this file, for `marinbuild run --plan FILE`.")] = None,
     wide: Annotated[bool, typer.Option("--wide", help="On a terminal, whole output paths and reasons instead of a table within 100 columns.")] = False,
+    list_steps: Annotated[bool, typer.Option("--list", help="Print the names of the steps the targets select, one a line (as `marinbuild list`).")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Show what `run` would do, and why, without running or writing anything (but the -o file)."""
+    if list_steps:
+        from marinbuild.cli.list import print_step_names
+
+        print_step_names(file, prefix, targets)
+        return
     from marinbuild.execution import session
 
     project = session.load(file, prefix=prefix)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from marinbuild.cli.exits import handles_errors
-from marinbuild.cli.options import FileOpt, PrefixOpt, VerboseOpt, metrics_of, step_targets
+from marinbuild.cli.options import FileOpt, PrefixOpt, VerboseOpt, complete_steps, metrics_of, step_targets
 from marinbuild.cli.printing import out
 from marinbuild.cli.printing import terminal_safe as _terminal_safe
 from marinbuild.errors import UserError
@@ -39,7 +39,7 @@ _FIXED = ("status", "duration_s", "attempts", "accelerator_hours", "core_hours")
 
 @handles_errors
 def show_command(
-    targets: Annotated[list[str] | None, typer.Argument(help="Step names or globs ('sweep/*'); none means every declared step.")] = None,
+    targets: Annotated[list[str] | None, typer.Argument(help="Step names or globs ('sweep/*'); none means every declared step.", autocompletion=complete_steps)] = None,
     file: FileOpt = "Marinfile.py",
     prefix: PrefixOpt = None,
     metrics: Annotated[str | None, typer.Option("--metrics", help="A JSON file inside each output whose keys become columns (nested keys dotted; default: the Marinfile's METRICS).")] = None,

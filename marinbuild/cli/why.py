@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from marinbuild.cli.exits import handles_errors
-from marinbuild.cli.options import FileOpt, PrefixOpt, VerboseOpt, step_targets
+from marinbuild.cli.options import FileOpt, PrefixOpt, VerboseOpt, complete_steps, step_targets
 from marinbuild.cli.printing import out, terminal_safe
 from marinbuild.history import RunIndex, earlier_info
 from marinbuild.planner import select
@@ -20,7 +20,7 @@ __all__ = ["why_command"]
 
 @handles_errors
 def why_command(
-    targets: Annotated[list[str], typer.Argument(help="The steps to explain: names, globs or output paths.")],
+    targets: Annotated[list[str], typer.Argument(help="The steps to explain: names, globs or output paths.", autocompletion=complete_steps)],
     file: FileOpt = "Marinfile.py",
     prefix: PrefixOpt = None,
     verbose: VerboseOpt = False,

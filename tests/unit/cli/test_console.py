@@ -164,5 +164,18 @@ def test_live_reporter_counts() -> None:
     console = _console()
     console.print(r)
     head, *rest = console.export_text().splitlines()
-    assert head == "running 0 | done 1 | failed 1 | total 3"
+    assert head == "done 2/3 (66%) | running 0 | failed 1"  # no estimates: no time left
     assert rest == ["  waiting: 1 on cores"]
+
+
+def test_live_reporter_time_left_spreads_the_estimates_over_the_steps_running() -> None:
+    r = LiveReporter(_console())
+    r.total = 3
+    r.estimates = {"a": 10.0, "b": 20.0, "c": 30.0}
+    r.started = {"a": 100.0, "b": 100.0}
+    # a has 6 s left, b 16 s, c all 30 s: 52 s of work over the 2 running at once.
+    assert r.time_left(104.0) == 26.0
+    assert r.head_line(104.0) == "done 0/3 (0%) | running 2 | failed 0 | about 26 s left"
+    r.step_finished("a", 4.0)
+    r.step_finished("b", 4.0)
+    assert r.time_left(104.0) == 30.0 and "done 2/3 (66%)" in r.head_line(104.0)
