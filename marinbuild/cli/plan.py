@@ -122,9 +122,15 @@ def plan_command(
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
     else:
         print_plan(the_plan, with_environments(planned), wide)
-        from marinbuild.cli.plan_view import columns_text
+        from marinbuild.cli.plan_view import TERMINAL_WIDTH, columns_text, columns_within
 
-        for line in plan_notes.estimate_lines(estimates, columns_text):
+        columns = columns_text
+        if sys.stdout.isatty() and not wide:  # within the terminal: a longer line would wrap
+            import shutil
+
+            room = min(shutil.get_terminal_size().columns, TERMINAL_WIDTH) - 2  # the lines are indented by two
+            columns = lambda rows: columns_text(columns_within(rows, room))  # noqa: E731
+        for line in plan_notes.estimate_lines(estimates, columns):
             sys.stdout.write(line + "\n")  # plain lines: a plan into a pipe never imports rich
     if output is not None:
         err.print(f"marinbuild: plan written to {output}; run exactly it with: marinbuild run --plan {output}", markup=False)
