@@ -43,7 +43,7 @@ from marinbuild.store.json_text import loads_or_none
 from marinbuild.store.markers import StatusRecord, info_path, read_info
 from marinbuild.store.storage import Storage
 
-__all__ = ["Drift", "code_record", "drift_digest", "drift_notes", "plain_fields", "root_changes", "step_drift"]
+__all__ = ["Drift", "code_record", "drift_digest", "drift_note_lines", "drift_notes", "plain_fields", "root_changes", "step_drift"]
 
 _ADVICE = "not part of the identity: --force it or make it versioned"
 _REF = re.compile(r"^(?P<name>.+)-(?P<identity>[0-9a-f]{16})(?:/.*)?$")
@@ -205,6 +205,23 @@ def drift_notes(
             if notes:
                 out[node.name] = notes
     return Drift(out, tuple(n.name for n in unchecked), len(paths))
+
+
+def drift_note_lines(
+    storage: Storage, graph: StepGraph, kept: Iterable[str], statuses: Mapping[str, StatusRecord] | None = None
+) -> list[str]:
+    """One line per drift of each up-to-date step in ``kept`` (``train: note: command changed since ...``),
+    then one line for the steps whose drift could not be checked cheaply: what ``plan`` and ``run`` print."""
+    kept = list(kept)
+    found = drift_notes(storage, graph, kept, statuses)
+    lines = [f"{name}: note: {note}" for name in kept for note in found.notes.get(name, ())]
+    if found.unchecked:
+        count = len(found.unchecked)
+        lines.append(
+            f"note: drift not checked for {count} up-to-date step{'s' if count != 1 else ''} recorded by an earlier "
+            f"marinbuild (a request each on this store); `marinbuild why STEP` checks one"
+        )
+    return lines
 
 
 def root_changes(storage: Storage, graph: StepGraph, node: StepNode, old_payload: Mapping[str, Any]) -> list[str]:

@@ -108,3 +108,21 @@ def test_why_names_the_root_change_upstream(project):
     own = marinbuild("why", "train/model", cwd=project)
     assert "  lr: 0.1 -> 0.2" in own.stdout.splitlines()
     assert "root change upstream" not in own.stdout
+
+
+def test_run_says_the_drift_notes_plan_says_once_before_running_or_doing_nothing(project):
+    write_marinfile(project, MARINFILE)
+    assert marinbuild("run", cwd=project).returncode == 0
+    write_marinfile(project, MARINFILE.replace("echo train {lr}", "echo training {lr}"))
+    note = f"marinbuild: train/model: note: command changed since the stored run; {NOTE}"
+    idle = marinbuild("run", cwd=project)
+    assert idle.returncode == 0 and "nothing to do" in idle.stdout
+    assert idle.stderr.splitlines().count(note) == 1, idle.stderr
+    # Beside a step that does run, the note about the one that does not is said too, once.
+    write_marinfile(project, MARINFILE.replace("echo train {lr}", "echo training {lr}")
+                    + 'step("extra", cmd="true", config={"k": versioned(1)})\n')
+    busy = marinbuild("run", "-q", cwd=project)
+    assert busy.returncode == 0 and busy.stdout.startswith("1 done"), busy.stdout + busy.stderr
+    assert busy.stderr.splitlines().count(note) == 1, busy.stderr
+    dry = marinbuild("run", "-n", cwd=project)
+    assert dry.stderr.splitlines().count(note) == 1, dry.stderr

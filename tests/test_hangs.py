@@ -46,7 +46,7 @@ def test_a_silent_step_is_killed_as_a_hang_and_its_retry_succeeds(project: Path)
     assert "killing it as a hang" in log and "hang retry 1 of 2" in log
     assert live_processes_matching("sleep 3071") == []
     # The run's summary, status and show say what was used of each budget.
-    assert "retries wedged: failures 0/0 · preemptions 0/100 · hangs 1/2" in result.stdout
+    assert "retries wedged: hangs 1/2\n" in result.stdout
     status = json.loads(marinbuild("status", "--json", cwd=project).stdout)[0]
     assert status["retries"]["hang"] == {"used": 1, "max": 2}
     assert set(status["retries"]) == {"failure", "preemption", "hang", "infra", "provisioning"}
@@ -163,7 +163,7 @@ step("wedged", cmd='if [ "$MARINBUILD_ATTEMPT" = 1 ]; then exec sleep 3076; fi; 
     cluster.write_text('progress_timeout = "1s"\n' + fleet.cluster_toml([("a", "v4-16", [2, 3])]))
     result = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=QUICK)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "retries wedged: failures 0/0 · preemptions 0/100 · hangs 1/2" in result.stdout
+    assert "retries wedged: hangs 1/2\n" in result.stdout
     out = plan_json(project, "--cluster", str(cluster))["wedged"]["output_path"]
     record = ledger(out)
     assert [(a["class"], a["backend"]) for a in record["attempts"]] == [("HANG", "tpu"), ("SUCCESS", "tpu")]

@@ -53,7 +53,11 @@ def lines(project: Path, name: str = "train/lr0.1") -> int:
 
 
 def first_log_line(project: Path, name: str = "train/lr0.1") -> str:
-    return (out_of(project, name) / "logs" / "step.log").read_text().splitlines()[0]
+    """marinbuild's line under the run's first attempt header: before the step's own first line,
+    inside the attempt that `marinbuild logs` shows."""
+    lines = (out_of(project, name) / "logs" / "step.log").read_text().splitlines()
+    assert lines[0].startswith("=== marinbuild attempt "), lines[:3]
+    return lines[1]
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> None:
@@ -99,6 +103,8 @@ def test_a_failed_forced_rerun_keeps_the_earlier_output_and_says_where(project: 
     ok(marinbuild("run", "-q", cwd=project))
     assert lines(project) == 6
     assert "resumes from partial output of an earlier failed run" in first_log_line(project)
+    shown = marinbuild("logs", "train/lr0.1", cwd=project).stdout.splitlines()
+    assert shown[0].startswith("=== marinbuild attempt ") and "resumes from partial output" in shown[1], shown[:3]
     assert "--fresh-output to start over" in first_log_line(project)
     assert not list((out / ".marinbuild").glob("aside-*"))  # gone once a run succeeded
 

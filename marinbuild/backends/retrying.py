@@ -46,7 +46,7 @@ from marinbuild.backends.progress import FileProgress, HangWatch
 from marinbuild.store.attempt_ledger import LEDGER, AttemptLedger, ended_progress_note, iso_time, write_progress_note
 from marinbuild.store.markers import status_path
 from marinbuild.store.retry import RetryPolicy
-from marinbuild.store.step_logs import append_note, write_header
+from marinbuild.store.step_logs import LOG_NOTE_EXTRA, append_note, write_header
 
 __all__ = [
     "ATTEMPT_VAR",
@@ -281,6 +281,7 @@ class _StepRun:
         self._watch: HangWatch | None = None
         self._ended_attempt = 0
         self._waiting = threading.Event()  # set to end a back-off early
+        self._log_note = str(job.extra.get(LOG_NOTE_EXTRA) or "")
 
     def launch(self) -> None:
         number = self.ledger.next_number
@@ -296,6 +297,9 @@ class _StepRun:
             retries=self.counter.summary(),  # a last attempt adds nothing to them
         )
         write_header(job.log_file, number, self.hooks.header_host(job), self.backend)
+        if self._log_note:  # the run's first attempt: how it found its output folder
+            append_note(job.log_file, self._log_note)
+            self._log_note = ""
         with self._lock:
             self._hung_at = None
             self._handle = None  # the last attempt's: a hang of this one must not cancel it

@@ -1,7 +1,7 @@
 """The ``marinbuild`` command line: the typer app, its commands registered one per module, and its entry points.
 
 Each command lives in its own module (:mod:`marinbuild.cli.run`, ``plan``, ``status``, ``why``,
-``clean``, ``logs``, ``show``, ``report``, ``env``, ``tpu``); this module only wires them to their
+``clean``, ``logs``, ``show``, ``list``, ``report``, ``env``, ``tpu``); this module only wires them to their
 names. Commands never import this module.
 
 Exit codes: 0 ok, 1 a step failed, 2 bad input or usage, 130 interrupted. Bad input is
@@ -22,7 +22,7 @@ from marinbuild.cli import clean, env, logs, plan, report, run, show, status, tp
 from marinbuild.cli.exits import ignore_ctrl_c, interrupted, interrupted_while_parsing, pipe_closed
 from marinbuild.cli.printing import err
 
-__all__ = ["COMMANDS", "app", "command_line", "console_script"]
+__all__ = ["COMMANDS", "app", "command_line", "console_script", "run_by_default"]
 
 app = typer.Typer(
     name="marinbuild",
@@ -59,6 +59,16 @@ app.add_typer(env.env_app, name="env")
 app.command("logs")(logs.logs_command)
 app.command("report")(report.report_command)
 app.command("show")(show.show_command)
+
+
+def _register_list() -> None:
+    # The module is named for its command, as every other, and would shadow the builtin here.
+    from marinbuild.cli import list
+
+    app.command("list")(list.list_steps_command)
+
+
+_register_list()
 app.add_typer(tpu.tpu_app, name="tpu")
 # (register a new command above this line: COMMANDS is read from the app once, here)
 
@@ -69,6 +79,20 @@ COMMANDS = frozenset(
 
 # click's UsageError, whichever click typer runs on (its own copy or the package).
 _UsageError: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+_APP_OPTIONS = frozenset({"--help", "-h", "--version", "--install-completion", "--show-completion"})
+
+
+def run_by_default(args: list[str]) -> list[str]:
+    """``marinbuild -n`` or ``marinbuild -j 4 train``: options and no command are ``run``'s, as ``make -n`` is make's.
+
+    >>> run_by_default(["-n"]), run_by_default(["-j", "4", "train"]), run_by_default(["status"]), run_by_default(["--help"])
+    (['run', '-n'], ['run', '-j', '4', 'train'], ['status'], ['--help'])
+    """
+    if args and args[0].startswith("-") and args[0] not in _APP_OPTIONS and not any(a in COMMANDS for a in args):
+        return ["run", *args]
+    return args
 
 
 def _bare_jobs(args: list[str]) -> list[str]:
@@ -165,7 +189,7 @@ def command_line(argv: list[str] | None = None) -> None:
     _standard_streams_open()
     _plain_help_off_a_terminal()
     try:
-        args = _bare_jobs(list(sys.argv[1:] if argv is None else argv))
+        args = _bare_jobs(run_by_default(list(sys.argv[1:] if argv is None else argv)))
         args = marin_habits(args, lambda line: err.print(line, markup=False))
         code = app(args=args, prog_name="marinbuild", standalone_mode=False)
     except _UsageError as error:

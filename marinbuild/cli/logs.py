@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from marinbuild.cli.exits import handles_errors
-from marinbuild.cli.options import PrefixOpt, VerboseOpt, step_targets
+from marinbuild.cli.options import PrefixOpt, VerboseOpt, complete_steps, step_targets
 from marinbuild.cli.printing import err
 from marinbuild.errors import UserError
 
@@ -32,7 +32,7 @@ _POLL_S = 0.2
 
 @handles_errors
 def logs_command(
-    step: Annotated[str, typer.Argument(help="The step: its name or its output path.")],
+    step: Annotated[str, typer.Argument(help="The step: its name or its output path.", autocompletion=complete_steps)],
     file: Annotated[str, typer.Option("--file", help="The Marinfile to load.")] = "Marinfile.py",
     prefix: PrefixOpt = None,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing what the step appends until it has ended.")] = False,

@@ -27,6 +27,7 @@ __all__ = [
     "TargetsArg",
     "TokenOpt",
     "VerboseOpt",
+    "complete_steps",
     "machine_of",
     "metrics_of",
     "step_targets",
@@ -37,11 +38,33 @@ PrefixOpt = Annotated[
     str | None,
     typer.Option("--prefix", envvar="MARIN_PREFIX", help="Where outputs live (any fsspec URL); default ./marinbuild-out."),
 ]
-TargetsArg = Annotated[list[str] | None, typer.Argument(help="Step names or globs; none means every declared step.")]
+
+
+def complete_steps(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of a target: the step names of the Marinfile (``-f`` or ``Marinfile.py``)
+    that begin with what is typed. Whatever goes wrong while loading it completes nothing."""
+    import contextlib
+    import io
+
+    file = ctx.params.get("file") or "Marinfile.py"
+    try:
+        # What the Marinfile prints while it loads must not land among the completions.
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            from marinbuild.marinfile import load_marinfile
+
+            names = [s.name for s in load_marinfile(file).steps]
+    except (Exception, SystemExit):
+        return []
+    return [n for n in names if n.startswith(incomplete)]
+
+
+TargetsArg = Annotated[list[str] | None, typer.Argument(help="Step names or globs; none means every declared step.",
+                                                        autocompletion=complete_steps)]
 VerboseOpt = Annotated[bool, typer.Option("-v", "--verbose", help="Tracebacks and more detail.")]
 QuietOpt = Annotated[bool, typer.Option("-q", "--quiet", help="Only failures and the summary.")]
-ForceOpt = Annotated[list[str] | None, typer.Option("--force", "-R", help="Rerun this step (and what depends on it); repeatable.")]
-ForceAllOpt = Annotated[bool, typer.Option("--force-all", "-F", help="Rerun every step the targets need.")]
+ForceOpt = Annotated[list[str] | None, typer.Option("--force", "-R", help="Rerun this step (and what depends on it); repeatable.",
+                                                   autocompletion=complete_steps)]
+ForceAllOpt = Annotated[bool, typer.Option("--force-all", "-F", "-B", help="Rerun every step the targets need (-B as in make).")]
 CoresOpt = Annotated[int | None, typer.Option("--cores", help="Cores this run may use (default: detected).")]
 MemOpt = Annotated[str | None, typer.Option("--mem", help="Memory this run may use, e.g. 16g (g = GiB; default: detected minus headroom).")]
 ResourcesOpt = Annotated[list[str] | None, typer.Option("--resources", help="A custom counted resource NAME=N steps may ask for; repeatable.")]

@@ -27,7 +27,7 @@ from marinbuild.cli.options import (
     machine_of,
     step_targets,
 )
-from marinbuild.cli.printing import err, print_notes, print_plan, with_environments
+from marinbuild.cli.printing import err, print_notes, print_plan, terminal_safe, with_environments
 from marinbuild.execution.admission import describe_request
 
 __all__ = ["DagFormat", "plan_command"]
@@ -59,9 +59,15 @@ def plan_command(
     allow_cross_region: Annotated[bool, typer.Option("--allow-cross-region", help="Accept TPU steps reading buckets outside the [gcp] zone's region.")] = False,
     output: Annotated[str | None, typer.Option("-o", "--output", help="Also write the plan to this file, for `marinbuild run --plan FILE`.")] = None,
     wide: Annotated[bool, typer.Option("--wide", help="On a terminal, whole output paths and reasons instead of a table within 100 columns.")] = False,
+    list_steps: Annotated[bool, typer.Option("--list", help="Print the names of the steps the targets select, one a line (as `marinbuild list`).")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Show what `run` would do, and why, without running or writing anything (but the -o file)."""
+    if list_steps:
+        from marinbuild.cli.list import print_step_names
+
+        print_step_names(file, prefix, targets)
+        return
     from marinbuild.execution import session
 
     project = session.load(file, prefix=prefix)
@@ -92,7 +98,7 @@ def plan_command(
     from marinbuild.cli import plan_notes
 
     for line in plan_notes.drift_lines(project, the_plan):
-        err.print(f"marinbuild: {line}", markup=False)
+        err.print(f"marinbuild: {terminal_safe(line)}", markup=False)
     estimates = plan_notes.estimates(project, the_plan) if dag is None else {}
     if dag is DagFormat.dot:
         sys.stdout.write(dag_text.to_dot(the_plan))
@@ -116,9 +122,15 @@ def plan_command(
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
     else:
         print_plan(the_plan, with_environments(planned), wide)
-        from marinbuild.cli.plan_view import columns_text
+        from marinbuild.cli.plan_view import TERMINAL_WIDTH, columns_text, columns_within
 
-        for line in plan_notes.estimate_lines(estimates, columns_text):
+        columns = columns_text
+        if sys.stdout.isatty() and not wide:  # within the terminal: a longer line would wrap
+            import shutil
+
+            room = min(shutil.get_terminal_size().columns, TERMINAL_WIDTH) - 2  # the lines are indented by two
+            columns = lambda rows: columns_text(columns_within(rows, room))  # noqa: E731
+        for line in plan_notes.estimate_lines(estimates, columns):
             sys.stdout.write(line + "\n")  # plain lines: a plan into a pipe never imports rich
     if output is not None:
         err.print(f"marinbuild: plan written to {output}; run exactly it with: marinbuild run --plan {output}", markup=False)

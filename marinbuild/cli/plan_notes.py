@@ -15,19 +15,11 @@ __all__ = ["drift_lines", "estimate_lines", "estimates", "format_hours", "rough_
 
 def drift_lines(project: Project, plan: Plan) -> list[str]:
     """One line per drift of each up-to-date step: ``train: note: command changed since ...``."""
-    from marinbuild.drift import drift_notes
+    from marinbuild.drift import drift_note_lines as lines_of
     from marinbuild.staleness import Action
 
     kept = [n for n in plan.order if plan.decisions[n].action is Action.SKIP]
-    found = drift_notes(project.storage, project.graph, kept, plan.statuses)
-    lines = [f"{name}: note: {note}" for name in kept for note in found.notes.get(name, ())]
-    if found.unchecked:
-        count = len(found.unchecked)
-        lines.append(
-            f"note: drift not checked for {count} up-to-date step{'s' if count != 1 else ''} recorded by an earlier "
-            f"marinbuild (a request each on this store); `marinbuild why STEP` checks one"
-        )
-    return lines
+    return lines_of(project.storage, project.graph, kept, plan.statuses)
 
 
 def why_extras(project: Project, name: str, info: Mapping[str, Any] | None, own: bool) -> list[str]:

@@ -19,9 +19,11 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from marinbuild.cli.printing import terminal_safe
 from marinbuild.planner import Plan
 
-__all__ = ["COLUMNS", "MAX_ROWS", "TERMINAL_WIDTH", "PlanView", "columns_text", "cut_reason", "plan_text", "plan_view",
+__all__ = ["COLUMNS", "MAX_ROWS", "TERMINAL_WIDTH", "PlanView", "columns_text", "columns_within", "cut_reason", "plan_text",
+           "plan_view",
            "under_prefix"]
 
 MAX_ROWS = 200
@@ -47,9 +49,10 @@ def under_prefix(path: str, prefix: str) -> str:
 
 
 def cut_reason(reason: str, name: str, width: int = REASON_WIDTH) -> str:
-    """A reason cut to about ``width`` characters, pointing at ``why STEP`` for the rest.
+    """A reason cut to at most ``width`` characters, pointing at ``why STEP`` for the rest.
 
-    The hint that a step resumes from partial output, at the end of a reason, is kept whole.
+    The hint that a step resumes from partial output, at the end of a reason, is kept (whole
+    where there is room, as ``; resumes`` where there is not).
 
     >>> cut_reason("changed: lr: 0.1 -> 0.2; dependency data: data-1f0e2a9c5d7b3e41 -> data-9c0e", "t", 36)
     'changed: lr: 0.1 -> 0.2… (why t)'
@@ -58,11 +61,21 @@ def cut_reason(reason: str, name: str, width: int = REASON_WIDTH) -> str:
 
     tail = f"; {RESUMES}" if reason.endswith(f"; {RESUMES}") else ""
     head = reason[: len(reason) - len(tail)]
-    if len(head) <= width:
+    if len(reason) <= width:
         return reason
-    cut = head[: width - 6]
-    cut = cut.rsplit(" ", 1)[0] if " " in cut[width // 2:] else cut  # at a word, where one is near
-    return f"{cut.rstrip(' ;,')}… (why {name}){tail}"
+    hint = f"… (why {name})"
+    if tail and width - len(hint) - len(tail) < 10:
+        tail = "; resumes"
+    if width - len(hint) - len(tail) < 10:
+        hint = "… (why)"  # a long name: `why` on the row's step tells the rest
+    budget = width - len(hint) - len(tail)
+    if budget < 10:  # no room for the hint: the reason's start, cut
+        return reason[: width - 1] + "…"
+    if len(head) + len(tail) <= width:
+        return head + tail
+    cut = head[:budget]
+    cut = cut.rsplit(" ", 1)[0] if " " in cut[budget // 2:] else cut  # at a word, where one is near
+    return f"{cut.rstrip(' ;,')}{hint}{tail}"
 
 
 @dataclass(frozen=True)
@@ -87,7 +100,8 @@ def plan_view(
     if len(names) > max_rows:
         # Action is a StrEnum: its members are their own text, without the enum's
         # .value descriptor (a Python-level call per step).
-        kinds = Counter((str(plan.decisions[n].action), _reason_kind(plan.decisions[n].reason)) for n in names)
+        kinds = Counter((str(plan.decisions[n].action), terminal_safe(_reason_kind(plan.decisions[n].reason)))
+                        for n in names)
         counts = tuple((action, reason, count) for (action, reason), count in sorted(kinds.items()))
         to_run = [n for n in names if plan.decisions[n].action != "skip"]
         names = (to_run or names)[:SHOWN_ROWS]
@@ -96,8 +110,9 @@ def plan_view(
         (
             n,
             str(plan.decisions[n].action),
-            plan.decisions[n].reason if wide else cut_reason(plan.decisions[n].reason, n),
-            str((resources or {}).get(n, "")),  # rendered only for the rows shown
+            # A reason quotes config values: defused, so that one step stays one line of one row.
+            terminal_safe(plan.decisions[n].reason) if wide else cut_reason(terminal_safe(plan.decisions[n].reason), n),
+            terminal_safe(str((resources or {}).get(n, ""))),  # rendered only for the rows shown
             plan.node(n).output_path if wide else under_prefix(plan.node(n).output_path, prefix),
         )
         for n in names
@@ -118,6 +133,30 @@ def plan_text(plan: Plan, resources: Mapping[str, object] | None = None) -> str:
     lines += columns_text([COLUMNS, *view.rows])
     lines.append(view.totals)
     return "\n".join(lines) + "\n"
+
+
+def columns_within(rows: list[tuple[str, ...]], room: int) -> list[tuple[str, ...]]:
+    """Rows of plain columns (the first a key) without the columns zero or empty in every row, and
+    without those from the right that would make a line wider than ``room``: for a terminal,
+    where a longer line would wrap.
+
+    >>> columns_within([("step", "est", "acc-h", "core-h"), ("a", "1 s", "0", "0.5"), ("b", "2 s", "0", "0.1")], 14)
+    [('step', 'est'), ('a', '1 s'), ('b', '2 s')]
+    """
+    def blank(i: int) -> bool:
+        return all(not row[i].strip() or _zero(row[i]) for row in rows[1:])
+
+    keep = [i for i in range(len(rows[0])) if i == 0 or not blank(i)]
+    while len(keep) > 1 and max(len(line) for line in columns_text([tuple(r[i] for i in keep) for r in rows])) > room:
+        keep.pop()
+    return [tuple(r[i] for i in keep) for r in rows]
+
+
+def _zero(text: str) -> bool:
+    try:
+        return float(text) == 0
+    except ValueError:
+        return False
 
 
 def columns_text(rows: list[tuple[str, ...]]) -> list[str]:

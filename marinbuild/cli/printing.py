@@ -20,7 +20,20 @@ if TYPE_CHECKING:
     from marinbuild.planner import Plan
 
 __all__ = ["LazyConsole", "err", "out", "print_notes", "print_plan", "print_table", "step_line_printer",
-           "with_environments"]
+           "terminal_safe", "with_environments"]
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with control characters escaped (``\\x1b``, ``\\x07``, ``\\n``), each one alone:
+    a config value, a metric or a marker must not clear the screen, retitle the window, ring
+    the bell or break a line that a pipe reads as one step.
+
+    >>> terminal_safe("\\x1b[2Jloss\\nnext é")
+    '\\\\x1b[2Jloss\\\\nnext é'
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 class LazyConsole:
@@ -60,13 +73,16 @@ def step_line_printer(json_events: bool, event: str, template: str) -> Callable[
         from marinbuild.execution.reporting import json_step_lines
 
         return json_step_lines(event)
+    if event == "command":  # a command is marinbuild's to print, from config values: defused, one line
+        return lambda step, text: out.print(template.format(step=step, text=terminal_safe(text)), markup=False,
+                                            highlight=False)
     return lambda step, text: out.print(template.format(step=step, text=text), markup=False, highlight=False)
 
 
 def print_notes(planned: PlannedRun) -> None:
     """What planning could not check, said once on stderr."""
     for note in planned.fields.notes if planned.fields is not None else ():
-        err.print(f"marinbuild: note: {note}", markup=False)
+        err.print(f"marinbuild: note: {terminal_safe(note)}", markup=False)
 
 
 def with_environments(planned: PlannedRun) -> dict[str, object]:

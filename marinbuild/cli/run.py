@@ -26,7 +26,7 @@ from marinbuild.cli.options import (
     VerboseOpt,
     step_targets,
 )
-from marinbuild.cli.printing import err, out, print_plan, step_line_printer, with_environments
+from marinbuild.cli.printing import err, out, print_plan, step_line_printer, terminal_safe, with_environments
 from marinbuild.execution.invocation import RunParameters, RunVoice, invoke
 
 if TYPE_CHECKING:
@@ -95,15 +95,23 @@ def run_command(
     plan: Annotated[str | None, typer.Option("--plan", help="Run exactly the plan `marinbuild plan -o FILE` wrote; refuse when it no longer holds.")] = None,
     print_commands: Annotated[bool, typer.Option("-p", "--print-commands", help="Print each shell step's command, resolved, as it starts (with -n: each command that would run).")] = False,
     wide: Annotated[bool, typer.Option("--wide", help="With -n on a terminal: whole output paths and reasons instead of a table within 100 columns.")] = False,
+    list: Annotated[bool, typer.Option("--list", help="Print the names of the steps the targets select, one a line, and run nothing (as `marinbuild list`).")] = False,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Run the targets and whatever they need that is not up to date."""
+    if list:
+        from marinbuild.cli.list import print_step_names
+
+        print_step_names(file, prefix, targets)
+        return
     # Every option is a field of RunParameters: one added here fails until the library takes it too.
     params = RunParameters.of(**locals())
     quiet = params.quiet
+    made: dict[str, PlannedRun] = {}  # the plan, once made: the live view's estimates
     voice = RunVoice(
-        reporter=lambda: _reporter(quiet, params.json),
+        reporter=lambda: _reporter(quiet, params.json, made.get("plan")),
+        planned=lambda planned: made.update(plan=planned),
         # With --json, stdout holds JSON lines only: "nothing to do" and what TPU hosts say go to stderr.
         echo=_silent if quiet else _to_stderr if params.json else lambda line: out.print(line, markup=False, highlight=False),
         warn=_to_stderr,
@@ -120,7 +128,7 @@ def run_command(
         # then (the summary, atexit's logging shutdown and thread joins): it ends the process.
         signal.signal(signal.SIGTERM, handlers[0])
         signal.signal(signal.SIGINT, handlers[1])
-    if params.dry:
+    if params.dry or params.list:
         return  # the plan was the answer
     if summary.interrupted:
         ctrl_c.handled()  # the run stopped on it and said so
@@ -167,7 +175,7 @@ def _silent(line: str) -> None:
 
 
 def _to_stderr(line: str) -> None:
-    err.print(line, markup=False, highlight=False)
+    err.print(terminal_safe(line), markup=False, highlight=False)
 
 
 def _stop_on_signals() -> None:
@@ -187,7 +195,7 @@ def _terminate_as_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _reporter(quiet: bool, json_events: bool) -> Reporter:
+def _reporter(quiet: bool, json_events: bool, planned: PlannedRun | None = None) -> Reporter:
     from marinbuild.cli.console import LineReporter, LiveReporter
     from marinbuild.execution.reporting import JsonReporter
 
@@ -195,4 +203,7 @@ def _reporter(quiet: bool, json_events: bool) -> Reporter:
         return JsonReporter()
     if quiet or not out.console.is_terminal:
         return LineReporter(out.console, quiet=quiet)
-    return LiveReporter(out.console)
+    live = LiveReporter(out.console)
+    if planned is not None:
+        live.estimate_from(planned.project, planned.plan.to_run())
+    return live

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from marinbuild.cli.exits import handles_errors
-from marinbuild.cli.options import FileOpt, PrefixOpt, VerboseOpt, metrics_of, step_targets
-from marinbuild.cli.printing import out
+from marinbuild.cli.options import FileOpt, PrefixOpt, VerboseOpt, complete_steps, metrics_of, step_targets
+from marinbuild.cli.printing import terminal_safe as _terminal_safe
 from marinbuild.errors import UserError
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ _FIXED = ("status", "duration_s", "attempts", "accelerator_hours", "core_hours")
 
 @handles_errors
 def show_command(
-    targets: Annotated[list[str] | None, typer.Argument(help="Step names or globs ('sweep/*'); none means every declared step.")] = None,
+    targets: Annotated[list[str] | None, typer.Argument(help="Step names or globs ('sweep/*'); none means every declared step.", autocompletion=complete_steps)] = None,
     file: FileOpt = "Marinfile.py",
     prefix: PrefixOpt = None,
     metrics: Annotated[str | None, typer.Option("--metrics", help="A JSON file inside each output whose keys become columns (nested keys dotted; default: the Marinfile's METRICS).")] = None,
@@ -47,6 +47,7 @@ def show_command(
     all_fields: Annotated[bool, typer.Option("--all-fields", help="Every versioned field, not only those that differ between the rows.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows as a JSON list.")] = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print the rows as CSV.")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="On a terminal, every column (folded where it must) instead of those that fit, with empty and all-zero ones.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """A table of steps: versioned config, status, duration, attempts, hours held and metrics."""
@@ -75,7 +76,7 @@ def show_command(
         writer.writerows([[_spreadsheet_safe(r.get(c)) for c, _ in columns] for r in rows])
         sys.stdout.write(buffer.getvalue())
     else:
-        _print_table(columns, rows)
+        _print_table(columns, rows, wide)
 
 
 def table_of(records: Sequence[StepRecord], all_fields: bool = False) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
@@ -162,16 +163,6 @@ def _json_row(row: dict[str, Any], columns: list[tuple[str, str]]) -> dict[str, 
     return out
 
 
-def _terminal_safe(text: str) -> str:
-    """``text`` with control characters escaped (``\\x1b``, ``\\x07``), as ``status`` shows markers:
-    a config or metric value must not clear the screen or ring the bell.
-
-    >>> _terminal_safe("\\x1b[2Jloss")
-    '\\\\x1b[2Jloss'
-    """
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
-
-
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -203,7 +194,7 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _print_table(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> None:
+def _print_table(columns: list[tuple[str, str]], rows: list[dict[str, Any]], wide: bool = False) -> None:
     from marinbuild.cli.plan_notes import rough_duration
     from marinbuild.report.sweep import cell_text
 
@@ -218,14 +209,19 @@ def _print_table(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> 
 
         sys.stdout.write("".join(line + "\n" for line in columns_text([tuple(headers), *map(tuple, cells)])))
         return
-    from rich.table import Table
     from rich.text import Text
 
+    from marinbuild.cli.console import FittedTable, terminal_table
+    from marinbuild.cli.printing import print_table
+
     styles = {"config": "cyan", "metric": "magenta", "run": "", "step": "bold"}
-    table = Table(show_edge=False)
-    for name, (_, group) in zip(headers, columns, strict=True):
-        # Text, not str: a value such as "[bold]" is shown, never taken as rich markup.
-        table.add_column(Text(name), style=styles[group], overflow="fold", justify="right" if group in ("metric", "run") else "left")
-    for row in cells:
-        table.add_row(*map(Text, row))
-    out.print(table)
+    # Text, not str: a value such as "[bold]" is shown, never taken as rich markup.
+    fit = FittedTable(headers, [[Text(c) for c in row] for row in cells], keys=("step",), drop=_LEAST_USEFUL,
+                      right=[n for n, (_, g) in zip(headers, columns, strict=True) if g in ("metric", "run")],
+                      styles={n: styles[g] for n, (_, g) in zip(headers, columns, strict=True)})
+    print_table(terminal_table(fit, wide), wide)
+
+
+_LEAST_USEFUL = ("retries", "attempts", "provisioned_chip_hours", "accelerator_hours", "core_hours", "duration_s", "status")
+"""The run's columns of ``show`` in the order they give way on a narrow terminal; then the metrics and
+fields from the right."""

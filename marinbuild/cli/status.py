@@ -146,9 +146,9 @@ def _status_table(columns: tuple[str, ...], cells: list[tuple[str, ...]], prefix
         styled[1].stylize(colors.get(shown[1], "white"))
         rows.append(styled)
     # Narrower than the table, each step still shows its status: the dates go first, the error
-    # (why a step failed) last; a path relative to the prefix stays on one line, to copy, while it fits.
-    fit = FittedTable(columns, rows, keys=("step", "status"), whole=("duration", "finished"),
-                      drop=("retries", "finished", "duration", "lease", "output", "error"), unbroken=("output",))
+    # (why a step failed) last; a path relative to the prefix is shown whole, to copy, or not at all.
+    fit = FittedTable(columns, rows, keys=("step", "status"), cut=("lease", "error"),
+                      drop=("retries", "finished", "duration", "lease", "output", "error"))
     return terminal_table(fit, wide)
 
 

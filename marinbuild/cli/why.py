@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 
 from marinbuild.cli.exits import handles_errors
-from marinbuild.cli.options import FileOpt, PrefixOpt, VerboseOpt, step_targets
-from marinbuild.cli.printing import out
+from marinbuild.cli.options import FileOpt, PrefixOpt, VerboseOpt, complete_steps, step_targets
+from marinbuild.cli.printing import out, terminal_safe
 from marinbuild.history import RunIndex, earlier_info
 from marinbuild.planner import select
 from marinbuild.project import Project, open_project, plan_targets
@@ -20,7 +20,7 @@ __all__ = ["why_command"]
 
 @handles_errors
 def why_command(
-    targets: Annotated[list[str], typer.Argument(help="The steps to explain: names, globs or output paths.")],
+    targets: Annotated[list[str], typer.Argument(help="The steps to explain: names, globs or output paths.", autocompletion=complete_steps)],
     file: FileOpt = "Marinfile.py",
     prefix: PrefixOpt = None,
     verbose: VerboseOpt = False,
@@ -32,8 +32,13 @@ def why_command(
     index = RunIndex(project.storage, project.graph, list(names))
     for i, name in enumerate(names):
         if i:
-            out.print("")
+            _say("")
         _explain(project, name, the_plan.decisions[name], index)
+
+
+def _say(line: str) -> None:
+    """One line of ``why``, its config values defused (no escape sequence, no line break reaches the terminal)."""
+    out.print(terminal_safe(line), markup=False)
 
 
 def _headline(name: str, action: Action, reason: str) -> str:
@@ -52,25 +57,25 @@ def _headline(name: str, action: Action, reason: str) -> str:
 def _explain(project: Project, name: str, decision: Decision, index: RunIndex) -> None:
     graph = project.graph
     node = graph.nodes[name]
-    out.print(_headline(name, decision.action, decision.reason), markup=False)
-    out.print(f"  identity {node.identity}  output {node.output_path}", markup=False)
+    _say(_headline(name, decision.action, decision.reason))
+    _say(f"  identity {node.identity}  output {node.output_path}")
     own = read_info(project.storage, node.output_path)
     from marinbuild.cli.plan_notes import why_extras
 
     if own is not None:
-        out.print("  this identity ran before (same versioned values and dependencies)", markup=False)
+        _say("  this identity ran before (same versioned values and dependencies)")
         for line in why_extras(project, name, own, own=True):
-            out.print(f"  {line}", markup=False)
+            _say(f"  {line}")
         return
     info = earlier_info(project.storage, node, index)
     if info is None or not isinstance(info.get("identity_payload"), dict):
-        out.print("  no earlier run of this step under the prefix", markup=False)
+        _say("  no earlier run of this step under the prefix")
         return
-    out.print(f"  compared with the earlier run at {info.get('output_path')}:", markup=False)
+    _say(f"  compared with the earlier run at {info.get('output_path')}:")
     changes = diff_payloads(info["identity_payload"], node.payload)
     for c in changes:
-        out.print(f"  {c.line()}", markup=False)
+        _say(f"  {c.line()}")
     if not changes:
-        out.print("  no field differs", markup=False)
+        _say("  no field differs")
     for line in why_extras(project, name, info, own=False):
-        out.print(f"  {line}", markup=False)
+        _say(f"  {line}")

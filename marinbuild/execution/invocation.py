@@ -89,6 +89,8 @@ class RunParameters:
     print_commands: bool = False
     wide: bool = False
     """A dry run's plan on a terminal with whole paths and reasons, not fitted to 100 columns."""
+    list: bool = False
+    """Say the names of the steps the targets select, one a line, and run nothing (``marinbuild list``)."""
     quiet: bool = False
     verbose: bool = False
     """The command line's tracebacks; the library raises with its traceback either way."""
@@ -166,6 +168,8 @@ class RunVoice:
     on_command: Callable[[str, str], None] | None = None
     show_plan: Callable[[PlannedRun], None] = lambda planned: None
     """A dry run's plan."""
+    planned: Callable[[PlannedRun], None] = lambda planned: None
+    """Every run's plan, once made (the command line's live view estimates the time left from it)."""
     starting: Callable[[], None] = lambda: None
     """Called once the run is about to start steps (the command line maps SIGTERM then)."""
 
@@ -194,6 +198,14 @@ def invoke(
         check_writable_prefix(params.prefix)  # one line before the Marinfile loads, even with nothing to do
     project = load(params.file, steps, params.prefix)
     targets, force, force_all = list(params.targets), list(params.force), params.force_all
+    if params.list:
+        from marinbuild.planner import select
+
+        chosen = set(select(project.graph, target_names(project, targets) if target_names else targets)) if targets else None
+        for name in project.graph.order:
+            if chosen is None or name in chosen:
+                voice.echo(name)
+        return RunSummary({})
     review = None
     if params.plan is not None:
         review = load_review(params.plan, targets, force, force_all)
@@ -210,10 +222,12 @@ def invoke(
         explain=params.dry,
         dry=params.dry,
     )
+    voice.planned(planned)
     for note in planned.fields.notes if planned.fields is not None else ():
         voice.warn(f"marinbuild: note: {note}")
     if review is not None:
         check_review(review, planned.plan, project.graph, voice.warn)
+    _say_drift(planned, voice)
     if params.dry:
         voice.show_plan(planned)
         return _not_started(planned.plan)
@@ -230,6 +244,18 @@ def invoke(
     return execute(
         planned, params.settings, reporter, echo=voice.echo, on_output=voice.on_output, on_command=voice.on_command
     )
+
+
+def _say_drift(planned: PlannedRun, voice: RunVoice) -> None:
+    """What ``plan`` notes of the up-to-date steps (a changed command, function or plain field), said once
+    before the run starts or says it has nothing to do."""
+    from marinbuild.drift import drift_note_lines
+    from marinbuild.staleness import Action
+
+    plan = planned.plan
+    kept = [n for n in plan.order if plan.decisions[n].action is Action.SKIP]
+    for line in drift_note_lines(planned.project.storage, planned.project.graph, kept, plan.statuses):
+        voice.warn(f"marinbuild: {line}")
 
 
 def _not_started(plan: Plan) -> RunSummary:

@@ -58,7 +58,7 @@ from marinbuild.store.markers import (
     write_status,
 )
 from marinbuild.store.mirror import ensure_mirrored
-from marinbuild.store.step_logs import begin_step_log, staged_log
+from marinbuild.store.step_logs import LOG_NOTE_EXTRA, begin_step_log, staged_log
 from marinbuild.store.storage import Storage, overlapped
 
 __all__ = [
@@ -140,8 +140,6 @@ def prepare(ctx: RunContext, node: StepNode, extra_env: Mapping[str, str], cores
     config = resolve_config(s.config, out, ctx.outputs, mirrors)
     command = render_command(s.cmd, config, out, s.name) if s.cmd is not None else None
     log_file = begin_step_log(storage, out)  # this run's attempts start a new log; the last run's is kept
-    if note is not None:
-        _first_line(log_file, note)
     env = step_environment(s, out, extra_env)
     environment = environment_of(s.name, s.pip_dependency_groups, ctx.marinfile)
     held = held_by(s.resources, cores)
@@ -183,7 +181,7 @@ def prepare(ctx: RunContext, node: StepNode, extra_env: Mapping[str, str], cores
         command=command,
         cores=cores,
         timeout=timeout,
-        extra={**_extra(s, environment), HELD_EXTRA: held},
+        extra={**_extra(s, environment), HELD_EXTRA: held, **({LOG_NOTE_EXTRA: note} if note is not None else {})},
         previous_attempts=previous,
         lost_attempt=out in ctx.lost_attempts,
         progress_timeout=s.progress_timeout,
@@ -240,16 +238,6 @@ def _was_starting_over(storage: Storage, out: str) -> bool:
     """
     record = _stored(f"read {status_path(out)}", lambda: read_status(storage, out))
     return record is not None and record.status == RUNNING and record.starting_over is True
-
-
-def _first_line(log_file: str, line: str) -> None:
-    """Open the run's log with ``line`` (best effort: a log is never worth a failed step)."""
-    try:
-        os.makedirs(os.path.dirname(log_file), exist_ok=True)
-        with open(log_file, "a") as f:
-            f.write(line + "\n")
-    except OSError:
-        pass
 
 
 def _while_reading_attempts(storage: Storage, output: str, write: Callable[[], Any]) -> tuple[dict[str, Any], ...]:

@@ -199,19 +199,22 @@ def _retries_of(ledger: Mapping[str, Any]) -> dict[str, Any] | None:
     return {k: v for k, v in retries.items() if isinstance(v, dict) and isinstance(v.get("used"), int)}
 
 
-def describe_retries(retries: Mapping[str, Any] | None) -> str:
-    """Retries by cause in one line: failures, preemptions and hangs always, the others once used.
+def describe_retries(retries: Mapping[str, Any] | None, used_only: bool = False) -> str:
+    """Retries by cause in one line: failures, preemptions and hangs always (``used_only``: only
+    the causes that were used, as the end of a run says them), the others once used.
 
     >>> describe_retries({"failure": {"used": 1, "max": 3}, "preemption": {"used": 4, "max": 100},
     ...                   "hang": {"used": 0, "max": 2}, "infra": {"used": 0, "max": 2},
     ...                   "provisioning": {"used": 2, "max": None, "timeout_s": 3600}})
     'failures 1/3 · preemptions 4/100 · hangs 0/2 · provisioning 2 (within 3600 s)'
+    >>> describe_retries({"failure": {"used": 1, "max": 3}, "preemption": {"used": 0, "max": 100}}, used_only=True)
+    'failures 1/3'
     """
     if not retries:
         return ""
     parts = []
     for key, word in _CAUSE_WORDS:
-        if key in retries:
+        if key in retries and (not used_only or retries[key].get("used")):
             parts.append(f"{word} {retries[key].get('used', 0)}/{retries[key].get('max')}")
     infra = retries.get("infra") or {}
     if infra.get("used"):

@@ -25,6 +25,7 @@ from marinbuild.store.storage import Storage, unlink_quietly
 
 __all__ = [
     "HEADER_PREFIX",
+    "LOG_NOTE_EXTRA",
     "LogPart",
     "append_note",
     "attempt_header",
@@ -106,6 +107,12 @@ def attempts_in(text: str) -> list[LogPart]:
         current.append(line)
     close()
     return parts
+
+
+LOG_NOTE_EXTRA = "log_note"
+"""A job's ``extra`` key holding marinbuild's line for the log right under the run's first attempt
+header (``t resumes from partial output of an earlier failed run …``): before the step's own first
+line, and inside the attempt that ``marinbuild logs`` shows."""
 
 
 def write_header(log_file: str, attempt: int, host: str, backend: str) -> None:

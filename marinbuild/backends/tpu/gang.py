@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import queue
+import re
 import shlex
 import threading
 import time
@@ -53,7 +54,7 @@ from marinbuild.backends.tpu.ssh import (
 from marinbuild.backends.tpu.workdir_sync import PackedWorkdir, WorkdirSyncError, presence_check, upload_and_unpack
 from marinbuild.store.storage import Storage
 
-__all__ = ["TOKEN_VAR", "AttemptLogs", "Gang", "GangOutcome", "HostOutcome", "HostPlan"]
+__all__ = ["TOKEN_VAR", "AttemptLogs", "Gang", "GangOutcome", "HostOutcome", "HostPlan", "said_once"]
 
 # Every process of an attempt inherits this variable; finding it in /proc/*/environ
 # catches processes that left the process group (a daemon, a second setsid).
@@ -165,7 +166,30 @@ class GangOutcome:
             parts.insert(0, "cancelled")
         if self.survivors:
             parts.append(f"processes survived teardown: {self.survivors}")
-        return "; ".join(parts) or cls.value
+        return "; ".join(said_once(parts)) or cls.value
+
+
+def said_once(parts: Sequence[str], named: int = 3) -> list[str]:
+    """``HOST: message`` parts saying the same of several hosts, said once with the host count
+    (a slice of 64 hosts that all lost their connection is one line, not 64).
+
+    >>> said_once(["a: stopped answering SSH (a:22)", "b: stopped answering SSH (b:22)", "c exited 1 first"])
+    ['a: stopped answering SSH (a:22) (the same on 1 more host: b)', 'c exited 1 first']
+    """
+    alike: dict[str, list[tuple[str, str]]] = {}
+    for part in parts:
+        host, sep, rest = part.partition(": ")
+        # The host named inside its own message too (``10.0.0.2:22``) is the same message of another host.
+        key = re.sub(rf"(?<![\w.]){re.escape(host)}(?!\w|\.\w)", "\0", rest) if sep and host and " " not in host else part
+        alike.setdefault(key, []).append((host, part))
+    out: list[str] = []
+    for group in alike.values():
+        (_, first), others = group[0], [h for h, _ in group[1:]]
+        if others:
+            shown = ", ".join(others[:named]) + (", …" if len(others) > named else "")
+            first += f" (the same on {len(others)} more host{'s' if len(others) != 1 else ''}: {shown})"
+        out.append(first)
+    return out
 
 
 class AttemptLogs:

@@ -65,17 +65,33 @@ def _cells(line: str) -> list[str]:
 def test_a_narrow_terminal_keeps_each_step_and_its_action_whole() -> None:
     plan = _narrow_sweep_plan()
     requests = dict.fromkeys(plan.order, "Cores(1)")
-    for width, dropped in ((100, ()), (60, ()), (50, ("resources",)), (35, ("resources", "output")),
+    for width, dropped in ((100, ()), (60, ("output",)), (50, ("output",)), (35, ("resources", "output")),
                            (30, ("resources", "output", "reason"))):
         lines = _lines_at(width, plan_table(plan, requests, wide=False))
         assert max(len(line) for line in lines) <= width, lines
         assert _cells(lines[0]) == [c for c in ("step", "action", "reason", "resources", "output") if c not in dropped]
         rows = {_cells(line)[0]: _cells(line)[1] for line in lines if line.startswith(" sweep/")}
         assert rows == {"sweep/lr0.1": "skip", "sweep/lr0.2": "run", "sweep/lr0.3": "run"}, (width, lines)
+        assert len(lines) == 2 + 3 + (1 if dropped else 0) + 1  # header, rule, a line per step, what went, totals
+        if dropped == ("output",):
+            assert "not shown for room: output (--wide: all)" in lines
     at_100 = "\n".join(_lines_at(100, plan_table(plan, requests, wide=False)))
     assert plan.node("sweep/lr0.2").output_path.removeprefix("/p/") in at_100  # there is room: on one line
-    folded = _lines_at(50, plan_table(plan, requests, wide=False))[2:5]  # sweep/lr0.1's row, its path folded whole
-    assert "".join(_cells(line)[-1] for line in folded) == plan.node("sweep/lr0.1").output_path.removeprefix("/p/")
+
+
+def test_a_long_reason_is_cut_to_the_room_left_and_points_at_why() -> None:
+    graph = build_graph([step("train/with-a-long-name", cmd="true", config={"lr": 0.1})], "/p")
+    node = graph.nodes["train/with-a-long-name"]
+    reason = "changed: " + "; ".join(f"field{i}: {i} -> {i + 1}" for i in range(12))
+    from marinbuild.staleness import Action, Decision
+
+    plan = make_plan(graph, graph.declared, {})
+    plan = type(plan)(steps=plan.steps, targets=plan.targets, order=plan.order,
+                      decisions={node.name: Decision(Action.RUN, reason)}, statuses={})
+    lines = _lines_at(80, plan_table(plan, {}, wide=False))
+    row = next(line for line in lines if line.startswith(" train/"))
+    assert len(lines) == 2 + 1 + 1 + 1 and max(len(line) for line in lines) <= 80, lines
+    assert _cells(row)[2].endswith("… (why train/with-a-long-name)"), row
 
 
 def test_wide_keeps_every_column_at_any_width() -> None:
@@ -83,16 +99,16 @@ def test_wide_keeps_every_column_at_any_width() -> None:
     assert "output" in "".join(lines) and "resourc" in "".join(lines)  # each column, folded as it must
 
 
-def test_a_fitted_table_drops_columns_in_order_and_folds_keys_only_when_nothing_else_fits() -> None:
-    fit = FittedTable(("name", "when", "path"), [("a" * 20, "2026-01-01 00:00:00", "x" * 40)], keys=("name",),
-                      whole=("when",), drop=("when", "path"), unbroken=("path",))
-    assert [c.header for c in fit.table(100).columns] == ["name", "when", "path"]
-    assert [c.header for c in fit.table(60).columns] == ["name", "when", "path"]  # the path folded to 14
-    assert [c.header for c in fit.table(45).columns] == ["name", "path"]
-    assert [c.header for c in fit.table(30).columns] == ["name"]
+def test_a_fitted_table_drops_columns_in_order_keeps_cells_whole_and_folds_keys_only_when_nothing_else_fits() -> None:
+    fit = FittedTable(("name", "when", "path", "zero"), [("a" * 20, "2026-01-01 00:00:00", "x" * 40, "0.0000")],
+                      keys=("name",), drop=("when", "path"))
+    assert [c.header.plain for c in fit.table(100).columns] == ["name", "when", "path"]  # all zero: gone
+    assert [c.header.plain for c in fit.table(70).columns] == ["name", "path"]
+    assert [c.header.plain for c in fit.table(60).columns] == ["name", "when"]  # the date fits again once the path went
+    assert [c.header.plain for c in fit.table(30).columns] == ["name"]
     assert not fit.table(15).columns[0].no_wrap  # too narrow even for the name: folded, never cropped
-    assert [c.no_wrap for c in fit.table(100).columns] == [True, True, True]
-    assert [c.no_wrap for c in fit.table(60).columns] == [True, True, False]
+    assert all(c.no_wrap for c in fit.table(60).columns)
+    assert fit.gone(fit.layout(70)[0]) == ["when"]  # the zero column is not "not shown for room"
 
 
 def test_fit_columns_counts_padding_and_rules() -> None:
@@ -164,5 +180,18 @@ def test_live_reporter_counts() -> None:
     console = _console()
     console.print(r)
     head, *rest = console.export_text().splitlines()
-    assert head == "running 0 | done 1 | failed 1 | total 3"
+    assert head == "done 2/3 (66%) | running 0 | failed 1"  # no estimates: no time left
     assert rest == ["  waiting: 1 on cores"]
+
+
+def test_live_reporter_time_left_spreads_the_estimates_over_the_steps_running() -> None:
+    r = LiveReporter(_console())
+    r.total = 3
+    r.estimates = {"a": 10.0, "b": 20.0, "c": 30.0}
+    r.started = {"a": 100.0, "b": 100.0}
+    # a has 6 s left, b 16 s, c all 30 s: 52 s of work over the 2 running at once.
+    assert r.time_left(104.0) == 26.0
+    assert r.head_line(104.0) == "done 0/3 (0%) | running 2 | failed 0 | about 26 s left"
+    r.step_finished("a", 4.0)
+    r.step_finished("b", 4.0)
+    assert r.time_left(104.0) == 30.0 and "done 2/3 (66%)" in r.head_line(104.0)

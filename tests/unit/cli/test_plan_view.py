@@ -20,9 +20,11 @@ def test_cut_reason_points_at_why_and_keeps_the_resume_hint() -> None:
     assert cut_reason(short, "s") == short
     long = "changed: " + "; ".join(f"field{i}: {i} -> {i + 1}" for i in range(10))
     cut = cut_reason(long, "s", 40)
-    assert cut.endswith("… (why s)") and len(cut) <= 40 + len("… (why s)")
-    resumed = cut_reason(long + f"; {RESUMES}", "s", 40)
-    assert resumed.endswith(f"(why s); {RESUMES}")
+    assert cut.endswith("… (why s)") and len(cut) <= 40
+    resumed = cut_reason(long + f"; {RESUMES}", "s", 90)
+    assert resumed.endswith(f"(why s); {RESUMES}") and len(resumed) <= 90
+    tight = cut_reason(long + f"; {RESUMES}", "s", 40)  # no room for the whole hint: its first word
+    assert tight.endswith("(why s); resumes") and len(tight) <= 40
 
 
 def test_rows_of_a_small_plan_wide_and_fitted() -> None:

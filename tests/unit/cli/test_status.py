@@ -50,18 +50,18 @@ def test_a_narrow_terminal_keeps_each_step_and_its_status_whole():
     columns = ("step", "status", "duration", "finished", "output", "error")
     cells = [(f"sweep/lr0.{i}", status, "0.0 s", "2026-01-02 03:04:05", f"/work/out/sweep/lr0.{i}-1f51e6ca03cedb64",
               "exit status 3" if status == "FAILED" else "") for i, status in ((1, "SUCCESS"), (2, "FAILED"), (3, "NONE"))]
-    for width, header in ((100, list(columns)), (60, ["step", "status", "duration", "output", "error"]),
-                          (50, ["step", "status", "output", "error"]), (40, ["step", "status", "error"]),
-                          (35, ["step", "status"])):
+    for width, header in ((110, list(columns)), (100, ["step", "status", "duration", "output", "error"]),
+                          (60, ["step", "status", "duration", "error"]), (40, ["step", "status", "error"]),
+                          (35, ["step", "status", "duration"])):
         lines = _table_at(width, columns, cells)
         assert max(len(line) for line in lines) <= width, lines
         assert _cells(lines[0]) == header, lines
         rows = {_cells(line)[0]: _cells(line)[1] for line in lines if line.startswith(" sweep/")}
         assert rows == {"sweep/lr0.1": "SUCCESS", "sweep/lr0.2": "FAILED", "sweep/lr0.3": "NONE"}, lines
+        assert len(lines) == 2 + 3 + (header != list(columns)), lines  # a line per step; one naming what went
     at_100 = _table_at(100, columns, cells)
-    assert _cells(at_100[2])[4] == "sweep/lr0.1-1f51e6ca03cedb64"  # relative to the prefix, on one line
-    at_50 = _table_at(50, columns, cells)[2:5]  # the first step's row: its path folded, whole
-    assert "".join(_cells(line)[2] for line in at_50) == "sweep/lr0.1-1f51e6ca03cedb64"
+    assert _cells(at_100[2])[3] == "sweep/lr0.1-1f51e6ca03cedb64"  # relative to the prefix, on one line
+    assert at_100[-1] == "not shown for room: finished (--wide: all)"
 
 
 def test_wide_status_keeps_every_column_and_whole_paths():
