@@ -124,7 +124,8 @@ def delete_unheld(
 ) -> list[str]:
     """Delete (``force``, in parallel) the queued resources no live runner holds (``held_too``:
     all of ``made``, as ``tpu down NAME`` or ``--all`` asks); their names."""
-    doomed = [m for m in made if held_too or m.holder is None]
+    # One already DELETING is on its way out: the API refuses a second delete of it.
+    doomed = [m for m in made if (held_too or m.holder is None) and m.info.state != "DELETING"]
 
     def delete(m: MadeResource) -> str:
         api.delete(m.info.name, force=True)
