@@ -57,6 +57,7 @@ __all__ = [
     "node_labels",
     "prefix_id",
     "public_key_line",
+    "real_location",
 ]
 
 DESCRIPTION_PREFIX = "marinbuild output "
@@ -197,10 +198,20 @@ def node_labels(gcp: GcpSettings, request: ProvisionRequest) -> dict[str, str]:
 def prefix_id(prefix: str) -> str:
     """A label value naming ``prefix`` exactly (the readable ``marinbuild-prefix`` label is cut at 63).
 
+    A local prefix is named by its real path: a run through a symlinked spelling of the folder
+    and ``tpu list`` through another find the same queued resources.
+
     >>> prefix_id("gs://b/exp") == prefix_id("gs://b/exp"), len(prefix_id("/x"))
     (True, 16)
     """
-    return hashlib.sha256(prefix.encode()).hexdigest()[:16]
+    return hashlib.sha256(real_location(prefix).encode()).hexdigest()[:16]
+
+
+def real_location(path: str) -> str:
+    """``path`` with a local one resolved to its real path (symlinks, ``..``); a URL as it is."""
+    if "://" in path:
+        return path.rstrip("/")
+    return os.path.realpath(os.path.expanduser(path))
 
 
 def public_key_line(ssh: SshSettings) -> str:

@@ -213,7 +213,7 @@ class TpuApi:
                     ) from None
                 time.sleep(delay)
                 delay *= 2
-            except (exceptions.PermissionDenied, exceptions.Unauthenticated, exceptions.BadRequest) as e:
+            except (exceptions.Forbidden, exceptions.Unauthorized, exceptions.BadRequest) as e:
                 raise TpuApiError(_refusal(what, self.gcp.project, e), final=True) from None
             except Exception as e:
                 raise TpuApiError(f"TPU API: {what} in {self.parent} failed: {_why(e)}") from None
@@ -466,7 +466,7 @@ def _refusal(what: str, project: str, e: BaseException) -> str:
     if permission is not None:
         return (f"TPU API: {what} refused in project {project}: permission {permission.group(1)} is missing "
                 f"(grant a role holding it, such as roles/tpu.admin, to the credentials in use)")
-    if isinstance(e, _exceptions().Unauthenticated):
+    if isinstance(e, _exceptions().Unauthorized):
         return (f"TPU API: {what} refused in project {project}: not authenticated "
                 "(gcloud auth application-default login)")
     return f"TPU API: {what} refused in project {project}: {why}"
