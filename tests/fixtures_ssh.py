@@ -138,6 +138,18 @@ class FakeHost:
     def set_preempted(self, value: bool) -> None:
         self.metadata.preempted = value
 
+    def refuse_logins(self, refuse: bool) -> None:
+        """Refuse every login (sshd up, the key not yet authorized), as a VM does before its
+        ``ssh-keys`` user is made; or accept them again. sshd reads the file at each login."""
+        mine = self.config.parent / "authorized_keys"
+        shared = self.config.parent.parent / "authorized_keys"
+        if refuse:
+            mine.unlink(missing_ok=True)
+        else:
+            tmp = mine.with_suffix(".tmp")
+            tmp.write_text(shared.read_text())
+            tmp.replace(mine)
+
     def start(self) -> None:
         self.proc = subprocess.Popen(
             [SSHD, "-D", "-f", str(self.config), "-E", str(self.config.with_suffix(".log"))],
@@ -310,7 +322,10 @@ def start_fleet(n: int, root: Path, *, same_port: bool = False) -> FakeFleet:
             port = shared or free_port(ip)
             metadata = MetadataServer(ip)
             config = host_dir / "sshd_config"
-            config.write_text(_sshd_config(host_dir, ip, port, i, host_key, authorized, home, metadata.address))
+            # A file per host, so that one host can refuse logins while the others accept them.
+            (host_dir / "authorized_keys").write_text(authorized.read_text())
+            config.write_text(_sshd_config(host_dir, ip, port, i, host_key, host_dir / "authorized_keys", home,
+                                           metadata.address))
             host = FakeHost(i, ip, port, home, config, metadata)
             hosts.append(host)
             host.start()

@@ -345,8 +345,11 @@ def test_tpu_closing_line_counts_a_refused_create(project: Path, emulator: TpuAp
     out = train_out(project, cluster)
     record = ledger(out)
     assert len(refused) == 1
-    assert result.returncode == 0, result.stdout + result.stderr + json.dumps(record)
-    assert [a["class"] for a in record["attempts"]] == ["INFRA", "SUCCESS"]
+    # A 400 is the API refusing the request itself: final, in one line without the request's URL.
+    assert result.returncode == 1, result.stdout + result.stderr + json.dumps(record)
+    assert [a["class"] for a in record["attempts"]] == ["INFRA"]
+    assert "refused in project emulated: refused once for this test" in record["attempts"][0]["message"]
+    assert "http" not in record["attempts"][0]["message"] and emulator.queued_resource_names() == []
     assert_closing_line_matches(out, record["attempts"])
 
 

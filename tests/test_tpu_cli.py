@@ -71,3 +71,22 @@ def test_bad_cluster_file_is_exit_2(project):
     result = marinbuild("plan", "--cluster", "cluster.toml", cwd=project)
     assert result.returncode == 2
     assert "'p'" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_hostile_cluster_files_are_one_line_and_exit_2(project):
+    write_marinfile(project, "from marinbuild import step, ResourceConfig\nstep('t', cmd='true', resources=ResourceConfig.with_tpu('v4-32'))\n")
+    gcp = '[gcp]\nproject = "my-project"\nzone = "us-central2-b"\n'
+    cases = {
+        "latin1.toml": b'[gcp]\nproject = "caf\xe9"\n',
+        "deep.toml": ("a = " + "[" * 5000 + "]" * 5000 + "\n").encode(),
+        "grace.toml": ("[ssh]\nkill_grace = -1e308\n" + gcp).encode(),
+        "nan.toml": ("[ssh]\nconnect_timeout = nan\n" + gcp).encode(),
+        "zone.toml": b'[gcp]\nproject = "my-project"\nzone = "../../x"\n',
+        "project.toml": b'[gcp]\nproject = "a/b?c=d"\nzone = "us-central2-b"\n',
+    }
+    for name, text in cases.items():
+        (project / name).write_bytes(text)
+        result = marinbuild("plan", "--cluster", name, cwd=project)
+        assert result.returncode == 2, (name, result.stdout, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and name in lines[0] and "internal error" not in lines[0], (name, lines)

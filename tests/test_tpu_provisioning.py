@@ -284,7 +284,7 @@ def test_waiting_for_capacity_and_provisioning_are_shown(project: Path, emulator
     assert re.search(r"marinbuild: queued resource \S+ \(1 x v4-8\): waiting for capacity \(\d+ s\)", log), log
 
 
-def test_a_silent_provisioned_step_is_killed_as_a_hang_and_retried_on_a_new_slice(project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
+def test_a_silent_provisioned_step_is_killed_as_a_hang_and_retried_on_the_same_healthy_slice(project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
     write_marinfile(project, f"""
 from marinbuild import step, ResourceConfig
 step("train", cmd={RECORD + "; test $MARINBUILD_ATTEMPT -ge 2 || sleep 60"!r}, progress_timeout=2,
@@ -296,5 +296,8 @@ step("train", cmd={RECORD + "; test $MARINBUILD_ATTEMPT -ge 2 || sleep 60"!r}, p
     assert result.returncode == 0, result.stdout + result.stderr
     _, attempts = attempts_of(project, cluster)
     assert [a["class"] for a in attempts] == ["HANG", "SUCCESS"]
-    qrs = [a["provisioned"][0]["queued_resource"] for a in attempts]
-    assert qrs[0] != qrs[1] and set(qrs) <= set(emulator.deleted) and emulator.queued_resource_names() == []
+    qrs = [a["queued_resource"] for a in attempts]
+    # A new queued resource is a new wait for capacity: a healthy slice serves the retry.
+    assert qrs[0] == qrs[1] and emulator.deleted == [qrs[0]] and emulator.queued_resource_names() == []
+    assert len(attempts[0]["provisioned"]) == 1 and attempts[1]["provisioned"] == []
+    assert attempts[0]["provisioned"][0]["deleted_at"] is not None  # the step's end deleted it

@@ -62,6 +62,8 @@ class EmulatedHost:
     running: Callable[[], bool] = lambda: True
     port: int = _RUNTIME_PORT
     """What the endpoint's ``port`` says: the TPU runtime's, as Google's API; or an SSH port."""
+    refuse_logins: Callable[[bool], None] = lambda refuse: None
+    """Refuse (True) or accept (False) logins while sshd runs: the ``ssh-keys`` user not made yet."""
 
 
 @dataclass
@@ -72,6 +74,7 @@ class _Node:
     queued_resource: str
     created: float
     state: str = "READY"
+    health: str = "HEALTHY"
 
 
 @dataclass
@@ -82,11 +85,53 @@ class _QueuedResource:
     node_names: list[str]
     tpu_type: str
     vms_per_node: int
-    fail: bool
+    fail: str | None
+    """Why it goes FAILED after provisioning ("capacity", "quota", "invalid"); None: it does not."""
     state: str = "WAITING_FOR_RESOURCES"
     changed: float = 0.0
     hosts: list[EmulatedHost] = field(default_factory=list)
     history: list[str] = field(default_factory=list)
+    valid_until: float | None = None
+    """``queueingPolicy.validUntilDuration`` from its creation: not ACTIVE by then, FAILED."""
+    error: tuple[int, str] | None = None
+    """A FAILED one's ``failedData.error``: (code, message)."""
+
+
+@dataclass
+class _Operation:
+    name: str
+    done_at: float
+    response: dict[str, Any]
+    error: tuple[int, str] | None = None
+    then: Callable[[], None] | None = None
+    """Run once when the operation completes (a delete's queued resource vanishes then)."""
+
+
+_FAILURES = {
+    "capacity": (8, "There is no more capacity in the zone \"{zone}\"; you will be placed in a queue"),
+    "quota": (8, "Quota 'TPUV4sPodPerProjectPerZoneForTPUAPI' exhausted. Limit 32.0 in zone {zone}"),
+    "invalid": (3, "Invalid value for field 'node.acceleratorConfig': unsupported topology"),
+}
+"""FAILED queued resources by cause: Google's ``failedData.error`` code and message."""
+RUNTIME_VERSIONS = {
+    "v4": ("tpu-ubuntu2204-base", "tpu-vm-base", "tpu-vm-v4-base"),
+    "v5p": ("tpu-ubuntu2204-base", "v2-alpha-tpuv5"),
+    "v5litepod": ("v2-alpha-tpuv5-lite",),
+    "v6e": ("v2-alpha-tpuv6e",),
+}
+"""Runtime versions the emulated zone boots, per generation (the API refuses others with 400)."""
+ACCELERATOR_TYPES = (
+    "v4-8", "v4-16", "v4-32", "v4-64", "v4-128", "v5p-8", "v5p-16", "v5p-32",
+    "v5litepod-1", "v5litepod-4", "v5litepod-8", "v5litepod-16", "v5litepod-32", "v6e-1", "v6e-4", "v6e-8", "v6e-16",
+)
+"""Accelerator types the emulated zone offers (``acceleratorTypes`` lists them)."""
+
+
+def _duration_s(text: object) -> float | None:
+    """A JSON ``google.protobuf.Duration`` (``"3600s"``) in seconds; None when absent."""
+    if not isinstance(text, str) or not text.endswith("s"):
+        return None
+    return float(text[:-1])
 
 
 def _ts(t: float) -> str:
@@ -113,9 +158,32 @@ class TpuApiEmulator:
         self.free: list[EmulatedHost] = list(hosts)
         self.waiting_s = waiting_s
         self.provisioning_s = provisioning_s
-        self.failures_left = 0
+        self.failures: list[str] = []
+        """Causes of the next queued resources to go FAILED, in turn."""
         self.unavailable_left = 0
         self.unavailable_lost = False
+        self.unavailable_until = 0.0
+        self.create_refusals: list[tuple[int, str, str]] = []
+        """The next creates answered with these (HTTP code, status, message), in turn."""
+        self.create_op_s = 0.0
+        """Seconds a create's operation takes to be done (Google's take a few)."""
+        self.create_op_errors: list[tuple[int, str]] = []
+        """The next creates' operations end with these errors (code, message): nothing made."""
+        self.delete_op_s = 0.0
+        """Seconds a delete takes: the queued resource is DELETING meanwhile, its operation not done."""
+        self.keys_after_s = 0.0
+        """Guest attributes report no host key until this long after a node turns ACTIVE."""
+        self.logins_after_s = 0.0
+        """A node's hosts refuse logins (sshd up, key not authorized) until this long after ACTIVE."""
+        self.sshd_after_s = 0.0
+        """A node's hosts' sshd is down (connection refused) until this long after ACTIVE."""
+        self.key_style = "split"
+        """How guest attributes write host keys: "split" (key = type, value = base64), "typed"
+        (value = ``TYPE BASE64``), "joined" (one entry, several ``TYPE BASE64`` lines)."""
+        self.page_size = 0
+        """List calls answer this many items a page (0: all on one), with ``nextPageToken``."""
+        self.operations: dict[str, _Operation] = {}
+        self._timers: list[tuple[float, Callable[[], None]]] = []
         self.node_name = "{prefix}-{i}"
         """How multislice nodes are named (Google's API: ``PREFIX-i``)."""
         self.auto_preempt_after: float | None = None
@@ -155,10 +223,50 @@ class TpuApiEmulator:
 
     # -- controls --------------------------------------------------------------------------
 
-    def fail_next(self, n: int) -> None:
-        """The next ``n`` queued resources created go FAILED (no capacity) after provisioning."""
+    def fail_next(self, n: int, why: str = "capacity") -> None:
+        """The next ``n`` queued resources created go FAILED after provisioning, ``why``: "capacity"
+        (RESOURCE_EXHAUSTED, no capacity), "quota" (RESOURCE_EXHAUSTED, a quota named) or "invalid"
+        (INVALID_ARGUMENT)."""
+        if why not in _FAILURES:
+            raise ValueError(f"no such failure {why!r} (known: {', '.join(_FAILURES)})")
         with self.lock:
-            self.failures_left = n
+            self.failures = [why] * n
+
+    def refuse_creates(self, n: int, code: int = 403) -> None:
+        """The next ``n`` creates are answered ``code``: 403 (a permission missing) or 400 (a bad field)."""
+        answers = {
+            403: (403, "PERMISSION_DENIED", "Permission 'tpu.queuedResources.create' denied on resource "
+                  "'//tpu.googleapis.com/projects/{project}/locations/{zone}' (or it may not exist)."),
+            400: (400, "INVALID_ARGUMENT", "Invalid value for field 'queuedResource.tpu.nodeSpec[0].node.tags[0]': "
+                  "'Bad Tag'. Must be a match of regex '[a-z]([-a-z0-9]*[a-z0-9])?'"),
+        }
+        with self.lock:
+            self.create_refusals = [answers[code]] * n
+
+    def fail_create_operations(self, n: int, code: int = 3, message: str = "Invalid runtime configuration") -> None:
+        """The next ``n`` creates are accepted but their operations end with this error, nothing made."""
+        with self.lock:
+            self.create_op_errors = [(code, message)] * n
+
+    def unavailable_for(self, seconds: float) -> None:
+        """Every API request is answered 503 UNAVAILABLE for ``seconds`` from now (a burst)."""
+        with self.lock:
+            self.unavailable_until = time.time() + seconds
+
+    def set_health(self, node: str, health: str = "UNHEALTHY_MAINTENANCE", state: str | None = None) -> None:
+        """A node's ``health`` (HEALTHY, TIMEOUT, UNHEALTHY_MAINTENANCE, ...) and, given, its ``state``
+        (REPAIRING, UNKNOWN, RESTARTING, ...)."""
+        with self.lock:
+            n = self._node(node)
+            n.health = health
+            if state is not None:
+                n.state = state
+
+    def suspend(self, queued_resource: str) -> None:
+        """The queued resource goes SUSPENDED (Google's API: its capacity was taken back)."""
+        with self.lock:
+            qr = next(r for q, r in self.queued.items() if q == queued_resource or q.endswith("/" + queued_resource))
+            self._set(qr, "SUSPENDED", time.time())
 
     def unavailable_next(self, n: int, *, lost: bool = False) -> None:
         """The next ``n`` API requests are answered 503 UNAVAILABLE, as Google's API does now and
@@ -168,6 +276,8 @@ class TpuApiEmulator:
 
     def _unavailable(self, *, acted: bool) -> None:
         with self.lock:
+            if not acted and time.time() < self.unavailable_until:
+                raise _ApiError(503, "UNAVAILABLE", "The service is currently unavailable.")
             if self.unavailable_left > 0 and self.unavailable_lost == acted:
                 self.unavailable_left -= 1
                 raise _ApiError(503, "UNAVAILABLE", "The service is currently unavailable.")
@@ -227,6 +337,11 @@ class TpuApiEmulator:
         qr.history.append(state)
 
     def _advance(self, qr: _QueuedResource, now: float) -> None:
+        if qr.state in ("WAITING_FOR_RESOURCES", "PROVISIONING") and qr.valid_until is not None and now >= qr.valid_until:
+            qr.error = (4, "The queued resource was not provisioned before its validUntil time")
+            self._free(qr)
+            self._set(qr, "FAILED", now)
+            return
         if qr.state == "WAITING_FOR_RESOURCES" and now - qr.changed >= self.waiting_s:
             need = qr.vms_per_node * len(qr.node_names)
             usable = [h for h in self.free if h.running()]
@@ -238,6 +353,8 @@ class TpuApiEmulator:
                 self._set(qr, "PROVISIONING", now)
         if qr.state == "PROVISIONING" and now - qr.changed >= self.provisioning_s:
             if qr.fail:
+                code, message = _FAILURES[qr.fail]
+                qr.error = (code, message.format(zone=qr.name.split("/")[3]))
                 self._set(qr, "FAILED", now)
                 return
             body = qr.body["tpu"]["nodeSpec"][0]["node"]
@@ -245,6 +362,7 @@ class TpuApiEmulator:
                 hosts = qr.hosts[i * qr.vms_per_node:(i + 1) * qr.vms_per_node]
                 self.nodes[name] = _Node(name, body, hosts, qr.name, now)
             self._set(qr, "ACTIVE", now)
+            self._boot(qr.hosts, now)
         if (
             qr.state == "ACTIVE" and self.auto_preempt_after is not None and self.auto_preemptions_left > 0
             and now - qr.changed >= self.auto_preempt_after
@@ -257,6 +375,35 @@ class TpuApiEmulator:
             for h in node.hosts:
                 h.stop()
 
+    def _boot(self, hosts: list[EmulatedHost], now: float) -> None:
+        """Real VMs are ACTIVE before sshd and the ``ssh-keys`` user are there."""
+        for h in hosts:
+            if self.sshd_after_s > 0:
+                h.stop()
+                self._timers.append((now + self.sshd_after_s, lambda h=h: None if h.running() else h.start()))
+            if self.logins_after_s > 0:
+                h.refuse_logins(True)
+                self._timers.append((now + self.logins_after_s, lambda h=h: h.refuse_logins(False)))
+
+    def _run_timers(self, now: float) -> None:
+        due = [t for t in self._timers if t[0] <= now]
+        self._timers = [t for t in self._timers if t[0] > now]
+        for _, fn in due:
+            fn()
+        for op in list(self.operations.values()):
+            if op.then is not None and op.done_at <= now:
+                then, op.then = op.then, None
+                then()
+
+    def _free(self, qr: _QueuedResource) -> None:
+        """Its hosts back to the free list (a VM deleted: its processes die with it)."""
+        for h in qr.hosts:
+            h.stop()
+            h.start()
+            h.refuse_logins(False)
+            self.free.append(h)
+        qr.hosts = []
+
     def _suspend(self, qr: _QueuedResource | None, now: float) -> None:
         # Google's API: a spot queued resource goes SUSPENDED when one of its nodes is preempted.
         if qr is not None and qr.state == "ACTIVE" and "spot" in qr.body:
@@ -266,6 +413,7 @@ class TpuApiEmulator:
         now = time.time()
         for qr in list(self.queued.values()):
             self._advance(qr, now)
+        self._run_timers(now)
 
     def _tick_forever(self) -> None:
         while not self._ticker_stop.wait(0.05):
@@ -281,6 +429,10 @@ class TpuApiEmulator:
     # -- the API ---------------------------------------------------------------------------
 
     def _create_qr(self, parent: str, query: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+        if self.create_refusals:
+            code, status, message = self.create_refusals.pop(0)
+            _, project, _, zone = parent.split("/")
+            raise _ApiError(code, status, message.format(project=project, zone=zone))
         qr_id = query.get("queuedResourceId") or f"qr-{next(self._ids)}"
         name = f"{parent}/queuedResources/{qr_id}"
         if name in self.queued:
@@ -291,12 +443,17 @@ class TpuApiEmulator:
         spec = specs[0]
         node = spec.get("node") or {}
         tpu_type = node.get("acceleratorType", "")
-        try:
-            vms = tpu_topology(tpu_type).vm_count
-        except Exception:
-            raise _ApiError(400, "INVALID_ARGUMENT", f"unknown acceleratorType {tpu_type!r}") from None
-        if not node.get("runtimeVersion"):
+        if tpu_type not in ACCELERATOR_TYPES:
+            raise _ApiError(400, "INVALID_ARGUMENT", f"Invalid value for field 'node.acceleratorType': {tpu_type!r} "
+                            f"is not available in {parent.split('/')[-1]}")
+        vms = tpu_topology(tpu_type).vm_count
+        runtime = node.get("runtimeVersion")
+        if not runtime:
             raise _ApiError(400, "INVALID_ARGUMENT", "node.runtimeVersion is required")
+        if runtime not in RUNTIME_VERSIONS.get(tpu_type.rsplit("-", 1)[0], ()):
+            raise _ApiError(400, "INVALID_ARGUMENT", f"Invalid value for field 'node.runtimeVersion': {runtime!r} "
+                            f"is not supported for accelerator type {tpu_type!r}")
+        self._check_tier(body, node)
         multi = spec.get("multisliceParams")
         if multi is not None:
             count = int(multi.get("nodeCount", 0))
@@ -311,43 +468,85 @@ class TpuApiEmulator:
         clash = [n for n in node_names if n in self.nodes]
         if clash:
             raise _ApiError(409, "ALREADY_EXISTS", f"node {clash[0]} already exists")
-        fail = self.failures_left > 0
-        if fail:
-            self.failures_left -= 1
         now = time.time()
+        if self.create_op_errors:
+            code, message = self.create_op_errors.pop(0)
+            return self._operation(parent, "create", {}, error=(code, message), after=self.create_op_s)
+        fail = self.failures.pop(0) if self.failures else None
         qr = _QueuedResource(name, body, now, node_names, tpu_type, vms, fail)
+        valid = _duration_s((body.get("queueingPolicy") or {}).get("validUntilDuration"))
+        qr.valid_until = now + valid if valid is not None else None
         qr.history.append("CREATING")
         self._set(qr, "WAITING_FOR_RESOURCES", now)
         self.queued[name] = qr
-        return self._operation(parent, "create", {"@type": _QR_TYPE, **self._qr_json(qr)})
+        return self._operation(parent, "create", {"@type": _QR_TYPE, **self._qr_json(qr)}, after=self.create_op_s)
+
+    def _check_tier(self, body: dict[str, Any], node: dict[str, Any]) -> None:
+        """At most one tier, and what each needs, as the API refuses otherwise."""
+        scheduling = node.get("schedulingConfig") or {}
+        tiers = [t for t in ("spot", "guaranteed") if t in body]
+        if scheduling.get("preemptible"):
+            tiers.append("schedulingConfig.preemptible")
+        if len(tiers) > 1:
+            raise _ApiError(400, "INVALID_ARGUMENT", f"only one capacity tier may be set, not {' and '.join(tiers)}")
+        if body.get("reservationName") and not scheduling.get("reserved"):
+            raise _ApiError(400, "INVALID_ARGUMENT", "reservationName needs node.schedulingConfig.reserved")
+        if scheduling.get("reserved") and "guaranteed" not in body:
+            raise _ApiError(400, "INVALID_ARGUMENT", "node.schedulingConfig.reserved needs the guaranteed tier")
+        reservation = body.get("reservationName")
+        if reservation and not reservation.startswith("projects/"):
+            raise _ApiError(400, "INVALID_ARGUMENT", f"Invalid value for field 'reservationName': {reservation!r}")
 
     def _delete_qr(self, name: str, query: dict[str, str]) -> dict[str, Any]:
         qr = self.queued.get(name)
         if qr is None:
             raise _ApiError(404, "NOT_FOUND", f"queued resource {name} not found")
+        if qr.state == "DELETING":
+            raise _ApiError(400, "FAILED_PRECONDITION", f"queued resource {name} is being deleted")
         live = [n for n in qr.node_names if n in self.nodes]
         if live and query.get("force", "").lower() != "true":
             raise _ApiError(400, "FAILED_PRECONDITION",
                             f"queued resource {name} has nodes; delete them first or set force")
-        for n in live:
-            del self.nodes[n]
-        # A deleted VM's processes die with it; its address is given out again later.
-        for h in qr.hosts:
-            h.stop()
-            h.start()
-            self.free.append(h)
-        del self.queued[name]
-        self.deleted.append(name.split("/")[-1])
         parent = name.split("/queuedResources/")[0]
-        return self._operation(parent, "delete", {"@type": _EMPTY_TYPE})
 
-    def _operation(self, parent: str, verb: str, response: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "name": f"{parent}/operations/operation-{verb}-{uuid.uuid4().hex[:12]}",
-            "metadata": {"@type": "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata", "verb": verb},
-            "done": True,
-            "response": response,
+        def gone() -> None:
+            for n in live:
+                self.nodes.pop(n, None)
+            self._free(qr)
+            self.queued.pop(name, None)
+            self.deleted.append(name.split("/")[-1])
+
+        if self.delete_op_s <= 0:
+            gone()
+            return self._operation(parent, "delete", {"@type": _EMPTY_TYPE})
+        self._set(qr, "DELETING", time.time())
+        for n in live:
+            self.nodes[n].state = "DELETING"
+        return self._operation(parent, "delete", {"@type": _EMPTY_TYPE}, after=self.delete_op_s, then=gone)
+
+    def _operation(self, parent: str, verb: str, response: dict[str, Any], *, after: float = 0.0,
+                   error: tuple[int, str] | None = None, then: Callable[[], None] | None = None) -> dict[str, Any]:
+        name = f"{parent}/operations/operation-{verb}-{uuid.uuid4().hex[:12]}"
+        op = _Operation(name, time.time() + after, response, error, then)
+        self.operations[name] = op
+        if after <= 0 and then is not None:
+            then()
+            op.then = None
+        return self._operation_json(op, verb)
+
+    def _operation_json(self, op: _Operation, verb: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": op.name,
+            "metadata": {"@type": "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata",
+                         "verb": verb or op.name.rsplit("/", 1)[-1].split("-")[1]},
+            "done": time.time() >= op.done_at,
         }
+        if out["done"]:
+            if op.error is not None:
+                out["error"] = {"code": op.error[0], "message": op.error[1]}
+            else:
+                out["response"] = op.response
+        return out
 
     def _qr_json(self, qr: _QueuedResource) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -359,8 +558,11 @@ class TpuApiEmulator:
         for tier in ("spot", "guaranteed"):
             if tier in qr.body:
                 out[tier] = qr.body[tier]
-        if qr.state == "FAILED":
-            out["state"]["failedData"] = {"error": {"code": 8, "message": "There is no more capacity in the zone"}}
+        for key in ("queueingPolicy", "reservationName"):
+            if key in qr.body:
+                out[key] = qr.body[key]
+        if qr.state == "FAILED" and qr.error is not None:
+            out["state"]["failedData"] = {"error": {"code": qr.error[0], "message": qr.error[1]}}
         return out
 
     def _node_json(self, n: _Node) -> dict[str, Any]:
@@ -368,6 +570,7 @@ class TpuApiEmulator:
         out.update(
             name=n.name,
             state=n.state,
+            health=n.health,
             createTime=_ts(n.created),
             queuedResource=n.queued_resource,
             networkEndpoints=[
@@ -381,15 +584,33 @@ class TpuApiEmulator:
         path = body.get("queryPath", "")
         if path not in ("hostkeys/", "hostkeys"):
             return {}
+        if time.time() - n.created < self.keys_after_s:
+            return {}  # the guest agent has not written them yet
         entries = []
         for h in n.hosts:
             key = self.reported_keys.get(h.address, h.host_key)
             items = []
             if key:
                 key_type, value = key.split()[:2]
-                items.append({"namespace": "hostkeys", "key": key_type, "value": value})
+                if self.key_style == "typed":
+                    items.append({"namespace": "hostkeys", "key": key_type, "value": f"{key_type} {value} root@vm"})
+                elif self.key_style == "joined":
+                    # The agent's one entry may hold several keys; an unreadable one comes first here.
+                    items.append({"namespace": "hostkeys", "key": "keys",
+                                  "value": f"ssh-dss AAAAB3NzaC1kc3MAAACB\n{key_type} {value}\n"})
+                else:
+                    items.append({"namespace": "hostkeys", "key": key_type, "value": value})
             entries.append({"queryPath": "hostkeys/", "queryValue": {"items": items}})
         return {"guestAttributes": entries}
+
+    def _page(self, field: str, items: list[dict[str, Any]], query: dict[str, str]) -> dict[str, Any]:
+        """One page of a list (``pageToken`` is the index to start at), as the API pages."""
+        size = int(query.get("pageSize") or 0) or self.page_size or len(items) or 1
+        start = int(query.get("pageToken") or 0)
+        out: dict[str, Any] = {field: items[start:start + size]}
+        if start + size < len(items):
+            out["nextPageToken"] = str(start + size)
+        return out
 
     def handle(self, method: str, path: str, query: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
         """Answer one API request (``path`` without ``/v2/`` and query)."""
@@ -404,7 +625,8 @@ class TpuApiEmulator:
             if rest == ["queuedResources"]:
                 if method == "POST":
                     return self._create_qr(parent, query, body)
-                return {"queuedResources": [self._qr_json(q) for q in self.queued.values() if q.name.startswith(parent + "/")]}
+                return self._page("queuedResources", [self._qr_json(q) for q in self.queued.values()
+                                                       if q.name.startswith(parent + "/")], query)
             if len(rest) == 2 and rest[0] == "queuedResources":
                 qr = self.queued.get(path)
                 if method == "DELETE":
@@ -413,7 +635,15 @@ class TpuApiEmulator:
                     raise _ApiError(404, "NOT_FOUND", f"queued resource {path} not found")
                 return self._qr_json(qr)
             if rest == ["nodes"]:
-                return {"nodes": [self._node_json(n) for n in self.nodes.values() if n.name.startswith(parent + "/")]}
+                return self._page("nodes", [self._node_json(n) for n in self.nodes.values()
+                                            if n.name.startswith(parent + "/")], query)
+            if rest == ["acceleratorTypes"]:
+                return self._page("acceleratorTypes", [{"name": f"{parent}/acceleratorTypes/{t}", "type": t}
+                                                       for t in ACCELERATOR_TYPES], query)
+            if rest == ["runtimeVersions"]:
+                versions = sorted({v for vs in RUNTIME_VERSIONS.values() for v in vs})
+                return self._page("runtimeVersions", [{"name": f"{parent}/runtimeVersions/{v}", "version": v}
+                                                      for v in versions], query)
             if len(rest) == 2 and rest[0] == "nodes":
                 name, _, verb = path.partition(":")
                 node = self.nodes.get(name)
@@ -425,8 +655,10 @@ class TpuApiEmulator:
                     raise _ApiError(400, "INVALID_ARGUMENT", f"unsupported method :{verb}")
                 return self._node_json(node)
             if len(rest) == 2 and rest[0] == "operations":
-                # Every operation is done when it is returned; asking again gives that answer.
-                return {"name": path, "done": True, "response": {"@type": _EMPTY_TYPE}}
+                op = self.operations.get(path)
+                if op is None:
+                    raise _ApiError(404, "NOT_FOUND", f"operation {path} not found")
+                return self._operation_json(op)
             raise _ApiError(404, "NOT_FOUND", f"no such resource {path}")
 
     def _control(self, method: str, path: str) -> dict[str, Any]:
@@ -434,15 +666,44 @@ class TpuApiEmulator:
         if method == "POST" and len(parts) == 2 and parts[0] == "preempt":
             self.preempt(parts[1])
             return {"preempted": parts[1]}
-        if method == "POST" and len(parts) == 2 and parts[0] == "fail":
-            self.fail_next(int(parts[1]))
-            return {"fail_next": int(parts[1])}
+        if method == "POST" and len(parts) in (2, 3) and parts[0] == "fail":
+            why = parts[2] if len(parts) == 3 else "capacity"
+            self.fail_next(int(parts[1]), why)
+            return {"fail_next": int(parts[1]), "why": why}
+        if method == "POST" and len(parts) == 3 and parts[0] == "refuse-creates":
+            self.refuse_creates(int(parts[1]), int(parts[2]))
+            return {"refuse_creates": int(parts[1]), "code": int(parts[2])}
+        if method == "POST" and len(parts) == 2 and parts[0] == "fail-create-operations":
+            self.fail_create_operations(int(parts[1]))
+            return {"fail_create_operations": int(parts[1])}
+        if method == "POST" and len(parts) == 2 and parts[0] == "unavailable-for":
+            self.unavailable_for(float(parts[1]))
+            return {"unavailable_for": float(parts[1])}
+        if method == "POST" and len(parts) == 3 and parts[0] == "health":
+            self.set_health(parts[1], parts[2])
+            return {"node": parts[1], "health": parts[2]}
+        if method == "POST" and len(parts) == 3 and parts[0] == "node-state":
+            self.set_health(parts[1], self._node(parts[1]).health, parts[2])
+            return {"node": parts[1], "state": parts[2]}
+        if method == "POST" and len(parts) == 2 and parts[0] == "suspend":
+            self.suspend(parts[1])
+            return {"suspended": parts[1]}
+        settable = {"create-op-s": "create_op_s", "delete-op-s": "delete_op_s", "keys-after-s": "keys_after_s",
+                    "logins-after-s": "logins_after_s", "sshd-after-s": "sshd_after_s", "waiting-s": "waiting_s",
+                    "provisioning-s": "provisioning_s", "page-size": "page_size", "key-style": "key_style"}
+        if method == "POST" and len(parts) == 2 and parts[0] in settable:
+            attr = settable[parts[0]]
+            value: object = parts[1] if attr == "key_style" else int(parts[1]) if attr == "page_size" else float(parts[1])
+            with self.lock:
+                setattr(self, attr, value)
+            return {attr: value}
         if method == "GET" and parts == ["state"]:
             with self.lock:
                 self._advance_all()
                 return {
                     "queued_resources": {q.split("/")[-1]: r.state for q, r in self.queued.items()},
-                    "nodes": {n.split("/")[-1]: {"state": v.state, "hosts": [h.address for h in v.hosts]}
+                    "nodes": {n.split("/")[-1]: {"state": v.state, "health": v.health,
+                                                 "hosts": [h.address for h in v.hosts]}
                               for n, v in self.nodes.items()},
                     "deleted": list(self.deleted),
                 }
@@ -492,7 +753,8 @@ class TpuApiEmulator:
 def fleet_hosts(fleet: Any) -> list[EmulatedHost]:
     """Emulated hosts over tests/fixtures_ssh.py's fake hosts (which share one host key)."""
     key = " ".join((fleet.root / "host_ed25519.pub").read_text().split()[:2])
-    return [EmulatedHost(h.ip, key, h.start, h.stop, lambda h=h: h.running) for h in fleet.hosts]
+    return [EmulatedHost(h.ip, key, h.start, h.stop, lambda h=h: h.running, refuse_logins=h.refuse_logins)
+            for h in fleet.hosts]
 
 
 def cluster_toml(emulator: TpuApiEmulator, fleet: Any, *, project: str = "emulated", zone: str = "us-central2-b",

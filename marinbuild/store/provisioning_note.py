@@ -16,8 +16,9 @@ from marinbuild.store.storage import Storage
 __all__ = ["PROVISIONING_NOTE", "WAITING_PHASES", "read_provisioning_notes", "write_provisioning_note"]
 
 PROVISIONING_NOTE = ".marinbuild/provisioning.json"
-WAITING_PHASES = ("waiting for capacity", "provisioning")
-"""The phases ``status`` shows; any other (``ready``) means the step is past them."""
+WAITING_PHASES = ("waiting for capacity", "provisioning", "booting")
+"""The phases ``status`` shows (``booting: 2/4 hosts reachable`` is a booting one); any other
+(``ready``) means the step is past them."""
 
 
 def write_provisioning_note(output_path: str, phase: str, since: float, queued_resource: str) -> None:
@@ -31,5 +32,5 @@ def read_provisioning_notes(storage: Storage, outputs: list[str]) -> dict[str, d
     return {
         paths[path]: note
         for path, note in read_json_many(storage, paths).items()
-        if isinstance(note, dict) and note.get("phase") in WAITING_PHASES and isinstance(note.get("since"), (int, float))
+        if isinstance(note, dict) and str(note.get("phase")).startswith(WAITING_PHASES) and isinstance(note.get("since"), (int, float))
     }

@@ -51,8 +51,11 @@ from marinbuild.errors import ClusterConfigError, MarinbuildError, ResourceError
 from marinbuild.tpu_types import TpuTopology, tpu_topology
 
 __all__ = [
+    "CAPACITY_TIERS",
     "DEFAULT_HYGIENE_COMMAND",
     "DEFAULT_PROVISION_TIMEOUT",
+    "DEFAULT_RUNTIME_VERSIONS",
+    "DEFAULT_SSH_READY_TIMEOUT",
     "Cluster",
     "GcpSettings",
     "HostEntry",
@@ -140,6 +143,20 @@ class SliceSpec:
 DEFAULT_PROVISION_TIMEOUT = 3600.0
 """Seconds a queued resource may take to become ACTIVE, FAILED ones retried meanwhile (a slice
 can take over 10 minutes to boot, and capacity can take longer to free up)."""
+DEFAULT_SSH_READY_TIMEOUT = 600.0
+"""Seconds after ACTIVE for every worker to report its host keys and accept the login: sshd,
+the ``ssh-keys`` user and the guest agent's host keys arrive minutes after a VM boots."""
+CAPACITY_TIERS = ("on-demand", "spot", "reserved", "best-effort")
+"""``[gcp] capacity``: the queued resource's tier (Google's ``spot``, ``guaranteed.reserved``,
+``best_effort``; on-demand is none of them)."""
+DEFAULT_RUNTIME_VERSIONS: Mapping[str, str] = {
+    "v4": "tpu-ubuntu2204-base",
+    "v5p": "tpu-ubuntu2204-base",
+    "v5litepod": "v2-alpha-tpuv5-lite",
+    "v6e": "v2-alpha-tpuv6e",
+}
+"""The TPU VM image per generation when the cluster file names none (``[gcp] runtime_versions``
+wins, then ``runtime_version``, then these): one image does not boot every generation."""
 
 
 @dataclass(frozen=True)
@@ -149,14 +166,15 @@ class GcpSettings:
     ``api_endpoint`` is the TPU API's address (Google's when None); an ``http://`` one on
     loopback is an emulator, reached without credentials.
 
-    >>> g = GcpSettings("p", "us-central2-b", "tpu-ubuntu2204-base")
-    >>> g.region, g.provision_timeout, g.spot
-    ('us-central2', 3600.0, False)
+    >>> g = GcpSettings("p", "us-central2-b")
+    >>> g.region, g.provision_timeout, g.tier, g.runtime_for("v6e-8")
+    ('us-central2', 3600.0, 'on-demand', 'v2-alpha-tpuv6e')
     """
 
     project: str
     zone: str
-    runtime_version: str
+    runtime_version: str = ""
+    """One image for every TPU type ("": the per-generation defaults)."""
     spot: bool = False
     network: str | None = None
     subnetwork: str | None = None
@@ -168,13 +186,37 @@ class GcpSettings:
     api_endpoint: str | None = None
     os_login: bool = False
     """True: nodes log users in through OS Login, so no ``ssh-keys`` metadata is set."""
-    external_ips: bool = False
+    external_ips: bool = True
     """True: nodes get external IPs and marinbuild connects to those, not to internal addresses."""
+    capacity: str = ""
+    """One of :data:`CAPACITY_TIERS`; "" reads ``spot`` (spot when true, else on-demand)."""
+    reservation: str | None = None
+    """A named reservation (``capacity = "reserved"``); None: any reservation of the project."""
+    runtime_versions: tuple[tuple[str, str], ...] = ()
+    """Per generation (``v6e``) or per type (``v6e-8``), as (key, image) pairs."""
+    ssh_ready_timeout: float = DEFAULT_SSH_READY_TIMEOUT
 
     @property
     def region(self) -> str:
         """The zone's region: ``us-central2-b`` -> ``us-central2``."""
         return self.zone.rsplit("-", 1)[0] if self.zone.count("-") >= 2 else self.zone
+
+    @property
+    def tier(self) -> str:
+        """The capacity tier asked for: ``capacity``, else ``spot`` read as it always was."""
+        return self.capacity or ("spot" if self.spot else "on-demand")
+
+    @property
+    def preemptible(self) -> bool:
+        """Whether the tier's VMs may be taken away (spot and best-effort)."""
+        return self.tier in ("spot", "best-effort")
+
+    def runtime_for(self, tpu_type: str) -> str:
+        """The image for ``tpu_type``: the type's entry, its generation's, ``runtime_version``, the default."""
+        table = dict(self.runtime_versions)
+        generation = tpu_type.rsplit("-", 1)[0]
+        found = table.get(tpu_type) or table.get(generation) or self.runtime_version
+        return found or DEFAULT_RUNTIME_VERSIONS.get(generation, DEFAULT_RUNTIME_VERSIONS["v4"])
 
 
 @dataclass(frozen=True)
@@ -241,9 +283,17 @@ _SSH_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 _SLICE_KEYS = {"name", "tpu_type", "hosts", "ssh", "internal_addresses", "preemptible"}
 _TOP_KEYS = {"ssh", "slices", "max_parallel", "gcp", "progress_timeout"}
-_GCP_STRINGS = ("project", "zone", "runtime_version", "network", "subnetwork", "service_account", "api_endpoint")
+_GCP_STRINGS = ("project", "zone", "runtime_version", "network", "subnetwork", "service_account", "api_endpoint",
+                "capacity", "reservation")
 _GCP_BOOLS = ("spot", "os_login", "external_ips")
-_GCP_KEYS = {*_GCP_STRINGS, *_GCP_BOOLS, "tags", "labels", "provision_timeout"}
+_GCP_KEYS = {*_GCP_STRINGS, *_GCP_BOOLS, "tags", "labels", "provision_timeout", "runtime_versions", "ssh_ready_timeout"}
+# Google's rules: a project id is 6-30 lowercase letters, digits and hyphens (a domain-scoped one
+# is ``example.com:id``); a zone is REGION-LETTER. Both go into API paths, so nothing else may pass.
+_PROJECT = re.compile(r"(?:[a-z0-9][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]\Z")
+_ZONE = re.compile(r"[a-z]+(?:-[a-z]+)*[0-9]+-[a-z]\Z")
+_RESOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,254}\Z")
+_SECONDS_MAX = {"connect_timeout": 3600.0, "kill_grace": 3600.0}
+"""Upper bounds of the ``[ssh]`` numbers: past them a typo, not a setting (and sleep() overflows)."""
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}\Z")
 _LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}\Z")
 
@@ -267,6 +317,12 @@ def _ssh_settings(base: SshSettings, table: Any, where: str) -> SshSettings:
             raise ClusterConfigError(f"{where}: ssh setting {key!r} has the wrong type")
         if key.endswith("port") and not 0 < value < 65536:
             raise ClusterConfigError(f"{where}: ssh setting {key!r} = {value} is not a port")
+        if key in _SECONDS_MAX and not (0 < value <= _SECONDS_MAX[key] or (key == "kill_grace" and value == 0)):
+            # NaN fails every comparison, so it lands here too.
+            raise ClusterConfigError(
+                f"{where}: ssh setting {key!r} = {value} must be a number of seconds "
+                f"{'from 0' if key == 'kill_grace' else 'over 0'} to {_SECONDS_MAX[key]:g}"
+            )
         changes[key] = float(value) if key in ("connect_timeout", "kill_grace") else value
     return replace(base, **changes)
 
@@ -323,7 +379,7 @@ def _parse_gcp(raw: Any, source: str) -> GcpSettings:
     unknown = set(raw) - _GCP_KEYS
     if unknown:
         raise ClusterConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(_GCP_KEYS))})")
-    for key in ("project", "zone", "runtime_version"):
+    for key in ("project", "zone"):
         if key not in raw:
             raise ClusterConfigError(f"{where}: needs {key!r}")
     for key in _GCP_STRINGS:
@@ -344,18 +400,59 @@ def _parse_gcp(raw: Any, source: str) -> GcpSettings:
                 f"{where}: label {k!r} = {v!r} is not a GCP label (lowercase letters, digits, '-', '_'; "
                 "keys start with a letter; at most 63 characters)"
             )
+    _check_names(raw, where)
     timeout = _timeout(raw.get("provision_timeout", DEFAULT_PROVISION_TIMEOUT), "provision_timeout", where,
                        "must be a positive number of seconds")
+    ready = _timeout(raw.get("ssh_ready_timeout", DEFAULT_SSH_READY_TIMEOUT), "ssh_ready_timeout", where,
+                     "must be a positive number of seconds")
     endpoint = raw.get("api_endpoint")
     if endpoint is not None and not endpoint.startswith(("http://", "https://")):
         raise ClusterConfigError(f"{where}: 'api_endpoint' must be an http:// or https:// URL, not {endpoint!r}")
+    capacity = raw.get("capacity", "")
+    if capacity and capacity not in CAPACITY_TIERS:
+        raise ClusterConfigError(f"{where}: 'capacity' = {capacity!r} is not one of {', '.join(CAPACITY_TIERS)}")
+    if capacity and "spot" in raw and raw["spot"] != (capacity == "spot"):
+        raise ClusterConfigError(f"{where}: 'spot' = {str(raw['spot']).lower()} contradicts capacity = {capacity!r}")
+    if "reservation" in raw and (capacity or "reserved") != "reserved":
+        raise ClusterConfigError(f"{where}: 'reservation' needs capacity = \"reserved\", not {capacity!r}")
+    if "reservation" in raw and not capacity:
+        capacity = "reserved"
+    network_set = "network" in raw or "subnetwork" in raw
     return GcpSettings(
-        project=raw["project"], zone=raw["zone"], runtime_version=raw["runtime_version"],
-        spot=raw.get("spot", False), network=raw.get("network"), subnetwork=raw.get("subnetwork"),
+        project=raw["project"], zone=raw["zone"], runtime_version=raw.get("runtime_version", ""),
+        spot=raw.get("spot", capacity == "spot"), network=raw.get("network"), subnetwork=raw.get("subnetwork"),
         service_account=raw.get("service_account"), tags=tuple(tags), labels=tuple(sorted(labels.items())),
         provision_timeout=timeout, api_endpoint=endpoint,
-        os_login=raw.get("os_login", False), external_ips=raw.get("external_ips", False),
+        os_login=raw.get("os_login", False), external_ips=raw.get("external_ips", not network_set),
+        capacity=capacity, reservation=raw.get("reservation"),
+        runtime_versions=_runtime_versions(raw.get("runtime_versions", {}), where), ssh_ready_timeout=ready,
     )
+
+
+def _check_names(raw: Mapping[str, Any], where: str) -> None:
+    """Names that go into the API's URLs are what GCP allows, or refused in one line."""
+    if not _PROJECT.match(raw["project"]):
+        raise ClusterConfigError(
+            f"{where}: 'project' = {raw['project']!r} is not a GCP project id (6-30 lowercase letters, digits "
+            "and '-', starting with a letter)"
+        )
+    if not _ZONE.match(raw["zone"]):
+        raise ClusterConfigError(f"{where}: 'zone' = {raw['zone']!r} is not a GCP zone (such as \"us-central2-b\")")
+    for key in ("runtime_version", "reservation", "network", "subnetwork"):
+        if key in raw and not _RESOURCE_NAME.match(raw[key]):
+            raise ClusterConfigError(f"{where}: {key!r} = {raw[key]!r} is not a GCP resource name")
+
+
+def _runtime_versions(raw: Any, where: str) -> tuple[tuple[str, str], ...]:
+    if not isinstance(raw, Mapping):
+        raise ClusterConfigError(f"{where}: 'runtime_versions' must be a table such as {{ v6e = \"v2-alpha-tpuv6e\" }}")
+    for key, value in raw.items():
+        generation = key.rsplit("-", 1)[0] if key.rsplit("-", 1)[-1].isdigit() else key
+        if generation not in DEFAULT_RUNTIME_VERSIONS and not re.fullmatch(r"v\d+[a-z]*", generation):
+            raise ClusterConfigError(f"{where}: runtime_versions key {key!r} is not a TPU generation (v4, v5p, v6e, ...)")
+        if not isinstance(value, str) or not _RESOURCE_NAME.match(value):
+            raise ClusterConfigError(f"{where}: runtime_versions.{key} = {value!r} is not a runtime version name")
+    return tuple(sorted(raw.items()))
 
 
 def parse_cluster(data: Mapping[str, Any], *, source: str = "<cluster>") -> Cluster:
@@ -396,6 +493,10 @@ def _progress_timeout(data: Mapping[str, Any], source: str) -> float | None:
     return _timeout(raw, "progress_timeout", source, 'must be a duration over 0 s, such as "15m"')
 
 
+_TIMEOUT_MAX = 30 * 86400.0
+"""No timeout of the cluster file is longer: past it a typo (and a server-side bound the API refuses)."""
+
+
 def _timeout(raw: Any, key: str, where: str, must: str) -> float:
     """A timeout of the cluster file, read as a step's are (seconds, ``"15m"``, ``h:mm:ss``): over 0 and finite.
 
@@ -410,6 +511,8 @@ def _timeout(raw: Any, key: str, where: str, must: str) -> float:
         raise ClusterConfigError(f"{where}: {key!r}: {e}") from None
     if seconds <= 0:
         raise ClusterConfigError(f"{where}: {key!r} {must}")
+    if seconds > _TIMEOUT_MAX:
+        raise ClusterConfigError(f"{where}: {key!r} = {seconds:g} s is over {_TIMEOUT_MAX / 86400:g} days")
     return seconds
 
 
@@ -424,11 +527,17 @@ def load_cluster(path: str | Path) -> Cluster:
     """
     p = Path(path).expanduser()
     try:
-        text = p.read_text()
+        raw = p.read_bytes()
     except OSError as e:
         raise ClusterConfigError(f"cannot read cluster file {str(p)!r}: {e.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ClusterConfigError(f"{p}: not valid TOML: not UTF-8 (byte {e.start})") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ClusterConfigError(f"{p}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise ClusterConfigError(f"{p}: not valid TOML: nested too deeply") from None
     return parse_cluster(data, source=str(p))

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from marinbuild.backends.tpu.provision import DESCRIPTION_PREFIX, prefix_id
+from marinbuild.backends.tpu.provision import DESCRIPTION_PREFIX, prefix_id, real_location
 from marinbuild.backends.tpu.tpu_api import LABEL_PREFIX, QueuedResourceInfo, TpuApi
 from marinbuild.store.lease import owner_alive, read_leases
 from marinbuild.store.storage import Storage
@@ -42,9 +42,10 @@ class MadeResource:
     def step(self) -> str:
         """The step's name, read from its output path under the prefix (``train/Big`` of
         ``PREFIX/train/Big-0123abcd``); else the label, which had to lose case and slashes."""
-        top = (self.prefix or "").rstrip("/")
-        if top and self.output_path and self.output_path.startswith(top + "/"):
-            name, dash, digest = self.output_path[len(top) + 1:].rpartition("-")
+        top = real_location(self.prefix) if self.prefix else ""
+        path = real_location(self.output_path) if self.output_path else ""
+        if top and path and path.startswith(top + "/"):
+            name, dash, digest = path[len(top) + 1:].rpartition("-")
             if name and dash and digest and all(c in "0123456789abcdef" for c in digest):
                 return name
         return self.info.labels.get(f"{LABEL_PREFIX}-step", "")
@@ -77,7 +78,9 @@ def left_for(api: TpuApi, prefix: str, output_path: str) -> list[MadeResource]:
     For a runner that now holds the step's lease: whatever exists for the step was made by an
     earlier holder, which is gone (SIGKILLed while this runner waited for the lease) or lost it.
     """
-    return [MadeResource(q, output_path, None, prefix) for q in _made_under(api, prefix) if output_of(q) == output_path]
+    wanted = real_location(output_path)
+    return [MadeResource(q, output_path, None, prefix) for q in _made_under(api, prefix)
+            if (made := output_of(q)) is not None and real_location(made) == wanted]
 
 
 def _made_under(api: TpuApi, prefix: str | None) -> list[QueuedResourceInfo]:
@@ -124,7 +127,8 @@ def delete_unheld(
 ) -> list[str]:
     """Delete (``force``, in parallel) the queued resources no live runner holds (``held_too``:
     all of ``made``, as ``tpu down NAME`` or ``--all`` asks); their names."""
-    doomed = [m for m in made if held_too or m.holder is None]
+    # One already DELETING is on its way out: the API refuses a second delete of it.
+    doomed = [m for m in made if (held_too or m.holder is None) and m.info.state != "DELETING"]
 
     def delete(m: MadeResource) -> str:
         api.delete(m.info.name, force=True)

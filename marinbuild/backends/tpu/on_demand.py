@@ -35,16 +35,20 @@ from marinbuild.backends.tpu.provision import (
     SliceProvider,
 )
 from marinbuild.backends.tpu.provision_plan import is_created_slice
+from marinbuild.backends.tpu.readiness import Probe
 from marinbuild.backends.tpu.retry_loop import TpuAttempt, TpuStep, cut_short
 from marinbuild.backends.tpu.ssh import resolve_target
 from marinbuild.backends.tpu.tpu_api import TpuApi, TpuApiError
 from marinbuild.store.provisioning_note import write_provisioning_note
 from marinbuild.store.step_logs import append_note
 
-__all__ = ["PROVISIONED_EXTRA", "CreatedSlices", "uses_created_slices"]
+__all__ = ["PROVISIONED_EXTRA", "QUEUED_RESOURCE_EXTRA", "CreatedSlices", "uses_created_slices"]
 
 PROVISIONED_EXTRA = "provisioned"
-"""Ledger field of an attempt on created slices: its queued resource(s), created and deleted times."""
+"""Ledger field of an attempt on created slices: the queued resource(s) it made, created and deleted times."""
+QUEUED_RESOURCE_EXTRA = "queued_resource"
+"""Ledger field of an attempt that ran on created slices: the queued resource it ran on (attempts
+naming the same one shared a slice)."""
 _WATCH_S = 0.2  # how often the cancel flag is looked at while the gang runs
 
 
@@ -56,8 +60,11 @@ def uses_created_slices(slices: tuple[str, ...]) -> bool:
 class CreatedSlices:
     """Runs the attempts of steps whose slices are created on demand (``[gcp]``)."""
 
-    def __init__(self, cluster: Cluster, *, prefix: str, console: Callable[[str], None]) -> None:
+    def __init__(self, cluster: Cluster, *, prefix: str, console: Callable[[str], None],
+                 probe: Probe | None = None) -> None:
         self.cluster = cluster
+        self.probe = probe
+        """How a booting host is asked whether it is ready (None: an SSH login)."""
         self.prefix = prefix
         self.console = console
         self._api: TpuApi | None = None
@@ -65,8 +72,9 @@ class CreatedSlices:
         self._released: dict[str, list[HeldResource]] = {}  # at the step's end, for amend_ledger
         self._lock = threading.Lock()
         endpoint = (cluster.gcp.api_endpoint or "") if cluster.gcp is not None else ""
-        # How often the API is asked whether a node was preempted while the gang runs.
-        self.preemption_poll = 1.0 if endpoint.startswith("http://") else 15.0
+        # How often the API is asked whether a node was preempted or fell ill while the gang runs
+        # (a teardown on an SSH drop asks at once, so this bounds only what SSH does not see).
+        self.preemption_poll = 1.0 if endpoint.startswith("http://") else 45.0
 
     def api(self) -> TpuApi:
         with self._lock:
@@ -93,7 +101,7 @@ class CreatedSlices:
             def phase(name: str, since: float, queued_resource: str) -> None:
                 write_provisioning_note(out, name, since, queued_resource)  # for `marinbuild status`
 
-            made = SliceProvider(self.api(), self.cluster, request, report=report, on_phase=phase)
+            made = SliceProvider(self.api(), self.cluster, request, report=report, on_phase=phase, probe=self.probe)
             with self._lock:
                 found = self._providers.setdefault(job.output_path, made)
             if found is made:
@@ -126,11 +134,13 @@ class CreatedSlices:
                            cause=Cause.CANCELLED, details=self._details(provider, first))
         except CapacityUnavailable as e:
             return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cause=Cause.PROVISIONING,
-                           fatal=e.timed_out, details=self._details(provider, first))
+                           fatal=e.timed_out or e.final, details=self._details(provider, first))
         except TpuApiError as e:
+            # A request the API refused (a permission, a field) is refused again: final.
             return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cause=Cause.INFRA,
-                           details=self._details(provider, first))
+                           fatal=e.final, details=self._details(provider, first))
         preempted: list[tuple[str, ...]] = []
+        keep = False
         gang_cancel = threading.Event()
         done = threading.Event()
         watcher = threading.Thread(
@@ -157,6 +167,13 @@ class CreatedSlices:
                         preempted.append(lost)
                 if not preempted:
                     return attempt
+                unwell = self._unwell(provider, preempted[0])
+                if unwell:
+                    # An unhealthy or repairing slice is lost, not preempted: a new one, on the
+                    # infra budget (counted apart from preemptions).
+                    why = f"the TPU API reports node(s) {unwell}: slice lost"
+                    return dataclasses.replace(attempt, classification=Cause.INFRA, fatal=False,
+                                               message=f"{why}; {attempt.message}" if attempt.message else why)
                 why = f"the TPU API reports node(s) {', '.join(preempted[0])} preempted"
                 return dataclasses.replace(attempt, classification=Cause.PREEMPTED, fatal=False,
                                            message=f"{why}; {attempt.message}" if attempt.message else why)
@@ -165,19 +182,47 @@ class CreatedSlices:
             outcome = step.outcome_of(attempt, got.specs)
             done.set()
             watcher.join()
-            if preempted and not cancel.is_set():
+            unwell = self._unwell(provider, preempted[0]) if preempted else ""
+            if preempted and not cancel.is_set() and unwell:
+                outcome = dataclasses.replace(
+                    outcome, ok=False, cancelled=False, cause=Cause.INFRA, fatal=False,
+                    error=f"attempt {job.attempt} INFRA: the TPU API reports node(s) {unwell}: slice lost",
+                )
+                self.console(f"[{job.name}] node(s) {unwell}: slice lost, deleting queued resource {got.queued_resource}")
+            elif preempted and not cancel.is_set():
                 nodes = ", ".join(preempted[0])
                 outcome = dataclasses.replace(
                     outcome, ok=False, cancelled=False, cause=Cause.PREEMPTED, fatal=False,
                     error=f"attempt {job.attempt} PREEMPTED: the TPU API reports node(s) {nodes} preempted",
                 )
                 self.console(f"[{job.name}] node(s) {nodes} preempted: deleting queued resource {got.queued_resource}")
+            keep = self._keep(outcome, preempted, cancel, provider)
         finally:
             done.set()
-            # A stopping runner waits only so long for its steps; a wall time that ran out
-            # stops this step alone, whose slices get the usual patience.
-            provider.release("preempted" if preempted else "attempt ended", patient=not cut_short(cancel))
-        return dataclasses.replace(outcome, details={**outcome.details, **self._details(provider, first)})
+            if keep:
+                provider.report(f"queued resource {got.queued_resource} is ACTIVE and healthy: kept for the next attempt")
+            else:
+                # A stopping runner waits only so long for its steps; a wall time that ran out
+                # stops this step alone, whose slices get the usual patience.
+                why = "lost" if preempted and provider.unwell else "preempted" if preempted else "attempt ended"
+                provider.release(why, patient=not cut_short(cancel))
+        details = {**outcome.details, **self._details(provider, first), QUEUED_RESOURCE_EXTRA: got.queued_resource}
+        return dataclasses.replace(outcome, details=details)
+
+    def _keep(self, outcome: Outcome, preempted: list[tuple[str, ...]], cancel: threading.Event,
+              provider: SliceProvider) -> bool:
+        """Whether the next attempt may run on this attempt's slice: it failed, hung or met SSH
+        trouble (a new queued resource is a new wait for capacity, of hours) and the API says
+        every node is ACTIVE and healthy. Success, a cancel or a fatal end are the step's last."""
+        if outcome.ok or preempted or cancel.is_set() or outcome.fatal:
+            return False
+        if outcome.cause not in (Cause.FAILED, Cause.HANG, Cause.INFRA):
+            return False
+        return not self._lost(provider)
+
+    def _unwell(self, provider: SliceProvider, nodes: tuple[str, ...]) -> str:
+        """``NAME UNHEALTHY_MAINTENANCE, ...`` for the lost nodes the API found unwell, not gone."""
+        return ", ".join(f"{n} {provider.unwell[n]}" for n in nodes if n in provider.unwell)
 
     def _lost(self, provider: SliceProvider) -> tuple[str, ...]:
         try:

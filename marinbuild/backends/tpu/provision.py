@@ -24,6 +24,7 @@ import atexit
 import getpass
 import hashlib
 import os
+import re
 import secrets
 import sys
 import threading
@@ -32,6 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from marinbuild.backends.tpu.cluster import Cluster, GcpSettings, SliceSpec, SshSettings
+from marinbuild.backends.tpu.readiness import Probe, ReadyProbe, ssh_login, wait_reachable
 from marinbuild.backends.tpu.retry_loop import cut_short
 from marinbuild.backends.tpu.tpu_api import (
     LABEL_PREFIX,
@@ -55,24 +57,57 @@ __all__ = [
     "node_labels",
     "prefix_id",
     "public_key_line",
+    "real_location",
 ]
 
 DESCRIPTION_PREFIX = "marinbuild output "
 """A created node's description: this, then the step's output path (where its lease lives)."""
 _GONE_STATES = frozenset({"PREEMPTED", "TERMINATED", "STOPPED", "STOPPING", "DELETING", "HIDDEN", "HIDING"})
+_UNWELL_STATES = frozenset({"REPAIRING", "UNKNOWN", "RESTARTING", "REIMAGING", "STARTING", "UNHIDING"})
+"""Node states in which the slice cannot be trusted with the step: it is lost (re-provisioned)."""
+_UNWELL_HEALTH = frozenset({"TIMEOUT", "UNHEALTHY_TENSORFLOW", "UNHEALTHY_MAINTENANCE"})
 _FAILED_STATES = frozenset({"FAILED", "SUSPENDING", "SUSPENDED"})
+_FINAL_CODES = {3: "invalid configuration", 5: "not found", 7: "permission denied", 9: "failed precondition",
+                11: "out of range", 12: "unimplemented", 16: "not authenticated"}
+"""``google.rpc.Code`` values of a FAILED queued resource that no retry changes."""
 _RUNTIME_PORT = 8470  # the port Google's API reports for TPU workers (the runtime's)
+_QUOTA = re.compile(r"[Qq]uota '?([A-Za-z0-9_.-]+)'? (?:exhausted|exceeded)")
 _REPORT_EVERY_S = 30.0  # a line while waiting, even when the state stays the same
 _WAITING = {"CREATING": "waiting for capacity", "ACCEPTED": "waiting for capacity",
             "WAITING_FOR_RESOURCES": "waiting for capacity", "PROVISIONING": "provisioning"}
 
 
 class CapacityUnavailable(MarinbuildError):
-    """The queued resource went FAILED (no capacity) or did not turn ACTIVE within ``provision_timeout``."""
+    """The queued resource went FAILED (no capacity) or did not turn ACTIVE within ``provision_timeout``.
 
-    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+    ``final``: it failed for a reason no wait for capacity helps (a quota exhausted, an invalid
+    configuration): the step fails in one line instead of retrying until ``provision_timeout``.
+    """
+
+    def __init__(self, message: str, *, timed_out: bool = False, final: bool = False) -> None:
         super().__init__(message)
         self.timed_out = timed_out
+        self.final = final
+
+
+def failure_of(name: str, state: str, code: int, error: str | None) -> CapacityUnavailable:
+    """A FAILED queued resource, judged by its error code and message.
+
+    >>> failure_of("q", "FAILED", 8, "Quota 'TPUV4sPod' exhausted. Limit 32").final
+    True
+    >>> failure_of("q", "FAILED", 8, "There is no more capacity in the zone").final
+    False
+    """
+    why = error or f"queued resource is {state}"
+    quota = _QUOTA.search(why)
+    if quota is not None:
+        return CapacityUnavailable(f"queued resource {name} {state}: quota {quota.group(1)} exhausted ({why}); "
+                                   "ask for more quota or a smaller slice", final=True)
+    if code in _FINAL_CODES:
+        return CapacityUnavailable(f"queued resource {name} {state}: {_FINAL_CODES[code]}: {why}", final=True)
+    if code == 4:  # DEADLINE_EXCEEDED: its valid-until bound (provision_timeout) passed on the server
+        return CapacityUnavailable(f"queued resource {name} {state}: {why}", timed_out=True)
+    return CapacityUnavailable(f"queued resource {name} {state}: {why}")
 
 
 class ProvisionCancelled(MarinbuildError):
@@ -115,6 +150,7 @@ class HeldResource:
     created_at: float
     active_at: float | None = None
     deleted_at: float | None = None
+    """When the API accepted its delete (DELETING counts as deleted: nothing more is billed)."""
     why_deleted: str | None = None
     delete_error: str | None = None
     """Why the last try to delete it failed, while it is still held (tried again later)."""
@@ -130,6 +166,7 @@ class HeldResource:
             "queued_resource": self.name, "tpu_type": self.tpu_type, "slices": self.count,
             "created_at": round(self.created_at, 3),
             "active_at": None if self.active_at is None else round(self.active_at, 3),
+            "waiting_s": round((self.active_at or self.deleted_at or self.created_at) - self.created_at, 3),
             "deleted_at": None if self.deleted_at is None else round(self.deleted_at, 3),
             "why_deleted": self.why_deleted,
         }
@@ -161,10 +198,20 @@ def node_labels(gcp: GcpSettings, request: ProvisionRequest) -> dict[str, str]:
 def prefix_id(prefix: str) -> str:
     """A label value naming ``prefix`` exactly (the readable ``marinbuild-prefix`` label is cut at 63).
 
+    A local prefix is named by its real path: a run through a symlinked spelling of the folder
+    and ``tpu list`` through another find the same queued resources.
+
     >>> prefix_id("gs://b/exp") == prefix_id("gs://b/exp"), len(prefix_id("/x"))
     (True, 16)
     """
-    return hashlib.sha256(prefix.encode()).hexdigest()[:16]
+    return hashlib.sha256(real_location(prefix).encode()).hexdigest()[:16]
+
+
+def real_location(path: str) -> str:
+    """``path`` with a local one resolved to its real path (symlinks, ``..``); a URL as it is."""
+    if "://" in path:
+        return path.rstrip("/")
+    return os.path.realpath(os.path.expanduser(path))
 
 
 def public_key_line(ssh: SshSettings) -> str:
@@ -240,6 +287,7 @@ class SliceProvider:
         on_phase: Callable[[str, float, str], None] = lambda phase, since, name: None,
         poll: float | None = None,
         clock: Callable[[], float] = time.time,
+        probe: Probe | None = None,
     ) -> None:
         if cluster.gcp is None:
             raise ClusterConfigError(f"{cluster.source}: no [gcp] table, so no slice can be created")
@@ -252,14 +300,22 @@ class SliceProvider:
         """Hears ``(phase, since, queued resource)`` on each change: "waiting for capacity", "provisioning", "ready"."""
         # An emulator answers at once; Google's API is asked every few seconds.
         endpoint = self.gcp.api_endpoint or ""
-        self.poll = poll if poll is not None else (0.1 if endpoint.startswith("http://") else 5.0)
+        # Every 30 s on Google's API: a wait for capacity lasts minutes to hours, and fifty waiting
+        # steps asking every 5 s would be 600 requests a minute from one runner.
+        self.poll = poll if poll is not None else (0.1 if endpoint.startswith("http://") else 30.0)
         self.clock = clock
+        self.probe = probe
+        """How a booting host is asked whether it is ready (None: an SSH login, :func:`ssh_login`)."""
         self.current: ProvisionedSlices | None = None
         self.held: list[HeldResource] = []
         self.patient = True
         self.state: str | None = None
         """What the live view shows: "waiting for capacity 12 s", "provisioning 3 s", None when ready."""
         self.started: float | None = None
+        self._operations: dict[str, object] = {}
+        self.unwell: dict[str, str] = {}
+        """Nodes the last :meth:`lost` found unwell, and how (``UNHEALTHY_MAINTENANCE``, ``REPAIRING``)."""
+        """Each queued resource's create operation, whose error says why one never appeared."""
         self._metadata = {} if self.gcp.os_login else {"ssh-keys": f"{self._user()}:{public_key_line(cluster.ssh)}"}
 
     def _user(self) -> str:
@@ -281,13 +337,16 @@ class SliceProvider:
         if self.current is not None:
             if not self.lost():
                 return self.current
-            self.discard("preempted")
+            self.discard("lost" if self.unwell else "preempted")
         spec = QueuedResourceSpec(
             name=self._name(),
             tpu_type=self.request.tpu_type,
             count=self.request.count,
-            runtime_version=self.gcp.runtime_version,
-            spot=self.gcp.spot,
+            runtime_version=self.gcp.runtime_for(self.request.tpu_type),
+            spot=self.gcp.tier == "spot",
+            tier=self.gcp.tier,
+            reservation=self.gcp.reservation,
+            valid_for_s=self._valid_for(),
             labels=node_labels(self.gcp, self.request),
             metadata=self._metadata,
             description=DESCRIPTION_PREFIX + self.request.output_path,
@@ -307,20 +366,67 @@ class SliceProvider:
                 raise ProvisionCancelled(f"cancelled while the TPU API had not answered the create of {spec.name}")
         except ProvisionCancelled:
             raise
+        except TpuApiError as e:
+            if not e.transient:
+                # Refused outright: nothing was made, so nothing is held or to be deleted.
+                self._forget(record)
+                raise
+            self._give_up(record, e, cancel)
+            raise
         except BaseException as e:
             self._give_up(record, e, cancel)
             raise
         try:
             self._wait_active(spec, record, cancel)
-            self.current = self._read_nodes(spec)
+            record.active_at = self.clock()
+            got = self._read_nodes(spec)
+            self._wait_reachable(spec, got, cancel)
+            self.current = got
         except BaseException as e:
             self._give_up(record, e, cancel)
             raise
-        record.active_at = self.clock()
-        self.on_phase("ready", record.active_at, spec.name)
+        self.on_phase("ready", self.clock(), spec.name)
         self.state = None
         self.started = None  # the next wait for hosts has provision_timeout of its own
         return self.current
+
+    def _forget(self, record: HeldResource) -> None:
+        self.held.remove(record)
+        with _LIVE_LOCK:
+            _LIVE.pop(self._key(record), None)
+
+    def _wait_reachable(self, spec: QueuedResourceSpec, got: ProvisionedSlices, cancel: threading.Event) -> None:
+        """Until ``ssh_ready_timeout`` after ACTIVE: every worker's keys reported and its login accepted."""
+        assert isinstance(got.host_keys, dict)
+        active = self.clock()
+        shown: list[str] = []
+
+        def on_probe(probe: ReadyProbe) -> None:
+            self.state = f"{probe.text} ({self.clock() - active:.0f} s)"
+            if not shown or shown[-1] != probe.text:
+                shown.append(probe.text)
+                self.on_phase(probe.text, active, spec.name)
+                if probe.reachable < probe.total:
+                    self.report(f"queued resource {spec.name} is ACTIVE; {probe.text} "
+                                f"({probe.waiting_on[0] if probe.waiting_on else ''})")
+
+        emulated = (self.gcp.api_endpoint or "").startswith("http://")
+        last = wait_reachable(self.api, got.specs, got.host_keys, active + self.gcp.ssh_ready_timeout, cancel,
+                              on_probe=on_probe, probe=self.probe or ssh_login, poll=0.2 if emulated else 5.0,
+                              max_parallel=self.cluster.max_parallel, clock=self.clock)
+        if cancel.is_set():
+            raise ProvisionCancelled(f"cancelled while the hosts of queued resource {spec.name} were booting")
+        if last.reachable < last.total:
+            self.report(f"queued resource {spec.name}: {last.text} after ssh_ready_timeout "
+                        f"({self.gcp.ssh_ready_timeout:g} s); the attempt goes on and judges them: "
+                        + "; ".join(last.waiting_on[:3]))
+
+    def _valid_for(self) -> float:
+        """What is left of ``provision_timeout`` (at least a minute): the server drops the request
+        then, so nothing a killed runner queued can turn ACTIVE, and bill, after it."""
+        assert self.started is not None
+        left = self.started + self.gcp.provision_timeout - self.clock()
+        return max(60.0, left)
 
     def _give_up(self, record: HeldResource, e: BaseException, cancel: threading.Event) -> None:
         # What went wrong first decides the attempt (a cancel stays a cancel); a delete
@@ -352,7 +458,7 @@ class SliceProvider:
 
         def create() -> None:
             try:
-                self.api.create(spec)
+                self._operations[spec.name] = self.api.create(spec)
             except BaseException as e:
                 failed.append(e)
             with lock:
@@ -383,14 +489,24 @@ class SliceProvider:
         last: str | None = None
         next_report = 0.0
         while True:
-            info = self.api.get(spec.name)
-            state = info.state if info is not None else "DELETED"
+            try:
+                info = self.api.get(spec.name)
+            except TpuApiError as e:
+                if not e.transient:
+                    raise
+                # A burst of "try again": the queued resource keeps its place; ask again later.
+                info, state = None, last or "WAITING_FOR_RESOURCES"
+                self.report(f"queued resource {spec.name}: the TPU API answers \"try again\"; still waiting ({e})")
+            else:
+                state = info.state if info is not None else "DELETED"
+                if state == "ACTIVE":
+                    return
+                if info is None:
+                    self._create_failed(spec)
+                    raise CapacityUnavailable(f"queued resource {spec.name} {state}: queued resource is {state}")
+                if state in _FAILED_STATES:
+                    raise failure_of(spec.name, state, info.error_code, info.error)
             now = self.clock()
-            if state == "ACTIVE":
-                return
-            if state in _FAILED_STATES or info is None:
-                why = (info.error if info is not None else None) or f"queued resource is {state}"
-                raise CapacityUnavailable(f"queued resource {spec.name} {state}: {why}")
             phase = _WAITING.get(state, state.lower())
             self.state = f"{phase} ({now - record.created_at:.0f} s)"
             if state != last or now >= next_report:
@@ -405,6 +521,14 @@ class SliceProvider:
                 )
             if cancel.wait(min(self.poll, max(0.0, deadline - now))):
                 raise ProvisionCancelled(f"cancelled while queued resource {spec.name} was {state}")
+
+    def _create_failed(self, spec: QueuedResourceSpec) -> None:
+        """A queued resource that is not there: its create's operation says why, when it failed."""
+        operation = self._operations.get(spec.name)
+        error = self.api.operation_error(operation, f"creating queued resource {spec.name}") if operation else None
+        if error is not None:
+            raise TpuApiError(f"TPU API: creating queued resource {spec.name} in project {self.gcp.project} "
+                              f"failed: {error}", final=True)
 
     def _nodes(self, spec: QueuedResourceSpec) -> list[NodeInfo]:
         """The queued resource's nodes, slice 0 first: by the names asked for, else as the API lists them."""
@@ -436,7 +560,7 @@ class SliceProvider:
             for entry, worker_keys in zip(hosts, reported, strict=False):
                 if worker_keys:
                     keys[entry] = _preferred_first(worker_keys)
-            specs.append(SliceSpec(name, spec.tpu_type, hosts, self.cluster.ssh, node.addresses, self.gcp.spot))
+            specs.append(SliceSpec(name, spec.tpu_type, hosts, self.cluster.ssh, node.addresses, self.gcp.preemptible))
         return ProvisionedSlices(spec.name, tuple(specs), keys)
 
     def _entry(self, address: str, port: int) -> str:
@@ -451,7 +575,9 @@ class SliceProvider:
         return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
     def lost(self) -> tuple[str, ...]:
-        """Nodes of the current queued resource the API says are gone (preempted, deleted)."""
+        """Nodes of the current queued resource the API says are gone (preempted, deleted) or
+        unwell (a health other than HEALTHY, REPAIRING, ...: named in :attr:`unwell` too)."""
+        self.unwell = {}
         if self.current is None:
             return ()
         info = self.api.get(self.current.queued_resource)
@@ -463,11 +589,13 @@ class SliceProvider:
             node = self.api.node(s.name)
             if node is None or node.state in _GONE_STATES:
                 gone.append(s.name)
+            elif node.state in _UNWELL_STATES or node.health in _UNWELL_HEALTH:
+                self.unwell[s.name] = node.health if node.health in _UNWELL_HEALTH else node.state
         # A spot queued resource goes SUSPENDING/SUSPENDED when one of its nodes is preempted:
         # the nodes say which; when none does, the whole slice set is gone.
         if info.state != "ACTIVE" and not gone:
             return everything
-        return tuple(gone)
+        return tuple(gone) or tuple(self.unwell)
 
     def discard(self, why: str = "preempted") -> None:
         """Delete the current queued resource now (``force``): the next acquire makes a new one."""

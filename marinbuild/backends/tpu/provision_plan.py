@@ -8,7 +8,7 @@ run at once; the TPU backend turns such names into a queued resource when the st
 
 >>> from marinbuild.backends.tpu.cluster import parse_cluster
 >>> from marinbuild.resources import Request, Slices
->>> cluster = parse_cluster({"gcp": {"project": "p", "zone": "us-central2-b", "runtime_version": "r"}})
+>>> cluster = parse_cluster({"gcp": {"project": "my-project", "zone": "us-central2-b", "runtime_version": "r"}})
 >>> requests, offered = created_slices(cluster, {"train": Request(slices=Slices("v4-32", 2))}, ["train"])
 >>> offered
 {'v4-32': ('@gcp/0/0', '@gcp/0/1')}

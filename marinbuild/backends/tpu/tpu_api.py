@@ -44,7 +44,16 @@ _NOT_LABEL = re.compile(r"[^a-z0-9_-]+")
 
 
 class TpuApiError(MarinbuildError):
-    """A TPU API call failed; the message is one line naming the call."""
+    """A TPU API call failed; the message is one line naming the call.
+
+    ``final``: the API refused the request itself (400, 403: a field, a permission, the
+    API not enabled), which no retry changes. ``transient``: it kept answering "try again".
+    """
+
+    def __init__(self, message: str, *, final: bool = False, transient: bool = False) -> None:
+        super().__init__(message)
+        self.final = final
+        self.transient = transient
 
 
 def label_value(text: str) -> str:
@@ -65,6 +74,7 @@ class QueuedResourceSpec:
     count: int
     runtime_version: str
     spot: bool = False
+    """Shorthand of ``tier="spot"`` (what ``[gcp] spot = true`` always meant)."""
     labels: Mapping[str, str] = field(default_factory=dict)
     metadata: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
@@ -73,6 +83,12 @@ class QueuedResourceSpec:
     service_account: str | None = None
     tags: Sequence[str] = ()
     external_ips: bool = False
+    tier: str = ""
+    """``on-demand``, ``spot``, ``reserved`` or ``best-effort`` ("": by ``spot``)."""
+    reservation: str | None = None
+    """A named reservation for the ``reserved`` tier (``reservation_name``)."""
+    valid_for_s: float | None = None
+    """The server's own bound (``queueing_policy.valid_until_duration``): not ACTIVE by then, never."""
 
     def node_names(self) -> tuple[str, ...]:
         """The nodes' names, slice 0 first: the queued resource's own for one, ``NAME-i`` for several."""
@@ -93,6 +109,8 @@ class QueuedResourceInfo:
     """Seconds since the epoch; None when the API gave none."""
     error: str | None = None
     """Why a FAILED one failed, when the API says."""
+    error_code: int = 0
+    """The FAILED one's ``google.rpc.Code`` (8: RESOURCE_EXHAUSTED, 3: INVALID_ARGUMENT, ...); 0: none given."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +125,8 @@ class NodeInfo:
     """Each endpoint's port as the API gives it (0: none); Google's API gives the TPU runtime's."""
     queued_resource: str = ""
     """The short name of the queued resource the node belongs to, when it says."""
+    health: str = "HEALTHY"
+    """``HEALTHY``, ``TIMEOUT``, ``UNHEALTHY_MAINTENANCE``, ... (``HEALTH_UNSPECIFIED`` when not said)."""
 
 
 def _client_module() -> Any:
@@ -189,16 +209,22 @@ class TpuApi:
             except transient as e:
                 if attempt == tries:
                     raise TpuApiError(
-                        f"TPU API: {what} in {self.parent} failed ({tries} tries): {_why(e)}"
+                        f"TPU API: {what} in {self.parent} failed ({tries} tries): {_why(e)}", transient=True
                     ) from None
                 time.sleep(delay)
                 delay *= 2
+            except (exceptions.Forbidden, exceptions.Unauthorized, exceptions.BadRequest) as e:
+                raise TpuApiError(_refusal(what, self.gcp.project, e), final=True) from None
             except Exception as e:
                 raise TpuApiError(f"TPU API: {what} in {self.parent} failed: {_why(e)}") from None
         raise AssertionError("unreachable")
 
-    def create(self, spec: QueuedResourceSpec) -> None:
-        """Ask for the queued resource; it starts queued, and :meth:`get` follows it."""
+    def create(self, spec: QueuedResourceSpec) -> Any:
+        """Ask for the queued resource; it starts queued, and :meth:`get` follows it.
+
+        Returns the create's long-running operation (None when a retry met the queued resource
+        already made): :meth:`operation_error` says whether it failed.
+        """
         t = self._tpu
         node = t.Node(
             accelerator_type=spec.tpu_type,
@@ -221,10 +247,42 @@ class TpuApi:
                 node_count=spec.count, node_id_prefix=spec.name
             )
         qr = t.QueuedResource(tpu=t.QueuedResource.Tpu(node_spec=[node_spec]))
-        if spec.spot:
+        tier = spec.tier or ("spot" if spec.spot else "on-demand")
+        if tier == "spot":
             qr.spot = t.QueuedResource.Spot()
-        self._call(f"creating queued resource {spec.name}", self._client.create_queued_resource,
-                   parent=self.parent, queued_resource=qr, queued_resource_id=spec.name)
+        elif tier == "reserved":
+            # tpu_v2 spells the reserved tier as guaranteed capacity from the project's reservations.
+            qr.guaranteed = t.QueuedResource.Guaranteed()
+            node.scheduling_config = t.SchedulingConfig(reserved=True)
+            if spec.reservation:
+                qr.reservation_name = _reservation_path(spec.reservation, self.gcp)
+        elif tier == "best-effort":
+            # tpu_v2 has no best_effort field (v2alpha1 does): its VMs are the preemptible kind.
+            node.scheduling_config = t.SchedulingConfig(preemptible=True)
+        if spec.valid_for_s:
+            from datetime import timedelta
+
+            qr.queueing_policy = t.QueuedResource.QueueingPolicy(
+                valid_until_duration=timedelta(seconds=round(spec.valid_for_s)))
+        return self._call(f"creating queued resource {spec.name}", self._client.create_queued_resource,
+                          parent=self.parent, queued_resource=qr, queued_resource_id=spec.name)
+
+    def operation_error(self, operation: Any, what: str) -> str | None:
+        """The error a finished operation ended with (one line), None while it runs or when it succeeded.
+
+        Asking is one GET of the operation; a passing "try again" answer counts as still running.
+        """
+        if operation is None:
+            return None
+        try:
+            if not self._call(f"reading the operation of {what}", lambda timeout: operation.done(retry=None)):
+                return None
+        except TpuApiError as e:
+            if e.transient:
+                return None
+            raise
+        error = operation.exception(timeout=0) if operation.done(retry=None) else None
+        return None if error is None else _why(error)
 
     def get(self, name: str) -> QueuedResourceInfo | None:
         """The queued resource called ``name``; None when there is none (deleted)."""
@@ -237,6 +295,16 @@ class TpuApi:
             return None
         return self._info(qr)
 
+    def accelerator_types(self) -> list[str]:
+        """The accelerator types the zone offers (``v4-8``, ...)."""
+        pages = self._call("listing accelerator types", self._client.list_accelerator_types, parent=self.parent)
+        return [a.type_ for a in pages]
+
+    def runtime_versions(self) -> list[str]:
+        """The runtime versions the zone offers."""
+        pages = self._call("listing runtime versions", self._client.list_runtime_versions, parent=self.parent)
+        return [v.version for v in pages]
+
     def queued_resources(self) -> list[QueuedResourceInfo]:
         """Every queued resource in the zone."""
         pages = self._call("listing queued resources", self._client.list_queued_resources, parent=self.parent)
@@ -245,9 +313,13 @@ class TpuApi:
         except Exception as e:  # a later page can fail too
             raise TpuApiError(f"TPU API: listing queued resources in {self.parent} failed: {_why(e)}") from None
 
-    def delete(self, name: str, *, force: bool = True, wait: float | None = _TIMEOUT_S, tries: int | None = None) -> bool:
+    def delete(self, name: str, *, force: bool = True, wait: float | None = None, tries: int | None = None) -> bool:
         """Delete the queued resource and its nodes (asking ``tries`` times at most, 5 by default);
-        False when it was already gone."""
+        False when it was already gone.
+
+        The delete is a long-running operation (a minute or more on Google's API): once the API
+        has accepted it the queued resource is DELETING, which counts as deleted, and this
+        returns; ``wait`` seconds waits for the operation too."""
         from google.api_core import exceptions
 
         request = self._tpu.DeleteQueuedResourceRequest(name=f"{self.parent}/queuedResources/{name}", force=force)
@@ -300,8 +372,9 @@ class TpuApi:
             return []
         out: list[tuple[str, ...]] = []
         for worker in answer.guest_attributes:
-            out.append(tuple(_key_line(item.key, item.value) for item in worker.query_value.items
-                             if item.key and item.value and item.namespace in ("", "hostkeys")))
+            out.append(tuple(line for item in worker.query_value.items
+                             if item.key and item.value and item.namespace in ("", "hostkeys")
+                             for line in _key_lines(item.key, item.value)))
         return out
 
     def _info(self, qr: Any) -> QueuedResourceInfo:
@@ -315,7 +388,9 @@ class TpuApi:
             elif spec.multislice_params.node_count:
                 prefix = spec.multislice_params.node_id_prefix or _short(qr.name)
                 names = tuple(f"{prefix}-{i}" for i in range(spec.multislice_params.node_count))
-        error = qr.state.failed_data.error.message or None if qr.state.state.name == "FAILED" else None
+        failed = qr.state.state.name == "FAILED"
+        error = qr.state.failed_data.error.message or None if failed else None
+        code = int(qr.state.failed_data.error.code or 0) if failed else 0
         return QueuedResourceInfo(
             name=_short(qr.name),
             state=qr.state.state.name,
@@ -325,6 +400,7 @@ class TpuApi:
             description=node.description if node is not None else "",
             created=_epoch_seconds(qr.create_time),
             error=error,
+            error_code=code,
         )
 
 
@@ -337,22 +413,66 @@ def _node_info(n: Any) -> NodeInfo:
         external_addresses=tuple((e.access_config.external_ip or None) for e in endpoints),
         ports=tuple(int(e.port or 0) for e in endpoints),
         queued_resource=_short(n.queued_resource) if n.queued_resource else "",
+        health=n.health.name,
     )
 
 
-def _key_line(key: str, value: str) -> str:
-    """``TYPE BASE64`` from a guest attribute: the key names the type, the value is the key
-    (some agents put the whole ``TYPE BASE64`` line in the value).
+def _reservation_path(name: str, gcp: GcpSettings) -> str:
+    """A reservation's full name: as given when it is one, else in the project and zone.
 
-    >>> _key_line("ssh-ed25519", "AAAA"), _key_line("ssh-ed25519", "ssh-ed25519 AAAA root@vm")
-    ('ssh-ed25519 AAAA', 'ssh-ed25519 AAAA')
+    >>> _reservation_path("r1", GcpSettings("my-project", "us-central2-b"))
+    'projects/my-project/locations/us-central2-b/reservations/r1'
     """
-    parts = value.split()
-    if len(parts) >= 2:
-        return f"{parts[0]} {parts[1]}"
-    return f"{key} {value.strip()}"
+    if name.startswith("projects/"):
+        return name
+    return f"projects/{gcp.project}/locations/{gcp.zone}/reservations/{name}"
+
+
+def _key_lines(key: str, value: str) -> list[str]:
+    """``TYPE BASE64`` lines from a guest attribute, as the guest agent writes them: the key
+    names the type and the value is the key, or the value holds whole ``TYPE BASE64 [comment]``
+    lines, several of them newline-joined.
+
+    >>> _key_lines("ssh-ed25519", "AAAA"), _key_lines("ssh-ed25519", "ssh-ed25519 AAAA root@vm")
+    (['ssh-ed25519 AAAA'], ['ssh-ed25519 AAAA'])
+    >>> _key_lines("keys", "ssh-rsa BBBB\necdsa-sha2-nistp256 CCCC x@y\n")
+    ['ssh-rsa BBBB', 'ecdsa-sha2-nistp256 CCCC']
+    """
+    out = []
+    for line in value.splitlines():
+        parts = line.split()
+        if len(parts) >= 2:
+            out.append(f"{parts[0]} {parts[1]}")
+        elif len(parts) == 1:
+            out.append(f"{key} {parts[0]}")
+    return out
+
+
+_URL = re.compile(r"\b(?:GET|POST|DELETE|PATCH|PUT) https?://\S+:?\s*|https?://\S+")
+_PERMISSION = re.compile(r"Permission '([^']+)'")
 
 
 def _why(e: BaseException) -> str:
-    text = " ".join(str(getattr(e, "message", "") or e).split())
+    """The API's message in one line, without the request's URL (``POST http://…?%24alt=json…``)."""
+    text = str(getattr(e, "message", "") or e)
+    text = " ".join(_URL.sub("", text).split())
     return text or type(e).__name__
+
+
+def _refusal(what: str, project: str, e: BaseException) -> str:
+    """One line for a request the API refused: the permission or field it names, and the fix's place."""
+    why = _why(e)
+    permission = _PERMISSION.search(why)
+    if permission is not None:
+        return (f"TPU API: {what} refused in project {project}: permission {permission.group(1)} is missing "
+                f"(grant a role holding it, such as roles/tpu.admin, to the credentials in use)")
+    if isinstance(e, _exceptions().Unauthorized):
+        return (f"TPU API: {what} refused in project {project}: not authenticated "
+                "(gcloud auth application-default login)")
+    return f"TPU API: {what} refused in project {project}: {why}"
+
+
+def _exceptions() -> Any:
+    from google.api_core import exceptions
+
+    return exceptions

@@ -29,8 +29,8 @@ def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 def write_cluster(emulator: TpuApiEmulator, tmp_path: Path) -> Path:
     cluster_for(emulator, tmp_path)  # writes the key files
     path = tmp_path / "cluster.toml"
-    path.write_text(f'[ssh]\nuser = "ops"\nidentity_file = "{tmp_path / "id"}"\n\n[gcp]\nproject = "p"\n'
-                    f'zone = "us-central2-b"\nruntime_version = "rt"\napi_endpoint = "{emulator.endpoint}"\n')
+    path.write_text(f'[ssh]\nuser = "ops"\nidentity_file = "{tmp_path / "id"}"\n\n[gcp]\nproject = "my-project"\n'
+                    f'zone = "us-central2-b"\napi_endpoint = "{emulator.endpoint}"\n')
     return path
 
 

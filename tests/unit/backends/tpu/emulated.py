@@ -26,11 +26,16 @@ class StandIn:
         return EmulatedHost(self.address, f"ssh-ed25519 KEY{self.address.replace('.', '')}", start, stop, lambda: self.up)
 
 
+def no_sshd(entry: str, spec: object, keys: tuple[str, ...]) -> None:
+    """Stand-in hosts have no sshd to log into: reported keys are all a booting one can show here."""
+    return None
+
+
 def cluster_for(emulator: TpuApiEmulator, tmp_path: Path, **gcp: object) -> Cluster:
     key = tmp_path / "id"
     (tmp_path / "id.pub").write_text("ssh-ed25519 AAAAPUBLIC me@here\n")
     key.write_text("private")
-    table = {"project": "p", "zone": "us-central2-b", "runtime_version": "rt", "api_endpoint": emulator.endpoint,
+    table = {"project": "my-project", "zone": "us-central2-b", "api_endpoint": emulator.endpoint,
              "provision_timeout": 30, **gcp}
     return parse_cluster({"ssh": {"user": "ops", "identity_file": str(key)}, "gcp": table})
 
@@ -39,4 +44,4 @@ def provider(emulator: TpuApiEmulator, tmp_path: Path, count: int = 2, tpu_type:
     cluster = cluster_for(emulator, tmp_path, **gcp)
     assert cluster.gcp is not None
     request = ProvisionRequest("train/Big", "/out/train/Big-0123abcd", "/out", tpu_type, count)
-    return SliceProvider(TpuApi(cluster.gcp), cluster, request, poll=0.01)
+    return SliceProvider(TpuApi(cluster.gcp), cluster, request, poll=0.01, probe=no_sshd)

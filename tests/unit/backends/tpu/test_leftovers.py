@@ -17,7 +17,7 @@ from marinbuild.store.lease import Lease, Owner, lease_path
 from marinbuild.store.storage import Storage
 from tests.tpu_api_emulator import TpuApiEmulator
 
-from .emulated import cluster_for
+from .emulated import cluster_for, no_sshd
 
 
 def leave_behind(emulator: TpuApiEmulator, tmp_path: Path, prefix: str, step: str) -> tuple[str, str]:
@@ -25,7 +25,7 @@ def leave_behind(emulator: TpuApiEmulator, tmp_path: Path, prefix: str, step: st
     cluster = cluster_for(emulator, tmp_path)
     assert cluster.gcp is not None
     out = f"{prefix}/{step}-00ff{len(step)}"
-    p = SliceProvider(TpuApi(cluster.gcp), cluster, ProvisionRequest(step, out, prefix, "v4-8", 1), poll=0.01)
+    p = SliceProvider(TpuApi(cluster.gcp), cluster, ProvisionRequest(step, out, prefix, "v4-8", 1), poll=0.01, probe=no_sshd)
     return p.acquire(threading.Event()).queued_resource, out
 
 
@@ -71,7 +71,7 @@ def test_foreign_queued_resources_are_never_touched(emulator: TpuApiEmulator, tm
     cluster = cluster_for(emulator, tmp_path)
     assert cluster.gcp is not None
     api = TpuApi(cluster.gcp)
-    api.create(QueuedResourceSpec("someone-elses", "v4-8", 1, "rt", labels={"team": "x"}))
+    api.create(QueuedResourceSpec("someone-elses", "v4-8", 1, "tpu-ubuntu2204-base", labels={"team": "x"}))
     assert find_made(api, None) == []
 
 

@@ -17,13 +17,13 @@ from marinbuild.backends.tpu.on_demand import PROVISIONED_EXTRA, CreatedSlices, 
 from marinbuild.backends.tpu.retry_loop import TpuJob, TpuStep
 from tests.tpu_api_emulator import TpuApiEmulator
 
-from .emulated import cluster_for
+from .emulated import cluster_for, no_sshd
 
 
 def attempt(emulator: TpuApiEmulator, tmp_path: Path, cancel: threading.Event, tpu_type: str = "v4-8") -> tuple:
     cluster = cluster_for(emulator, tmp_path)
     lines: list[str] = []
-    created = CreatedSlices(cluster, prefix=str(tmp_path / "out"), console=lines.append)
+    created = CreatedSlices(cluster, prefix=str(tmp_path / "out"), console=lines.append, probe=no_sshd)
     out = str(tmp_path / "out" / "train-00aa")
     names = ("@gcp/0/0",)
     step = TpuStep(TpuJob("train", out, "true", slices=names), cluster, packed=None, staging_dir=str(tmp_path),
@@ -69,7 +69,7 @@ def test_a_queued_resource_the_steps_end_cannot_delete_is_counted_until_then(
         emulator: TpuApiEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tpu_api, "_RETRY_DELAY_S", 0.01)
     cluster = cluster_for(emulator, tmp_path)
-    created = CreatedSlices(cluster, prefix=str(tmp_path / "out"), console=lambda line: None)
+    created = CreatedSlices(cluster, prefix=str(tmp_path / "out"), console=lambda line: None, probe=no_sshd)
     out = str(tmp_path / "out" / "train-00aa")
     job = Job("train", out, str(tmp_path / "step.log"), str(tmp_path), {"MARINBUILD_TPU_TYPE": "v4-8"})
     provider = created.provider(job, "v4-8", 1)
@@ -92,9 +92,9 @@ def test_a_steps_first_attempt_here_deletes_what_an_earlier_runner_left_for_it(
     cluster = cluster_for(emulator, tmp_path)
     out = str(tmp_path / "out" / "train-00aa")
     job = Job("train", out, str(tmp_path / "step.log"), str(tmp_path), {"MARINBUILD_TPU_TYPE": "v4-8"})
-    killed = CreatedSlices(cluster, prefix=str(tmp_path / "out"), console=lambda line: None)
+    killed = CreatedSlices(cluster, prefix=str(tmp_path / "out"), console=lambda line: None, probe=no_sshd)
     left = killed.provider(job, "v4-8", 1).acquire(threading.Event()).queued_resource  # never released
-    taker = CreatedSlices(cluster, prefix=str(tmp_path / "out"), console=lambda line: None)
+    taker = CreatedSlices(cluster, prefix=str(tmp_path / "out"), console=lambda line: None, probe=no_sshd)
     provider = taker.provider(job, "v4-8", 1)
     assert emulator.queued_resource_names() == []
     assert f"deleted queued resource {left}" in (tmp_path / "step.log").read_text()

@@ -11,7 +11,7 @@ from marinbuild.errors import ResourceError
 from marinbuild.resources import Request, Slices
 from marinbuild.steps import mirrored, versioned
 
-GCP = {"project": "p", "zone": "us-central2-b", "runtime_version": "r"}
+GCP = {"project": "my-project", "zone": "us-central2-b", "runtime_version": "r"}
 
 
 def test_static_slices_serve_what_they_can_and_the_rest_is_created() -> None:

@@ -19,7 +19,7 @@ def test_create_list_get_delete_round_trip(emulator: TpuApiEmulator, tmp_path: P
     cluster = cluster_for(emulator, tmp_path)
     assert cluster.gcp is not None
     with TpuApi(cluster.gcp) as api:
-        api.create(QueuedResourceSpec("mb-x-1", "v4-8", count=3, runtime_version="rt", labels={"marinbuild": "managed"},
+        api.create(QueuedResourceSpec("mb-x-1", "v4-8", count=3, runtime_version="tpu-ubuntu2204-base", labels={"marinbuild": "managed"},
                                       description="marinbuild output /o/x-1"))
         listed = api.queued_resources()
         assert [(q.name, q.tpu_type, q.node_names) for q in listed] == [("mb-x-1", "v4-8", ("mb-x-1-0", "mb-x-1-1", "mb-x-1-2"))]
@@ -38,9 +38,10 @@ def test_api_errors_are_one_line(emulator: TpuApiEmulator, tmp_path: Path) -> No
     assert api.host_keys("nope") == []
     p = provider(emulator, tmp_path, tpu_type="v4-8")
     p.request = ProvisionRequest("s", "/o/s-1", "/o", "v9-8", 1)  # a type the API does not know
-    with pytest.raises(TpuApiError, match=r"^TPU API: creating queued resource .* failed: .*unknown acceleratorType") as e:
+    with pytest.raises(TpuApiError, match=r"^TPU API: creating queued resource \S+ refused in project my-project: "
+                       r"Invalid value for field 'node.acceleratorType': 'v9-8' is not available") as e:
         p.acquire(threading.Event())
-    assert "\n" not in str(e.value)
+    assert "\n" not in str(e.value) and "http" not in str(e.value) and e.value.final
 
 
 def test_answers_that_say_try_again_are_retried(emulator: TpuApiEmulator, tmp_path: Path,
@@ -50,7 +51,7 @@ def test_answers_that_say_try_again_are_retried(emulator: TpuApiEmulator, tmp_pa
     assert cluster.gcp is not None
     api = TpuApi(cluster.gcp)
     emulator.unavailable_next(2)
-    api.create(QueuedResourceSpec("mb-r-1", "v4-8", count=2, runtime_version="rt"))
+    api.create(QueuedResourceSpec("mb-r-1", "v4-8", count=2, runtime_version="tpu-ubuntu2204-base"))
     emulator.unavailable_next(2)
     assert [q.name for q in api.queued_resources()] == ["mb-r-1"]
     emulator.unavailable_next(2)
@@ -59,11 +60,11 @@ def test_answers_that_say_try_again_are_retried(emulator: TpuApiEmulator, tmp_pa
     assert api.delete("mb-r-1") and api.get("mb-r-1") is None
     # The answer to a create is lost after the API made it: the retry meets its own queued resource.
     emulator.unavailable_next(1, lost=True)
-    api.create(QueuedResourceSpec("mb-r-2", "v4-8", count=2, runtime_version="rt"))
+    api.create(QueuedResourceSpec("mb-r-2", "v4-8", count=2, runtime_version="tpu-ubuntu2204-base"))
     assert [q.name for q in api.queued_resources()] == ["mb-r-2"]
     # A create meeting a queued resource it did not make is still refused.
     with pytest.raises(TpuApiError, match="already exists"):
-        api.create(QueuedResourceSpec("mb-r-2", "v4-8", count=2, runtime_version="rt"))
+        api.create(QueuedResourceSpec("mb-r-2", "v4-8", count=2, runtime_version="tpu-ubuntu2204-base"))
     # An API that keeps saying so: one line naming the call, after a bounded number of tries.
     emulator.unavailable_next(100)
     with pytest.raises(TpuApiError, match=r"^TPU API: listing queued resources .* failed \(5 tries\): .*unavailable") as e:
