@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from marinbuild.graph import StepGraph
 from marinbuild.store.errors import StorageError, UserError
 from marinbuild.store.json_text import loads_or_none
+from marinbuild.store.links import link_problem
 from marinbuild.store.markers import MARKER_DIR, info_path, read_info, read_status, read_texts
 from marinbuild.store.storage import Storage, store_refusal
 
@@ -92,20 +93,15 @@ def inside_prefix(path: str, prefix: str) -> bool:
 def containment_problem(path: str, prefix: str) -> str | None:
     """Why ``path`` is not safely inside ``prefix``; None when it is.
 
-    Normalized paths must nest strictly, and a local path must also be the same path once
-    every symlink is resolved: no folder is reached through a link, so removing it can
-    never reach into another project's outputs.
+    Normalized paths must nest strictly, and a local path must pass the rule ``run`` follows
+    too (:func:`~marinbuild.store.links.link_problem`): no folder reached through a link, no
+    ``.marinbuild`` folder or marker that is one, so removing it can never reach into
+    another project's outputs or anywhere else.
     """
     if not inside_prefix(path, prefix):
         return "it is outside the prefix" if posixpath.normpath(_split(path)[1]) != posixpath.normpath(
             _split(prefix)[1]) else "it is the prefix itself"
-    if "://" in path:
-        return None
-    norm, base = os.path.normpath(path), os.path.normpath(prefix)
-    expected = os.path.join(os.path.realpath(base), os.path.relpath(norm, base))
-    if os.path.realpath(norm) != expected:
-        return "it is reached through a symlink"
-    return None
+    return link_problem(path, prefix)
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -134,7 +130,7 @@ def outputs_of(
         problem = containment_problem(out, graph.prefix)
         if problem == "it is outside the prefix":
             if name in outside and not inside_prefix(graph.prefix, out):
-                problem = None
+                problem = link_problem(out)
             else:
                 problem = f"it is outside the prefix (name the step {name!r} with {OUTSIDE_FLAG} to remove it)"
         if problem is None:
@@ -324,6 +320,9 @@ def remove_output(storage: Storage, path: str, force: bool = False) -> str | Non
     Everything but the lease goes first, then the folder with the lease. A runner that
     creates a lease in the instant between finds it gone at its next renewal and stops.
     """
+    problem = link_problem(path)  # checked again: a link may have appeared since the plan
+    if problem is not None:
+        return problem
     if force:
         storage.remove(path)
         return None

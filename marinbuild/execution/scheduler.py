@@ -45,7 +45,7 @@ from marinbuild.backends.held_signals import HeldSignals
 from marinbuild.errors import LeaseLost, MarinbuildError
 from marinbuild.execution.admission import JOBS_WAIT, LEASE_WAIT
 from marinbuild.execution.reporting import Failure, NullReporter, Reporter, Summary
-from marinbuild.execution.step_records import DependencyBusy, RunContext, commit, prepare, record_failure
+from marinbuild.execution.step_records import DependencyBusy, RunContext, commit, link_refusal, prepare, record_failure
 from marinbuild.graph import StepNode
 from marinbuild.planner import Plan
 
@@ -417,6 +417,9 @@ class Scheduler:
 
     def _claim(self, node: StepNode, grant: Grant) -> _Claimed:
         """Claim the step and prepare it (RUNNING marker and all); runs on a store thread."""
+        refused = link_refusal(self.ctx, node)
+        if refused is not None:  # before the lease: nothing at all is written through a link
+            return _Claimed("refused", refused)
         try:
             verdict, why = self.claims.try_claim(node)
         except (MarinbuildError, OSError) as e:

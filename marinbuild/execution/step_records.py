@@ -46,6 +46,7 @@ from marinbuild.steps import Step, find_mirrored
 from marinbuild.store.aside import ASIDE_PREFIX, asides, set_aside, step_entries
 from marinbuild.store.attempt_ledger import read_attempts
 from marinbuild.store.lease import LeaseRecord, LeaseSettings, Owner, Verdict, Watch, judge, observe, read_leases
+from marinbuild.store.links import stored_link_problem
 from marinbuild.store.markers import (
     FAILED,
     MARKER_DIR,
@@ -67,6 +68,7 @@ __all__ = [
     "check_dependencies",
     "clear_output",
     "commit",
+    "link_refusal",
     "prepare",
     "record_failure",
 ]
@@ -116,6 +118,18 @@ class RunContext:
             "host": socket.gethostname(),
             "marinfile": self.marinfile,
         }
+
+
+def link_refusal(ctx: RunContext, node: StepNode) -> str | None:
+    """The one line refusing a step whose output folder, ``.marinbuild`` or a marker is a symlink.
+
+    Asked before the step's lease is taken: clearing, setting aside or writing through such
+    a link would reach outside the prefix. ``clean`` follows the same rule.
+    """
+    problem = stored_link_problem(ctx.storage, node.output_path)
+    if problem is None:
+        return None
+    return f"refusing to write under {node.output_path}: {problem}; marinbuild never writes through a link"
 
 
 def prepare(ctx: RunContext, node: StepNode, extra_env: Mapping[str, str], cores: tuple[int, ...] = (),
