@@ -1,29 +1,43 @@
 """What every step's own sentinel costs, measured with GNU make carrying the same sentinel.
 
 A local step of marinbuild starts its sentinel (``marinbuild/backends/local/fence.py``)
-before its command: the step's shell reads its gate line, forks the sentinel twice over,
-the sentinel forks its timer and the timer executes ``sleep``. That is four processes a
-step on top of the step's own shell, whatever the runner around them does. To see what
-that alone costs, this benchmark gives make the same work: each recipe of a generated
-Makefile becomes the text marinbuild runs for a shell step (``gated_shell``), fed its gate
-line from a file, so make's children fork and execute exactly what marinbuild's do. Only
-the sentinel's last ``kill -KILL 0`` (which here would hit make's own process group) kills
-the timer's subshell alone (its ``sleep`` runs out its tenth of a second); the sentinel then reads end-of-file at once, where marinbuild's waits for
-the step to end. The figure is therefore a floor: no runner, lease, marker or ledger.
+before its command: the step's shell reads its gate line and forks the sentinel, which
+then holds the step's heartbeat pipe until the step ends. Where bash 4 is on ``PATH`` the
+step's shell is bash and the sentinel one fork of it, timed by ``read -t``; elsewhere the
+shell is ``/bin/sh``, the sentinel two forks of it, and its timer a subshell running
+``sleep``. To see what that alone costs, this benchmark gives make the same work: each
+recipe of a generated Makefile becomes the text marinbuild runs for a shell step
+(``Shell.gated``), under the same shell, so make's children fork and execute exactly what
+marinbuild's do, with no runner, lease, marker or ledger around them: a floor.
 
-Three workflows run one after the other, round by round, each from an empty output
-folder, with 2 jobs: plain make, make with the sentinel, and (``--marinbuild``) marinbuild
-itself, installed into its own venv as ``bench.run`` does::
+Each recipe's heartbeat pipe is a FIFO of its own, opened by the recipe's shell at both
+ends: the shell writes the gate line (from the file ``gate``, so that an empty one keeps
+every step at its gate), keeps the write end and hands the read end on, as the runner
+does. The sentinel therefore lives as long as the step, its timer armed, and reads
+end-of-file when the step's shell exits, where marinbuild's runner kills the group. Its
+last ``kill -KILL 0`` (here make's own process group) kills the timer's subshell alone
+(the portable sentinel's ``sleep`` runs out its second by itself); that is all that
+differs. Opening the FIFO and writing the line are shell builtins, the same for both
+fenced variants.
 
-    python -m bench.fence_floor --shapes fanout,diamonds --sizes 10000 --rounds 2 \\
-        --marinbuild --workdir /dev/shm/floor --json bench/results/fence-floor.json
+Variants, each from an empty output folder, in turns, with 2 jobs: plain make, make with
+the sentinel a run uses here, make with the portable sentinel (``--portable``, as on a
+machine without bash), and marinbuild itself (``--marinbuild``, installed into its own
+venv as ``bench.run`` does). Besides wall time, the CPU time of every process the command
+started (this process is their subreaper, so that the sentinels' and timers' time counts
+too) is kept: on a shared machine it moves less with other people's load::
+
+    python -m bench.fence_floor --shapes fanout,diamonds --sizes 10000 --rounds 3 \\
+        --portable --marinbuild --workdir /dev/shm/floor --json bench/results/fence-floor.json
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -32,40 +46,75 @@ from pathlib import Path
 
 from bench.generate import generate
 from bench.run import DEFAULT_MARINBUILD_VENV, count_outputs, ensure_marinbuild, machine_info, measure, tool_commands
-from marinbuild.backends.local.fence import gated_shell
+from marinbuild.backends.local.fence import PORTABLE, Shell, find_shell
 
-VARIANTS = ("make", "make+sentinel", "marinbuild")
-LEASE_SECONDS = "0.1"
+VARIANTS = ("make", "make+sentinel", "make+sh-sentinel", "marinbuild")
+LEASE_SECONDS = "1"
 """The gate line, which arms the sentinel's timer as in a run. Short, because killing the
-timer's subshell alone leaves its ``sleep`` behind (marinbuild's group kill takes it)."""
+portable timer's subshell alone leaves its ``sleep`` behind (marinbuild's group kill takes it)."""
+
+_PR_SET_CHILD_SUBREAPER = 36
+_TARGET = re.compile(r"^out/(s\d+)/out\.txt:", re.M)
 
 
-def sentinel_recipe(recipe: str) -> str:
+def sentinel_recipe(shell: Shell, recipe: str) -> str:
     """One make recipe line running ``recipe`` as marinbuild runs a shell step, sentinel included."""
     marker = "\0"
-    script = gated_shell(marker, cgroup="").replace("kill -KILL 0", 'kill -KILL "$t"')
-    line = "; ".join(script.splitlines()).replace("$", "$$")
-    return f"exec 9<gate; {line}".replace(marker, recipe)
+    script = shell.gated(marker, cgroup="").replace("kill -KILL 0", 'kill -KILL "$t"')
+    script = script.replace("</dev/null >/dev/null 2>&1 &", "</dev/null >/dev/null 2>&1 8>&- &")  # the runner's end
+    pipe = "fifo/$(notdir $(@D))"
+    opening = (
+        f"exec 9<>{pipe} 8>{pipe} 7<{pipe} 9<&- && exec 9<&7 7<&-; "
+        "if read -r g <gate; then echo \"$g\" >&8; else exec 8>&-; fi; "
+    )
+    line = "; ".join(script.splitlines())
+    return opening.replace("$", "$$").replace("$$(notdir $$(@D))", "$(notdir $(@D))") + line.replace("$", "$$").replace(
+        marker, recipe
+    )
 
 
-def fenced_makefile(plain: str) -> str:
-    """The Makefile ``plain`` with every recipe carrying the sentinel."""
-    return "".join(
-        f"\t{sentinel_recipe(line[1:].rstrip(chr(10)))}\n" if line.startswith("\t") else line
+def fenced_makefile(shell: Shell, plain: str) -> str:
+    """The Makefile ``plain`` with every recipe carrying the sentinel, run by ``shell``."""
+    head = f"SHELL := {shell.path}\n.SHELLFLAGS := --posix -c\n" if shell.bash else ""
+    return head + "".join(
+        f"\t{sentinel_recipe(shell, line[1:].rstrip(chr(10)))}\n" if line.startswith("\t") else line
         for line in plain.splitlines(keepends=True)
     )
 
 
-def prepare(variant: str, shape: str, n: int, workdir: Path) -> Path:
+def prepare(variant: str, shape: str, n: int, workdir: Path, shell: Shell) -> Path:
     """Generate one variant's workflow folder."""
     folder = workdir / f"{shape}-{n}" / variant
     shutil.rmtree(folder, ignore_errors=True)
     generate("marinbuild" if variant == "marinbuild" else "make", shape, n, folder)
-    if variant == "make+sentinel":
+    if variant.startswith("make+"):
         makefile = folder / "Makefile"
-        makefile.write_text(fenced_makefile(makefile.read_text()))
+        makefile.write_text(fenced_makefile(PORTABLE if variant == "make+sh-sentinel" else shell, makefile.read_text()))
         (folder / "gate").write_text(LEASE_SECONDS + "\n")
     return folder
+
+
+def make_pipes(folder: Path) -> None:
+    """One FIFO per step of a fenced Makefile (made before the clock starts)."""
+    pipes = folder / "fifo"
+    shutil.rmtree(pipes, ignore_errors=True)
+    pipes.mkdir()
+    for name in _TARGET.findall((folder / "Makefile").read_text()):
+        os.mkfifo(pipes / name)
+
+
+def reap_all() -> None:
+    """Wait for every process left to this subreaper (sentinels, timers), so that their CPU time counts."""
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            return
+
+
+def cpu_of_children() -> float:
+    times = os.times()
+    return times.children_user + times.children_system
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -73,6 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shapes", default="fanout,diamonds")
     parser.add_argument("--sizes", default="10000")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--portable", action="store_true", help="time make with the portable sentinel too")
     parser.add_argument("--marinbuild", action="store_true", help="time marinbuild too")
     parser.add_argument("--marinbuild-venv", type=Path, default=DEFAULT_MARINBUILD_VENV)
     parser.add_argument("--workdir", type=Path, help="where the workflows run (default: a temporary folder)")
@@ -80,51 +130,73 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, help="write the raw times here")
     opts = parser.parse_args(argv)
 
-    variants = [v for v in VARIANTS if v != "marinbuild" or opts.marinbuild]
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    shell = find_shell()
+    wanted = {"make", "make+sentinel", *(["make+sh-sentinel"] if opts.portable else []),
+              *(["marinbuild"] if opts.marinbuild else [])}
+    variants = [v for v in VARIANTS if v in wanted]
     base = ensure_marinbuild(opts.marinbuild_venv) if opts.marinbuild else None
     workdir = opts.workdir or Path(tempfile.mkdtemp(prefix="fence-floor-"))
     results = []
     for shape in opts.shapes.split(","):
         for n in map(int, opts.sizes.split(",")):
             times: dict[str, list[float]] = {v: [] for v in variants}
-            folders = {v: prepare(v, shape, n, workdir) for v in variants}
+            cpu: dict[str, list[float]] = {v: [] for v in variants}
+            folders = {v: prepare(v, shape, n, workdir, shell) for v in variants}
             for _ in range(opts.rounds):
                 for variant in variants:
                     folder = folders[variant]
                     shutil.rmtree(folder / "out", ignore_errors=True)
+                    if variant.startswith("make+"):
+                        make_pipes(folder)
                     tool = "marinbuild" if variant == "marinbuild" else "make"
                     command = tool_commands(tool, Path("-"), folder / "out", [], base)["execute"]
+                    before = cpu_of_children()
                     outcome = measure(command, folder, dict(os.environ), opts.timeout)
+                    reap_all()
                     made = count_outputs(folder / "out")
                     if outcome.rc != 0 or made != n:
                         sys.exit(f"{variant} {shape} {n}: rc {outcome.rc}, {made} of {n} outputs\n{outcome.log_tail}")
                     times[variant].append(round(outcome.seconds, 3))
-                    print(f"{shape} {n} {variant}: {outcome.seconds:.2f} s", file=sys.stderr, flush=True)
-            results.append({"shape": shape, "n": n, "seconds": times})
-    print(render(results))
+                    cpu[variant].append(round(cpu_of_children() - before, 3))
+                    print(f"{shape} {n} {variant}: {outcome.seconds:.2f} s, CPU {cpu[variant][-1]:.2f} s",
+                          file=sys.stderr, flush=True)
+            results.append({"shape": shape, "n": n, "seconds": times, "cpu_seconds": cpu})
+    print(render(results, shell))
     if opts.json:
-        opts.json.write_text(json.dumps({"machine": machine_info(), "results": results}, indent=2) + "\n")
+        info = {**machine_info(), "sentinel shell": shell.path}
+        opts.json.write_text(json.dumps({"machine": info, "results": results}, indent=2) + "\n")
 
 
-def render(results: list[dict]) -> str:
-    """A Markdown table of median times and the ratios between the variants."""
-    head = "| shape | N | make | make + sentinel | marinbuild | sentinel/make | marinbuild/make | marinbuild/(make + sentinel) |"
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|"]
+def render(results: list[dict], shell: Shell | None = None) -> str:
+    """A Markdown table of median wall (and CPU) times and the ratios to plain make."""
+    name = "bash" if shell is None or shell.bash else "sh"
+    head = (f"| shape | N | make | make + sentinel ({name}) | make + sh sentinel | marinbuild "
+            "| sentinel/make | sh sentinel/make | marinbuild/(make + sentinel) |")
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in results:
-        med = {v: statistics.median(t) for v, t in row["seconds"].items()}
-        plain, fenced, mb = med["make"], med["make+sentinel"], med.get("marinbuild")
-        cells = [
-            row["shape"],
-            f"{row['n']:,}",
-            f"{plain:.2f} s",
-            f"{fenced:.2f} s",
-            f"{mb:.2f} s" if mb else "—",
-            f"{fenced / plain:.2f}x",
-            f"{mb / plain:.2f}x" if mb else "—",
-            f"{mb / fenced:.2f}x" if mb else "—",
-        ]
+        wall = {v: statistics.median(t) for v, t in row["seconds"].items()}
+        cpu = {v: statistics.median(t) for v, t in row.get("cpu_seconds", {}).items()}
+        cells = [row["shape"], f"{row['n']:,}",
+                 *(_cell(wall, cpu, v) for v in ("make", "make+sentinel", "make+sh-sentinel", "marinbuild")),
+                 _ratio(wall, cpu, "make+sentinel", "make"), _ratio(wall, cpu, "make+sh-sentinel", "make"),
+                 _ratio(wall, cpu, "marinbuild", "make+sentinel")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _cell(wall: dict[str, float], cpu: dict[str, float], variant: str) -> str:
+    if variant not in wall:
+        return "—"
+    return f"{wall[variant]:.2f} s" + (f" (CPU {cpu[variant]:.2f})" if variant in cpu else "")
+
+
+def _ratio(wall: dict[str, float], cpu: dict[str, float], variant: str, over: str) -> str:
+    if variant not in wall:
+        return "—"
+    text = f"**{wall[variant] / wall[over]:.2f}x**"
+    return text + (f" (CPU {cpu[variant] / cpu[over]:.2f}x)" if variant in cpu and cpu.get(over) else "")
 
 
 if __name__ == "__main__":

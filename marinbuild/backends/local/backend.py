@@ -36,7 +36,7 @@ from marinbuild.backends.deadlines import Deadline, deadlines
 from marinbuild.backends.held_signals import HeldSignals
 from marinbuild.backends.local.cgroups import shared_cgroups
 from marinbuild.backends.local.containment import TOKEN_VAR, kill_token, step_token
-from marinbuild.backends.local.fence import FENCE_FD, NO_GATE, fence_line, gated_shell, sentinel_argv, write_line
+from marinbuild.backends.local.fence import FENCE_FD, NO_GATE, Shell, fence_line, find_shell, write_line
 from marinbuild.backends.local.guardian import shared_guardian
 from marinbuild.backends.local.reaper import Timer, shared_reaper
 from marinbuild.backends.local.spawn import Environment, spawn
@@ -70,12 +70,12 @@ def _die_with_parent() -> None:
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _shell_argv(command: str, workdir: str, cgroup: str) -> list[str]:
+def _shell_argv(shell: Shell, command: str, workdir: str, cgroup: str) -> list[str]:
     # posix_spawn cannot change directory in Python 3.11; the shell does it when needed.
     cwd = os.getcwd()
     if workdir != cwd and os.path.realpath(workdir) != cwd:
         command = f"cd -- {shlex.quote(workdir)} || exit 125\n{command}"
-    return ["/bin/sh", "-c", gated_shell(command, cgroup)]
+    return shell.step_argv(command, cgroup)
 
 
 class LocalBackend(BackendHooks):
@@ -87,11 +87,17 @@ class LocalBackend(BackendHooks):
         backend.start(job, on_done=lambda outcome: print(outcome.ok))
     """
 
-    def __init__(self) -> None:
+    def __init__(self, shell: Shell | None = None) -> None:
+        """``shell``: what shell steps and sentinels run under (:mod:`.fence`); by default bash 4
+        where it is on ``PATH``, else ``/bin/sh`` (:data:`.fence.PORTABLE` forces the latter),
+        decided at the first step."""
         self._environ = Environment(os.environ)  # encoded once: it took 0.1 ms per step
+        self._shell = shell
 
     def start(self, job: Job, on_done: Callable[[Outcome], None]) -> _LocalRun:
-        run = _LocalRun(job, on_done, self._environ)
+        if self._shell is None:
+            self._shell = find_shell()
+        run = _LocalRun(job, on_done, self._environ, self._shell)
         run.launch()
         return run
 
@@ -99,8 +105,9 @@ class LocalBackend(BackendHooks):
 class _LocalRun:
     """One running local job: its process group and its timers."""
 
-    def __init__(self, job: Job, on_done: Callable[[Outcome], None], environ: Environment) -> None:
+    def __init__(self, job: Job, on_done: Callable[[Outcome], None], environ: Environment, shell: Shell) -> None:
         self.job = job
+        self.shell = shell
         self.on_done = on_done
         self.environ = environ  # the runner's; a forked function step inherits it instead
         self.pid = 0
@@ -182,8 +189,8 @@ class _LocalRun:
         log = open_log(self.job.log_file)
         try:
             self.pid = spawn(
-                "/bin/sh",
-                _shell_argv(self.job.command, self.job.workdir, self._cgroup),
+                self.shell.path,
+                _shell_argv(self.shell, self.job.command, self.job.workdir, self._cgroup),
                 self.environ,
                 {**self.job.env, TOKEN_VAR: self.token},
                 opens=[(0, os.devnull, os.O_RDONLY)],
@@ -214,7 +221,7 @@ class _LocalRun:
                 pid = os.fork()
             if pid == 0:  # pragma: no cover - runs in the child
                 os.close(err_r)
-                _child_main(self.job, log_fd, err_w, gate, parent, self.token, mask, self._cgroup)
+                _child_main(self.job, log_fd, err_w, gate, parent, self.token, mask, self._cgroup, self.shell)
         finally:
             held.uninstall()
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -337,7 +344,7 @@ def _describe_exit(code: int) -> str:
 
 def _child_main(
     job: Job, log_fd: int, err_w: int, gate: int, parent: int, token: str, mask: set[int | signal.Signals],
-    cgroup: str,
+    cgroup: str, shell: Shell,
 ) -> None:  # pragma: no cover - child process
     code = 1
     try:
@@ -360,7 +367,7 @@ def _child_main(
         # renewal may already have followed the gate line: the last line is the latest.
         latest = first.decode(errors="replace").split()[-1]
         os.posix_spawn(
-            "/bin/sh", sentinel_argv(latest, cgroup), dict(os.environ),
+            shell.path, shell.sentinel_argv(latest, cgroup), dict(os.environ),
             file_actions=[
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),

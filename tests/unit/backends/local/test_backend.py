@@ -8,10 +8,11 @@ from pathlib import Path
 
 from marinbuild.backends.base import Job, Outcome
 from marinbuild.backends.local.backend import LocalBackend
+from marinbuild.backends.local.fence import PORTABLE, find_shell
 from tests.helpers import wait_dead
 
 
-def _run(job: Job) -> Outcome:
+def _run(job: Job, backend: LocalBackend | None = None) -> Outcome:
     done = threading.Event()
     result: list[Outcome] = []
 
@@ -19,7 +20,7 @@ def _run(job: Job) -> Outcome:
         result.append(outcome)
         done.set()
 
-    LocalBackend().start(job, on_done)
+    (backend or LocalBackend()).start(job, on_done)
     assert done.wait(60), "the step never ended"
     return result[0]
 
@@ -85,3 +86,37 @@ def test_a_steps_env_cannot_replace_its_token(tmp_path):
     assert shell.ok and function.ok, (shell.error, function.error)
     tokens = {(tmp_path / "sh.txt").read_text(), (tmp_path / "fn.txt").read_text()}
     assert len(tokens) == 1 and "forged" not in tokens and tokens != {""}
+
+
+def test_shell_steps_run_under_bash_where_it_is_found_and_under_sh_when_told(tmp_path):
+    command = "readlink /proc/$$/exe > exe.txt; ps -ww -o args= -g $(ps -o pgid= -p $$) > group.txt"
+    found = find_shell()
+    outcome = _run(_job(tmp_path, command=command))
+    assert outcome.ok, outcome.error
+    assert (tmp_path / "exe.txt").read_text().strip() == os.path.realpath(found.path)
+    portable = tmp_path / "portable"
+    portable.mkdir()
+    outcome = _run(_job(portable, command=command), LocalBackend(shell=PORTABLE))
+    assert outcome.ok, outcome.error
+    assert (portable / "exe.txt").read_text().strip() == os.path.realpath("/bin/sh")
+    assert "HUP INT TERM" in (portable / "group.txt").read_text()
+
+
+def _sentinel_exe(config: dict[str, str]) -> None:
+    pgid = os.getpgid(0)
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if b"step-fence" in Path(f"/proc/{name}/cmdline").read_bytes() and os.getpgid(int(name)) == pgid:
+                    Path(config["file"]).write_text(os.readlink(f"/proc/{name}/exe"))
+            except OSError:
+                continue
+
+
+def test_a_function_steps_sentinel_runs_under_the_backends_shell(tmp_path):
+    for shell in (find_shell(), PORTABLE):
+        folder = tmp_path / str(shell.bash)
+        folder.mkdir()
+        outcome = _run(_job(folder, fn=_sentinel_exe, config={"file": str(folder / "exe.txt")}), LocalBackend(shell=shell))
+        assert outcome.ok, outcome.error
+        assert (folder / "exe.txt").read_text() == os.path.realpath(shell.path)
