@@ -15,7 +15,7 @@ from typing import Any
 
 from marinbuild.errors import ClusterConfigError
 
-__all__ = ["cluster_path", "read_cluster_file"]
+__all__ = ["cluster_path", "read_cluster_file", "read_toml"]
 
 
 def cluster_path(workdir: str, default: object, path: str | None) -> str | None:
@@ -29,17 +29,28 @@ def cluster_path(workdir: str, default: object, path: str | None) -> str | None:
 
 def read_cluster_file(path: str, known: Iterable[str]) -> dict[str, Any]:
     """The decoded cluster file at ``path``, refusing a top-level key outside ``known``."""
+    data = read_toml(path)
+    check_keys(data, str(Path(path).expanduser()), known)
+    return data
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """The TOML document at ``path``; every way it cannot be read is one ClusterConfigError line."""
     p = Path(path).expanduser()
     try:
-        text = p.read_text()
+        raw = p.read_bytes()
     except OSError as e:
         raise ClusterConfigError(f"cannot read cluster file {str(p)!r}: {e.strerror}") from None
     try:
-        data = tomllib.loads(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ClusterConfigError(f"{p}: not valid TOML: not UTF-8 (byte {e.start})") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ClusterConfigError(f"{p}: not valid TOML: {e}") from None
-    check_keys(data, str(p), known)
-    return data
+    except RecursionError:
+        raise ClusterConfigError(f"{p}: not valid TOML: nested too deeply") from None
 
 
 def check_keys(data: Mapping[str, Any], source: str, known: Iterable[str]) -> None:

@@ -334,7 +334,7 @@ class LiveReporter(LineReporter):
         import threading
 
         def read() -> None:
-            from marinbuild.execution.accounting import estimates_for
+            from marinbuild.accounting import estimates_for
 
             try:
                 found = estimates_for(project.storage, project.graph, list(names))

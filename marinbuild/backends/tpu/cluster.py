@@ -41,12 +41,12 @@ demand as queued resources (see :class:`GcpSettings`)::
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from marinbuild.backends.cluster_file import read_toml
 from marinbuild.errors import ClusterConfigError, MarinbuildError, ResourceError
 from marinbuild.tpu_types import TpuTopology, tpu_topology
 
@@ -526,18 +526,5 @@ def load_cluster(path: str | Path) -> Cluster:
         # {'v4-32': ('v4-32-a', 'v4-32-b')}
     """
     p = Path(path).expanduser()
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise ClusterConfigError(f"cannot read cluster file {str(p)!r}: {e.strerror}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ClusterConfigError(f"{p}: not valid TOML: not UTF-8 (byte {e.start})") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ClusterConfigError(f"{p}: not valid TOML: {e}") from None
-    except RecursionError:
-        raise ClusterConfigError(f"{p}: not valid TOML: nested too deeply") from None
+    data = read_toml(p)
     return parse_cluster(data, source=str(p))
