@@ -501,13 +501,12 @@ class SliceProvider:
                 state = info.state if info is not None else "DELETED"
                 if state == "ACTIVE":
                     return
-                if info is None:
-                    self._create_failed(spec)
+                if info is None and not self._creating(spec):
                     raise CapacityUnavailable(f"queued resource {spec.name} {state}: queued resource is {state}")
                 if state in _FAILED_STATES:
                     raise failure_of(spec.name, state, info.error_code, info.error)
             now = self.clock()
-            phase = _WAITING.get(state, state.lower())
+            phase = _WAITING.get(state, "waiting for capacity" if state == "DELETED" else state.lower())
             self.state = f"{phase} ({now - record.created_at:.0f} s)"
             if state != last or now >= next_report:
                 self.report(f"queued resource {spec.name} ({spec.count} x {spec.tpu_type}): {self.state}")
@@ -522,13 +521,18 @@ class SliceProvider:
             if cancel.wait(min(self.poll, max(0.0, deadline - now))):
                 raise ProvisionCancelled(f"cancelled while queued resource {spec.name} was {state}")
 
-    def _create_failed(self, spec: QueuedResourceSpec) -> None:
-        """A queued resource that is not there: its create's operation says why, when it failed."""
+    def _creating(self, spec: QueuedResourceSpec) -> bool:
+        """A queued resource that is not there: whether its create's operation still runs.
+
+        An operation that ended with an error raises it, classified: the API refused what was
+        asked for (a runtime version, a topology), which asking again does not change.
+        """
         operation = self._operations.get(spec.name)
-        error = self.api.operation_error(operation, f"creating queued resource {spec.name}") if operation else None
+        done, error = self.api.operation_state(operation, f"creating queued resource {spec.name}")
         if error is not None:
-            raise TpuApiError(f"TPU API: creating queued resource {spec.name} in project {self.gcp.project} "
-                              f"failed: {error}", final=True)
+            raise TpuApiError(f"TPU API: creating queued resource {spec.name} failed in project "
+                              f"{self.gcp.project}: {error}", final=True)
+        return not done
 
     def _nodes(self, spec: QueuedResourceSpec) -> list[NodeInfo]:
         """The queued resource's nodes, slice 0 first: by the names asked for, else as the API lists them."""
