@@ -503,7 +503,7 @@ class SliceProvider:
                     return
                 if info is None and not self._creating(spec):
                     raise CapacityUnavailable(f"queued resource {spec.name} {state}: queued resource is {state}")
-                if state in _FAILED_STATES:
+                if info is not None and state in _FAILED_STATES:
                     raise failure_of(spec.name, state, info.error_code, info.error)
             now = self.clock()
             phase = _WAITING.get(state, "waiting for capacity" if state == "DELETED" else state.lower())
