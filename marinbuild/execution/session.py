@@ -263,6 +263,10 @@ def _created_slices(
     if not offered:
         return requests, capacity
     capacity = with_overrides(capacity, slices={t: (*capacity.slices.get(t, ()), *names) for t, names in offered.items()})
+    if cluster.gcp is not None:
+        from marinbuild.backends.tpu.preflight import preflight
+
+        preflight(cluster.gcp, offered)  # credentials, project, the TPU API, the zone's types and images
     if not allow_cross_region and cluster.gcp is not None:
         from marinbuild.backends.tpu.provision_plan import is_created_slice
         from marinbuild.backends.tpu.regions import check_regions, gs_inputs

@@ -109,7 +109,7 @@ def _holders(infos: list[QueuedResourceInfo], storage: Storage | None) -> dict[s
     now = time.time()
     for name, path in outputs.items():
         record = leases.get(path)
-        holders[name] = None if record is None or not _held(record, now) else record.describe()
+        holders[name] = None if record is None or not _still_held(record, now) else record.describe()
     return holders
 
 
@@ -117,7 +117,7 @@ CLOCK_ALLOWANCE_S = 300.0
 """How far another machine's clock may be off this one's before its lease is misjudged."""
 
 
-def _held(record: LeaseRecord, now: float) -> bool:
+def _still_held(record: LeaseRecord, now: float) -> bool:
     """Whether the lease's owner still holds it: alive here, or renewing from elsewhere."""
     alive = owner_alive(record.owner)
     if alive is not None:

@@ -33,11 +33,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from marinbuild.backends.tpu.cluster import Cluster, GcpSettings, SliceSpec, SshSettings
+from marinbuild.backends.tpu.polling import ZoneBoard
 from marinbuild.backends.tpu.readiness import Probe, ReadyProbe, ssh_login, wait_reachable
 from marinbuild.backends.tpu.retry_loop import cut_short
 from marinbuild.backends.tpu.tpu_api import (
     LABEL_PREFIX,
     NodeInfo,
+    QueuedResourceInfo,
     QueuedResourceSpec,
     TpuApi,
     TpuApiError,
@@ -288,6 +290,7 @@ class SliceProvider:
         poll: float | None = None,
         clock: Callable[[], float] = time.time,
         probe: Probe | None = None,
+        board: ZoneBoard | None = None,
     ) -> None:
         if cluster.gcp is None:
             raise ClusterConfigError(f"{cluster.source}: no [gcp] table, so no slice can be created")
@@ -306,6 +309,8 @@ class SliceProvider:
         self.clock = clock
         self.probe = probe
         """How a booting host is asked whether it is ready (None: an SSH login, :func:`ssh_login`)."""
+        self.board = board
+        """The run's shared look at the zone's queued resources (None: this step asks for its own)."""
         self.current: ProvisionedSlices | None = None
         self.held: list[HeldResource] = []
         self.patient = True
@@ -490,7 +495,7 @@ class SliceProvider:
         next_report = 0.0
         while True:
             try:
-                info = self.api.get(spec.name)
+                info = self._look(spec.name, record.created_at)
             except TpuApiError as e:
                 if not e.transient:
                     raise
@@ -520,6 +525,12 @@ class SliceProvider:
                 )
             if cancel.wait(min(self.poll, max(0.0, deadline - now))):
                 raise ProvisionCancelled(f"cancelled while queued resource {spec.name} was {state}")
+
+    def _look(self, name: str, since: float) -> QueuedResourceInfo | None:
+        """The queued resource as the run's shared list has it; asked for by name when the list lacks it."""
+        if self.board is None:
+            return self.api.get(name)
+        return self.board.get(name, since=since) or self.api.get(name)
 
     def _creating(self, spec: QueuedResourceSpec) -> bool:
         """A queued resource that is not there: whether its create's operation still runs.
