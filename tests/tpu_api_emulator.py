@@ -181,6 +181,7 @@ class TpuApiEmulator:
         self.unavailable_left = 0
         self.unavailable_lost = False
         self.unavailable_until = 0.0
+        self.unavailable_paths = ""
         self.create_refusals: list[tuple[int, str, str]] = []
         """The next creates answered with these (HTTP code, status, message), in turn."""
         self.create_op_s = 0.0
@@ -268,10 +269,11 @@ class TpuApiEmulator:
         with self.lock:
             self.create_op_errors = [(code, message)] * n
 
-    def unavailable_for(self, seconds: float) -> None:
-        """Every API request is answered 503 UNAVAILABLE for ``seconds`` from now (a burst)."""
+    def unavailable_for(self, seconds: float, path_contains: str = "") -> None:
+        """Every API request (whose path holds ``path_contains``) is answered 503 UNAVAILABLE for
+        ``seconds`` from now (a burst)."""
         with self.lock:
-            self.unavailable_until = time.time() + seconds
+            self.unavailable_until, self.unavailable_paths = time.time() + seconds, path_contains
 
     def set_health(self, node: str, health: str = "UNHEALTHY_MAINTENANCE", state: str | None = None) -> None:
         """A node's ``health`` (HEALTHY, TIMEOUT, UNHEALTHY_MAINTENANCE, ...) and, given, its ``state``
@@ -294,9 +296,9 @@ class TpuApiEmulator:
         with self.lock:
             self.unavailable_left, self.unavailable_lost = n, lost
 
-    def _unavailable(self, *, acted: bool) -> None:
+    def _unavailable(self, *, acted: bool, path: str = "") -> None:
         with self.lock:
-            if not acted and time.time() < self.unavailable_until:
+            if not acted and time.time() < self.unavailable_until and self.unavailable_paths in path:
                 raise _ApiError(503, "UNAVAILABLE", "The service is currently unavailable.")
             if self.unavailable_left > 0 and self.unavailable_lost == acted:
                 self.unavailable_left -= 1
@@ -755,7 +757,7 @@ class TpuApiEmulator:
                     if path.startswith("/emulator/"):
                         out, code = emulator._control(self.command, path), 200
                     elif path.startswith("/v2/"):
-                        emulator._unavailable(acted=False)
+                        emulator._unavailable(acted=False, path=path)
                         out, code = emulator.handle(self.command, path[len("/v2/"):], query, body), 200
                         emulator._unavailable(acted=True)
                     else:

@@ -340,7 +340,13 @@ class SliceProvider:
         if self.started is None:
             self.started = self.clock()
         if self.current is not None:
-            if not self.lost():
+            try:
+                gone = self.lost()
+            except TpuApiError as e:
+                if not e.transient:
+                    raise
+                gone = ()  # the API is busy, not the slice gone: the gang finds out if it is
+            if not gone:
                 return self.current
             self.discard("lost" if self.unwell else "preempted")
         spec = QueuedResourceSpec(
@@ -384,7 +390,7 @@ class SliceProvider:
         try:
             self._wait_active(spec, record, cancel)
             record.active_at = self.clock()
-            got = self._read_nodes(spec)
+            got = self._read_nodes_patiently(spec, cancel)
             self._wait_reachable(spec, got, cancel)
             self.current = got
         except BaseException as e:
@@ -544,6 +550,21 @@ class SliceProvider:
             raise TpuApiError(f"TPU API: creating queued resource {spec.name} failed in project "
                               f"{self.gcp.project}: {error}", final=True)
         return not done
+
+    def _read_nodes_patiently(self, spec: QueuedResourceSpec, cancel: threading.Event) -> ProvisionedSlices:
+        """The ACTIVE queued resource's nodes, asked again while the API says "try again"
+        (until ``ssh_ready_timeout``): a burst of 503s must not cost a slice that is there."""
+        deadline = self.clock() + self.gcp.ssh_ready_timeout
+        while True:
+            try:
+                return self._read_nodes(spec)
+            except TpuApiError as e:
+                if not e.transient or self.clock() >= deadline:
+                    raise
+                self.report(f"queued resource {spec.name} is ACTIVE; the TPU API answers \"try again\" "
+                            f"for its nodes; asking again ({e})")
+            if cancel.wait(self.poll):
+                raise ProvisionCancelled(f"cancelled while the nodes of queued resource {spec.name} were read")
 
     def _nodes(self, spec: QueuedResourceSpec) -> list[NodeInfo]:
         """The queued resource's nodes, slice 0 first: by the names asked for, else as the API lists them."""

@@ -322,3 +322,15 @@ def test_a_runtime_version_the_zone_does_not_boot_for_the_type_is_refused_in_one
                        r"'node\.runtimeVersion'") as e:
         p.acquire(threading.Event())
     assert e.value.final and p.held == []
+
+
+def test_a_burst_of_try_again_after_active_keeps_the_slice(emulator: TpuApiEmulator, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tpu_api, "_RETRY_DELAY_S", 0.01)  # five tries are over long before the burst is
+    emulator.unavailable_for(2.0, path_contains="/nodes/")  # the nodes cannot be read for 2 s
+    lines: list[str] = []
+    p = provider(emulator, tmp_path, count=2)
+    p.report = lines.append
+    got = p.acquire(threading.Event())
+    assert got.queued_resource in emulator.queued_resource_names() and emulator.deleted == []
+    assert any('answers "try again" for its nodes' in line for line in lines), lines
