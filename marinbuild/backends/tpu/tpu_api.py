@@ -432,7 +432,7 @@ def _reservation_path(name: str, gcp: GcpSettings) -> str:
 
 
 def _key_lines(key: str, value: str) -> list[str]:
-    """``TYPE BASE64`` lines from a guest attribute, as the guest agent writes them: the key
+    r"""``TYPE BASE64`` lines from a guest attribute, as the guest agent writes them: the key
     names the type and the value is the key, or the value holds whole ``TYPE BASE64 [comment]``
     lines, several of them newline-joined.
 
