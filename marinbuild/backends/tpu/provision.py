@@ -431,6 +431,12 @@ class SliceProvider:
             self.report(f"queued resource {spec.name}: {last.text} after ssh_ready_timeout "
                         f"({self.gcp.ssh_ready_timeout:g} s); the attempt goes on and judges them: "
                         + "; ".join(last.waiting_on[:3]))
+            if self.gcp.os_login and any("authentication" in why for why in last.waiting_on):
+                # marinbuild sets no ssh-keys under OS Login: the account's own key must be registered.
+                key = f"{self.cluster.ssh.identity_file}.pub" if self.cluster.ssh.identity_file else "KEY.pub"
+                self.report(f"os_login = true: register the key with `gcloud compute os-login ssh-keys add "
+                            f"--key-file {key}` and set [ssh] user to the account's POSIX name "
+                            "(`gcloud compute os-login describe-profile`)")
 
     def _valid_for(self) -> float:
         """What is left of ``provision_timeout`` (at least a minute): the server drops the request
