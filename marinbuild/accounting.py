@@ -125,13 +125,16 @@ def attempt_usage(entry: Mapping[str, Any], fallback: Mapping[str, Any] | None =
 
 
 def provisioned_usage(entry: Mapping[str, Any]) -> Usage:
-    """The hours the TPU slices created for one attempt were held: created to deleted, whether
-    the step ran on them or waited (``provisioned`` in the ledger entry; none for static slices),
+    """The hours the TPU slices created for one attempt were held: ACTIVE to deleted, whether
+    the step ran on them or not (``provisioned`` in the ledger entry; none for static slices),
     or until ``still_held_at`` for one whose delete only the runner's exit achieved.
 
     >>> attempt = {"provisioned": [{"tpu_type": "v4-32", "slices": 2, "created_at": 100, "deleted_at": 1900}]}
     >>> provisioned_usage(attempt).chip_hours   # 2 slices x 16 chips x half an hour
     16.0
+    >>> waited = {"provisioned": [{"tpu_type": "v4-32", "slices": 2, "created_at": 0, "active_at": 100, "deleted_at": 1900}]}
+    >>> provisioned_usage(waited).chip_hours, provisioned_usage({"provisioned": [{**waited["provisioned"][0], "active_at": None}]}).chip_hours
+    (16.0, 0.0)
     """
     total = Usage()
     held = entry.get("provisioned")
@@ -140,7 +143,10 @@ def provisioned_usage(entry: Mapping[str, Any]) -> Usage:
             continue
         # One whose deletes kept failing until the step's record was written (the runner's exit
         # deleted it) counts until it was last found held.
-        created, deleted = _number(p.get("created_at")), _number(p.get("deleted_at")) or _number(p.get("still_held_at"))
+        # Chips are billed from ACTIVE: a queued resource waiting for capacity holds none (its
+        # waiting is shown apart). Records older than ``active_at`` count from their creation.
+        created = _number(p.get("active_at")) if "active_at" in p else _number(p.get("created_at"))
+        deleted = _number(p.get("deleted_at")) or _number(p.get("still_held_at"))
         if not created or deleted < created:
             continue
         hours = (deleted - created) / 3600

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
+
+import pytest
 
 from tests.fixtures_created_slices import FAST, ledger, train_out, train_step
 from tests.fixtures_ssh import FakeFleet, wait_for
@@ -185,9 +188,15 @@ def test_a_burst_of_503_while_waiting_keeps_the_queue_place(project: Path, emula
         if runner.poll() is None:
             runner.kill()
         runner.communicate()
-    attempts = ledger(train_out(project, cluster))["attempts"]
+    out = train_out(project, cluster)
+    attempts = ledger(out)["attempts"]
     assert [a["class"] for a in attempts] == ["SUCCESS"]
     assert len(emulator.requests("POST", "/queuedResources")) == 1
+    # The wait is said apart from the time on hosts, and billed apart.
+    waited = re.search(r"1 attempt\(s\): SUCCESS; (\d+\.\d) s waiting for capacity before ACTIVE;", _step_log(out))
+    assert waited is not None and float(waited.group(1)) >= 2.0, _step_log(out)
+    (made,) = attempts[0]["provisioned"]
+    assert made["waiting_s"] >= 2.0 and made["active_at"] - made["created_at"] == pytest.approx(made["waiting_s"], abs=0.01)
 
 
 def test_the_request_names_the_tier_the_bound_and_the_generations_image(

@@ -10,16 +10,34 @@ an SSH host key, and ``start``/``stop`` (tests/fixtures_ssh.py's fake hosts). A 
 slice's hosts return to the end of the free list, so the next slice lands on other addresses
 when there are spare ones.
 
-Controls for tests: :meth:`TpuApiEmulator.preempt` (node PREEMPTED, its hosts' sshd stopped),
-:meth:`fail_next` (the next N queued resources go FAILED), :attr:`waiting_s` /
-:attr:`provisioning_s`, :meth:`report_host_key` (what guest attributes say about a host).
+It is as strict as the API where marinbuild could go wrong: a runtime version the generation
+does not boot, a type the zone lacks, two capacity tiers at once or a reservation without the
+reserved tier are 400s; a second delete of a DELETING queued resource is refused; list calls
+page (``page_size``); a queued resource not ACTIVE by its ``queueingPolicy.validUntilDuration``
+goes FAILED.
+
+Controls for tests (each also over HTTP, below): :meth:`TpuApiEmulator.preempt` (node
+PREEMPTED, its hosts' sshd stopped), :meth:`fail_next` (the next N queued resources go FAILED,
+for no capacity, a quota or an invalid configuration, each with Google's code),
+:meth:`refuse_creates` (403 or 400 on create), :meth:`fail_create_operations`,
+:meth:`unavailable_next` / :meth:`unavailable_for` (503s), :attr:`create_op_s` /
+:attr:`delete_op_s` (operations that take time; DELETING meanwhile), :attr:`sshd_after_s` /
+:attr:`logins_after_s` / :attr:`keys_after_s` (VMs that boot after ACTIVE), :attr:`key_style`
+(how guest attributes write host keys), :meth:`set_health` (health and node state),
+:meth:`suspend`, :attr:`api_disabled`, :attr:`waiting_s` / :attr:`provisioning_s`,
+:meth:`report_host_key` (what guest attributes say about a host).
 
 Standalone, it starts its own loopback hosts and writes a cluster file::
 
     python -m tests.tpu_api_emulator --hosts 4 --dir /tmp/tpu-emu --preempt-after 5 --preemptions 2
 
 and takes control requests while it runs (``curl -X POST http://127.0.0.1:PORT/emulator/preempt/NODE``,
-``.../emulator/fail/N``; ``GET .../emulator/state``).
+``.../emulator/fail/N[/capacity|quota|invalid]``, ``.../refuse-creates/N/403``,
+``.../fail-create-operations/N``, ``.../unavailable-for/SECONDS``, ``.../health/NODE/UNHEALTHY_MAINTENANCE``,
+``.../node-state/NODE/REPAIRING``, ``.../suspend/QUEUED_RESOURCE``, ``.../api-disabled/true``, and
+``.../create-op-s/S``, ``.../delete-op-s/S``, ``.../sshd-after-s/S``, ``.../logins-after-s/S``,
+``.../keys-after-s/S``, ``.../key-style/joined``, ``.../page-size/N``, ``.../waiting-s/S``,
+``.../provisioning-s/S``; ``GET .../emulator/state``).
 """
 
 from __future__ import annotations
@@ -163,6 +181,7 @@ class TpuApiEmulator:
         self.unavailable_left = 0
         self.unavailable_lost = False
         self.unavailable_until = 0.0
+        self.unavailable_paths = ""
         self.create_refusals: list[tuple[int, str, str]] = []
         """The next creates answered with these (HTTP code, status, message), in turn."""
         self.create_op_s = 0.0
@@ -182,6 +201,8 @@ class TpuApiEmulator:
         (value = ``TYPE BASE64``), "joined" (one entry, several ``TYPE BASE64`` lines)."""
         self.page_size = 0
         """List calls answer this many items a page (0: all on one), with ``nextPageToken``."""
+        self.api_disabled = False
+        """Every API request is answered 403 SERVICE_DISABLED, as for a project without the TPU API."""
         self.operations: dict[str, _Operation] = {}
         self._timers: list[tuple[float, Callable[[], None]]] = []
         self.node_name = "{prefix}-{i}"
@@ -248,10 +269,11 @@ class TpuApiEmulator:
         with self.lock:
             self.create_op_errors = [(code, message)] * n
 
-    def unavailable_for(self, seconds: float) -> None:
-        """Every API request is answered 503 UNAVAILABLE for ``seconds`` from now (a burst)."""
+    def unavailable_for(self, seconds: float, path_contains: str = "") -> None:
+        """Every API request (whose path holds ``path_contains``) is answered 503 UNAVAILABLE for
+        ``seconds`` from now (a burst)."""
         with self.lock:
-            self.unavailable_until = time.time() + seconds
+            self.unavailable_until, self.unavailable_paths = time.time() + seconds, path_contains
 
     def set_health(self, node: str, health: str = "UNHEALTHY_MAINTENANCE", state: str | None = None) -> None:
         """A node's ``health`` (HEALTHY, TIMEOUT, UNHEALTHY_MAINTENANCE, ...) and, given, its ``state``
@@ -274,9 +296,9 @@ class TpuApiEmulator:
         with self.lock:
             self.unavailable_left, self.unavailable_lost = n, lost
 
-    def _unavailable(self, *, acted: bool) -> None:
+    def _unavailable(self, *, acted: bool, path: str = "") -> None:
         with self.lock:
-            if not acted and time.time() < self.unavailable_until:
+            if not acted and time.time() < self.unavailable_until and self.unavailable_paths in path:
                 raise _ApiError(503, "UNAVAILABLE", "The service is currently unavailable.")
             if self.unavailable_left > 0 and self.unavailable_lost == acted:
                 self.unavailable_left -= 1
@@ -616,6 +638,12 @@ class TpuApiEmulator:
         """Answer one API request (``path`` without ``/v2/`` and query)."""
         with self.lock:
             self.log.append((method, path, body))
+            if self.api_disabled:
+                project = path.split("/")[1] if path.startswith("projects/") else "?"
+                raise _ApiError(403, "PERMISSION_DENIED", f"Cloud TPU API has not been used in project {project} "
+                                "before or it is disabled. Enable it by visiting "
+                                f"https://console.developers.google.com/apis/api/tpu.googleapis.com/overview?project={project}"
+                                " then retry.")
             self._advance_all()
             parts = path.split("/")
             if len(parts) < 4 or parts[0] != "projects" or parts[2] != "locations":
@@ -685,6 +713,9 @@ class TpuApiEmulator:
         if method == "POST" and len(parts) == 3 and parts[0] == "node-state":
             self.set_health(parts[1], self._node(parts[1]).health, parts[2])
             return {"node": parts[1], "state": parts[2]}
+        if method == "POST" and len(parts) == 2 and parts[0] == "api-disabled":
+            self.api_disabled = parts[1] == "true"
+            return {"api_disabled": self.api_disabled}
         if method == "POST" and len(parts) == 2 and parts[0] == "suspend":
             self.suspend(parts[1])
             return {"suspended": parts[1]}
@@ -726,7 +757,7 @@ class TpuApiEmulator:
                     if path.startswith("/emulator/"):
                         out, code = emulator._control(self.command, path), 200
                     elif path.startswith("/v2/"):
-                        emulator._unavailable(acted=False)
+                        emulator._unavailable(acted=False, path=path)
                         out, code = emulator.handle(self.command, path[len("/v2/"):], query, body), 200
                         emulator._unavailable(acted=True)
                     else:
@@ -798,6 +829,9 @@ def _serve(args: argparse.Namespace) -> Iterator[_Standalone]:
                 emulator.fail_next(args.fail)
             if args.preempt_after is not None:
                 emulator.auto_preempt(args.preempt_after, args.preemptions)
+            emulator.sshd_after_s, emulator.logins_after_s, emulator.keys_after_s = (
+                args.sshd_after, args.logins_after, args.keys_after)
+            emulator.create_op_s, emulator.delete_op_s = args.create_op, args.delete_op
             cluster = root / "cluster.toml"
             cluster.write_text(cluster_toml(emulator, fleet))
             yield _Standalone(fleet, emulator)
@@ -816,6 +850,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--fail", type=int, default=0, help="the first N queued resources go FAILED")
     ap.add_argument("--preempt-after", type=float, default=None, help="preempt each slice N seconds after ACTIVE")
     ap.add_argument("--preemptions", type=int, default=1, help="how many slices --preempt-after preempts")
+    ap.add_argument("--sshd-after", type=float, default=0.0, help="each VM's sshd starts N seconds after ACTIVE")
+    ap.add_argument("--logins-after", type=float, default=0.0, help="each VM refuses logins until N s after ACTIVE")
+    ap.add_argument("--keys-after", type=float, default=0.0, help="host keys appear in guest attributes N s after ACTIVE")
+    ap.add_argument("--create-op", type=float, default=0.0, help="seconds a create's operation takes")
+    ap.add_argument("--delete-op", type=float, default=0.0, help="seconds a delete takes (DELETING meanwhile)")
     args = ap.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -27,14 +27,19 @@ from marinbuild.backends.tpu.retry_loop import TpuAttempts, TpuJob, TpuStep
 from marinbuild.backends.tpu.workdir_sync import PackedWorkdir, pack_workdir
 from marinbuild.store.step_logs import append_note
 
-__all__ = ["TpuDispatch"]
+__all__ = ["CREATED_PROGRESS_TIMEOUT", "TpuDispatch"]
+
+CREATED_PROGRESS_TIMEOUT = 1800.0
+"""The hang timeout of a step on created slices that sets none (nor the cluster file): 30 min."""
 
 
 class TpuDispatch(TpuAttempts):
     """Backend for steps whose allocation holds TPU slices: one attempt per ``start``.
 
     The project is packed once per run (every step and attempt ships the same code). A step's
-    ``progress_timeout``, else the cluster file's, is watched on every host by the gang.
+    ``progress_timeout``, else the cluster file's, is watched on every host by the gang; a step
+    on slices created for it gets :data:`CREATED_PROGRESS_TIMEOUT` when neither sets one (a
+    wedged job on a created slice bills until someone looks).
     """
 
     def __init__(
@@ -113,8 +118,15 @@ class TpuDispatch(TpuAttempts):
             slices=slices,
             previous_attempts=job.previous_attempts,
             lost_attempt=job.lost_attempt,
-            progress_timeout=job.progress_timeout if job.progress_timeout is not None else self.cluster.progress_timeout,
+            progress_timeout=self._progress_timeout(job, slices),
         )
+
+    def _progress_timeout(self, job: Job, slices: tuple[str, ...]) -> float | None:
+        if job.progress_timeout is not None:
+            return job.progress_timeout
+        if self.cluster.progress_timeout is not None:
+            return self.cluster.progress_timeout
+        return CREATED_PROGRESS_TIMEOUT if uses_created_slices(slices) else None
 
     def _pack(self) -> PackedWorkdir | None:
         if not self.sync:
@@ -141,5 +153,11 @@ class TpuDispatch(TpuAttempts):
         with self._lock:
             step = self._steps.pop(job.output_path, None)
         if step is not None:
-            append_note(job.log_file, step.summary())
+            waited = self.created.waited(job) if self.created is not None else 0.0
+            summary = step.summary()
+            if waited >= 0.05:
+                # The time on hosts and the wait for them are different costs: say both.
+                head, sep, tail = summary.partition("; ")
+                summary = f"{head}; {waited:.1f} s waiting for capacity before ACTIVE{sep}{tail}"
+            append_note(job.log_file, summary)
             shutil.rmtree(step.staging_dir, ignore_errors=True)

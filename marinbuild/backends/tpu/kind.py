@@ -115,6 +115,9 @@ class TpuPlaced(PlacedKind):
         if not offered:
             return narrowed, capacity
         capacity = with_overrides(capacity, slices={t: (*capacity.slices.get(t, ()), *names) for t, names in offered.items()})
+        from marinbuild.backends.tpu.preflight import preflight
+
+        preflight(cluster.gcp, offered)  # credentials, project, the TPU API, the zone's types and images
         if not given.allow_cross_region:
             from marinbuild.backends.tpu.regions import check_regions, gs_inputs
             from marinbuild.store.buckets import bucket_locations

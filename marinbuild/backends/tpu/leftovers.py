@@ -4,7 +4,9 @@ A runner deletes its queued resources when a step ends, on Ctrl-C and SIGTERM; o
 SIGKILL leaves them holding quota. Every node marinbuild creates is labelled ``marinbuild =
 managed`` with the prefix, and its description names the step's output path, where the step's
 lease lives. A queued resource is *held* while that lease's owner runs: on this machine its pid
-is checked; a lease from another machine counts as held (its runner may well be alive).
+is checked; a lease from another machine counts as held while it is renewed (its runner may
+well be alive): one whose last renewal is older than twice its expiry plus
+:data:`CLOCK_ALLOWANCE_S` (the two machines' clocks may disagree by that much) is not held.
 ``marinbuild run`` deletes what is not held under its prefix before it starts, and
 ``marinbuild tpu down`` does it on request::
 
@@ -21,10 +23,10 @@ from dataclasses import dataclass
 
 from marinbuild.backends.tpu.provision import DESCRIPTION_PREFIX, prefix_id, real_location
 from marinbuild.backends.tpu.tpu_api import LABEL_PREFIX, QueuedResourceInfo, TpuApi
-from marinbuild.store.lease import owner_alive, read_leases
+from marinbuild.store.lease import DEFAULT_EXPIRY, LeaseRecord, owner_alive, read_leases
 from marinbuild.store.storage import Storage
 
-__all__ = ["MadeResource", "delete_unheld", "find_made", "left_for", "output_of"]
+__all__ = ["CLOCK_ALLOWANCE_S", "MadeResource", "delete_unheld", "find_made", "left_for", "output_of"]
 
 
 @dataclass(frozen=True)
@@ -104,10 +106,24 @@ def _holders(infos: list[QueuedResourceInfo], storage: Storage | None) -> dict[s
         store = storage if storage is not None and _root(storage.prefix) == root else Storage.for_prefix(root)
         leases.update(read_leases(store, paths))
     holders: dict[str, str | None] = {}
+    now = time.time()
     for name, path in outputs.items():
         record = leases.get(path)
-        holders[name] = None if record is None or owner_alive(record.owner) is False else record.describe()
+        holders[name] = None if record is None or not _still_held(record, now) else record.describe()
     return holders
+
+
+CLOCK_ALLOWANCE_S = 300.0
+"""How far another machine's clock may be off this one's before its lease is misjudged."""
+
+
+def _still_held(record: LeaseRecord, now: float) -> bool:
+    """Whether the lease's owner still holds it: alive here, or renewing from elsewhere."""
+    alive = owner_alive(record.owner)
+    if alive is not None:
+        return alive
+    expiry = record.expiry or DEFAULT_EXPIRY
+    return now - record.renewed <= 2 * expiry + CLOCK_ALLOWANCE_S
 
 
 def _root(path: str) -> str:

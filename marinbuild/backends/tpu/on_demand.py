@@ -27,6 +27,7 @@ from typing import Any
 from marinbuild.backends.base import Cause, Job, Outcome
 from marinbuild.backends.tpu.cluster import Cluster
 from marinbuild.backends.tpu.leftovers import delete_unheld, left_for
+from marinbuild.backends.tpu.polling import ZoneBoard
 from marinbuild.backends.tpu.provision import (
     CapacityUnavailable,
     HeldResource,
@@ -72,6 +73,8 @@ class CreatedSlices:
         self._released: dict[str, list[HeldResource]] = {}  # at the step's end, for amend_ledger
         self._lock = threading.Lock()
         endpoint = (cluster.gcp.api_endpoint or "") if cluster.gcp is not None else ""
+        # Every step waiting for ACTIVE reads one list of the zone's queued resources per poll.
+        self._board: ZoneBoard | None = None
         # How often the API is asked whether a node was preempted or fell ill while the gang runs
         # (a teardown on an SSH drop asks at once, so this bounds only what SSH does not see).
         self.preemption_poll = 1.0 if endpoint.startswith("http://") else 45.0
@@ -82,6 +85,14 @@ class CreatedSlices:
                 assert self.cluster.gcp is not None
                 self._api = TpuApi(self.cluster.gcp)
             return self._api
+
+    def board(self) -> ZoneBoard:
+        api = self.api()  # before the lock, which api() takes too
+        with self._lock:
+            if self._board is None:
+                endpoint = (self.cluster.gcp.api_endpoint or "") if self.cluster.gcp is not None else ""
+                self._board = ZoneBoard(api, interval=0.1 if endpoint.startswith("http://") else 30.0)
+            return self._board
 
     def provider(self, job: Job, tpu_type: str, count: int) -> SliceProvider:
         """The step's provider, made at its first attempt (it keeps the provision_timeout clock)."""
@@ -101,7 +112,8 @@ class CreatedSlices:
             def phase(name: str, since: float, queued_resource: str) -> None:
                 write_provisioning_note(out, name, since, queued_resource)  # for `marinbuild status`
 
-            made = SliceProvider(self.api(), self.cluster, request, report=report, on_phase=phase, probe=self.probe)
+            made = SliceProvider(self.api(), self.cluster, request, report=report, on_phase=phase, probe=self.probe,
+                                 board=self.board())
             with self._lock:
                 found = self._providers.setdefault(job.output_path, made)
             if found is made:
@@ -257,6 +269,13 @@ class CreatedSlices:
             provider.release()  # as patient as its last attempt's: a cancelled step must report soon
             with self._lock:
                 self._released[job.output_path] = provider.held
+
+    def waited(self, job: Job) -> float:
+        """Seconds the step's queued resources waited for capacity (creation to ACTIVE, or to
+        their delete when they never got there), once the step ended."""
+        with self._lock:
+            held = list(self._released.get(job.output_path, []))
+        return sum(((r.active_at or r.deleted_at or r.created_at) - r.created_at) for r in held)
 
     def amend_ledger(self, job: Job, entries: list[dict[str, Any]]) -> None:
         """Give the attempts' entries the deletes only the step's end achieved (their delete had failed).

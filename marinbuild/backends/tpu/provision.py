@@ -33,11 +33,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from marinbuild.backends.tpu.cluster import Cluster, GcpSettings, SliceSpec, SshSettings
+from marinbuild.backends.tpu.polling import ZoneBoard
 from marinbuild.backends.tpu.readiness import Probe, ReadyProbe, ssh_login, wait_reachable
 from marinbuild.backends.tpu.retry_loop import cut_short
 from marinbuild.backends.tpu.tpu_api import (
     LABEL_PREFIX,
     NodeInfo,
+    QueuedResourceInfo,
     QueuedResourceSpec,
     TpuApi,
     TpuApiError,
@@ -288,6 +290,7 @@ class SliceProvider:
         poll: float | None = None,
         clock: Callable[[], float] = time.time,
         probe: Probe | None = None,
+        board: ZoneBoard | None = None,
     ) -> None:
         if cluster.gcp is None:
             raise ClusterConfigError(f"{cluster.source}: no [gcp] table, so no slice can be created")
@@ -306,6 +309,8 @@ class SliceProvider:
         self.clock = clock
         self.probe = probe
         """How a booting host is asked whether it is ready (None: an SSH login, :func:`ssh_login`)."""
+        self.board = board
+        """The run's shared look at the zone's queued resources (None: this step asks for its own)."""
         self.current: ProvisionedSlices | None = None
         self.held: list[HeldResource] = []
         self.patient = True
@@ -335,7 +340,13 @@ class SliceProvider:
         if self.started is None:
             self.started = self.clock()
         if self.current is not None:
-            if not self.lost():
+            try:
+                gone = self.lost()
+            except TpuApiError as e:
+                if not e.transient:
+                    raise
+                gone = ()  # the API is busy, not the slice gone: the gang finds out if it is
+            if not gone:
                 return self.current
             self.discard("lost" if self.unwell else "preempted")
         spec = QueuedResourceSpec(
@@ -379,7 +390,7 @@ class SliceProvider:
         try:
             self._wait_active(spec, record, cancel)
             record.active_at = self.clock()
-            got = self._read_nodes(spec)
+            got = self._read_nodes_patiently(spec, cancel)
             self._wait_reachable(spec, got, cancel)
             self.current = got
         except BaseException as e:
@@ -420,6 +431,12 @@ class SliceProvider:
             self.report(f"queued resource {spec.name}: {last.text} after ssh_ready_timeout "
                         f"({self.gcp.ssh_ready_timeout:g} s); the attempt goes on and judges them: "
                         + "; ".join(last.waiting_on[:3]))
+            if self.gcp.os_login and any("authentication" in why for why in last.waiting_on):
+                # marinbuild sets no ssh-keys under OS Login: the account's own key must be registered.
+                key = f"{self.cluster.ssh.identity_file}.pub" if self.cluster.ssh.identity_file else "KEY.pub"
+                self.report(f"os_login = true: register the key with `gcloud compute os-login ssh-keys add "
+                            f"--key-file {key}` and set [ssh] user to the account's POSIX name "
+                            "(`gcloud compute os-login describe-profile`)")
 
     def _valid_for(self) -> float:
         """What is left of ``provision_timeout`` (at least a minute): the server drops the request
@@ -490,7 +507,7 @@ class SliceProvider:
         next_report = 0.0
         while True:
             try:
-                info = self.api.get(spec.name)
+                info = self._look(spec.name, record.created_at)
             except TpuApiError as e:
                 if not e.transient:
                     raise
@@ -501,13 +518,12 @@ class SliceProvider:
                 state = info.state if info is not None else "DELETED"
                 if state == "ACTIVE":
                     return
-                if info is None:
-                    self._create_failed(spec)
+                if info is None and not self._creating(spec):
                     raise CapacityUnavailable(f"queued resource {spec.name} {state}: queued resource is {state}")
-                if state in _FAILED_STATES:
+                if info is not None and state in _FAILED_STATES:
                     raise failure_of(spec.name, state, info.error_code, info.error)
             now = self.clock()
-            phase = _WAITING.get(state, state.lower())
+            phase = _WAITING.get(state, "waiting for capacity" if state == "DELETED" else state.lower())
             self.state = f"{phase} ({now - record.created_at:.0f} s)"
             if state != last or now >= next_report:
                 self.report(f"queued resource {spec.name} ({spec.count} x {spec.tpu_type}): {self.state}")
@@ -522,13 +538,39 @@ class SliceProvider:
             if cancel.wait(min(self.poll, max(0.0, deadline - now))):
                 raise ProvisionCancelled(f"cancelled while queued resource {spec.name} was {state}")
 
-    def _create_failed(self, spec: QueuedResourceSpec) -> None:
-        """A queued resource that is not there: its create's operation says why, when it failed."""
+    def _look(self, name: str, since: float) -> QueuedResourceInfo | None:
+        """The queued resource as the run's shared list has it; asked for by name when the list lacks it."""
+        if self.board is None:
+            return self.api.get(name)
+        return self.board.get(name, since=since) or self.api.get(name)
+
+    def _creating(self, spec: QueuedResourceSpec) -> bool:
+        """A queued resource that is not there: whether its create's operation still runs.
+
+        An operation that ended with an error raises it, classified: the API refused what was
+        asked for (a runtime version, a topology), which asking again does not change.
+        """
         operation = self._operations.get(spec.name)
-        error = self.api.operation_error(operation, f"creating queued resource {spec.name}") if operation else None
+        done, error = self.api.operation_state(operation, f"creating queued resource {spec.name}")
         if error is not None:
-            raise TpuApiError(f"TPU API: creating queued resource {spec.name} in project {self.gcp.project} "
-                              f"failed: {error}", final=True)
+            raise TpuApiError(f"TPU API: creating queued resource {spec.name} failed in project "
+                              f"{self.gcp.project}: {error}", final=True)
+        return not done
+
+    def _read_nodes_patiently(self, spec: QueuedResourceSpec, cancel: threading.Event) -> ProvisionedSlices:
+        """The ACTIVE queued resource's nodes, asked again while the API says "try again"
+        (until ``ssh_ready_timeout``): a burst of 503s must not cost a slice that is there."""
+        deadline = self.clock() + self.gcp.ssh_ready_timeout
+        while True:
+            try:
+                return self._read_nodes(spec)
+            except TpuApiError as e:
+                if not e.transient or self.clock() >= deadline:
+                    raise
+                self.report(f"queued resource {spec.name} is ACTIVE; the TPU API answers \"try again\" "
+                            f"for its nodes; asking again ({e})")
+            if cancel.wait(self.poll):
+                raise ProvisionCancelled(f"cancelled while the nodes of queued resource {spec.name} were read")
 
     def _nodes(self, spec: QueuedResourceSpec) -> list[NodeInfo]:
         """The queued resource's nodes, slice 0 first: by the names asked for, else as the API lists them."""

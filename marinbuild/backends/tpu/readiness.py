@@ -63,7 +63,8 @@ def ssh_login(entry: str, spec: SliceSpec, keys: tuple[str, ...]) -> str | None:
     except (HostKeyError, HostUnknown):
         return None
     except SshError as e:
-        return str(e)
+        text = str(e)
+        return text[len(e.host) + 2:] if text.startswith(f"{e.host}: ") else text
     return None
 
 

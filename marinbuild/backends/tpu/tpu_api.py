@@ -223,7 +223,7 @@ class TpuApi:
         """Ask for the queued resource; it starts queued, and :meth:`get` follows it.
 
         Returns the create's long-running operation (None when a retry met the queued resource
-        already made): :meth:`operation_error` says whether it failed.
+        already made): :meth:`operation_state` says whether it is done and how it ended.
         """
         t = self._tpu
         node = t.Node(
@@ -239,6 +239,13 @@ class TpuApi:
         )
         if spec.service_account:
             node.service_account = t.ServiceAccount(email=spec.service_account)
+        tier = spec.tier or ("spot" if spec.spot else "on-demand")
+        # Set before the node is put in its spec: proto-plus copies a message on assignment.
+        if tier == "reserved":
+            node.scheduling_config = t.SchedulingConfig(reserved=True)
+        elif tier == "best-effort":
+            # tpu_v2 has no best_effort field (v2alpha1 does): its VMs are the preemptible kind.
+            node.scheduling_config = t.SchedulingConfig(preemptible=True)
         node_spec = t.QueuedResource.Tpu.NodeSpec(parent=self.parent, node=node)
         if spec.count == 1:
             node_spec.node_id = spec.name
@@ -247,18 +254,13 @@ class TpuApi:
                 node_count=spec.count, node_id_prefix=spec.name
             )
         qr = t.QueuedResource(tpu=t.QueuedResource.Tpu(node_spec=[node_spec]))
-        tier = spec.tier or ("spot" if spec.spot else "on-demand")
         if tier == "spot":
             qr.spot = t.QueuedResource.Spot()
         elif tier == "reserved":
             # tpu_v2 spells the reserved tier as guaranteed capacity from the project's reservations.
             qr.guaranteed = t.QueuedResource.Guaranteed()
-            node.scheduling_config = t.SchedulingConfig(reserved=True)
             if spec.reservation:
                 qr.reservation_name = _reservation_path(spec.reservation, self.gcp)
-        elif tier == "best-effort":
-            # tpu_v2 has no best_effort field (v2alpha1 does): its VMs are the preemptible kind.
-            node.scheduling_config = t.SchedulingConfig(preemptible=True)
         if spec.valid_for_s:
             from datetime import timedelta
 
@@ -267,22 +269,23 @@ class TpuApi:
         return self._call(f"creating queued resource {spec.name}", self._client.create_queued_resource,
                           parent=self.parent, queued_resource=qr, queued_resource_id=spec.name)
 
-    def operation_error(self, operation: Any, what: str) -> str | None:
-        """The error a finished operation ended with (one line), None while it runs or when it succeeded.
+    def operation_state(self, operation: Any, what: str) -> tuple[bool, str | None]:
+        """Whether a long-running operation is done, and the error it ended with (one line).
 
-        Asking is one GET of the operation; a passing "try again" answer counts as still running.
+        Asking is one GET of the operation; a passing "try again" answer counts as not done.
         """
         if operation is None:
-            return None
+            return True, None
         try:
-            if not self._call(f"reading the operation of {what}", lambda timeout: operation.done(retry=None)):
-                return None
+            done = self._call(f"reading the operation of {what}", lambda timeout: operation.done(retry=None))
         except TpuApiError as e:
             if e.transient:
-                return None
+                return False, None
             raise
-        error = operation.exception(timeout=0) if operation.done(retry=None) else None
-        return None if error is None else _why(error)
+        if not done:
+            return False, None
+        error = operation.exception(timeout=0)
+        return True, None if error is None else _why(error)
 
     def get(self, name: str) -> QueuedResourceInfo | None:
         """The queued resource called ``name``; None when there is none (deleted)."""

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from marinbuild.backends.base import Job
 from marinbuild.backends.environments import DECLARED_ENV_EXTRA
-from marinbuild.backends.tpu.backend import TpuDispatch
+from marinbuild.backends.tpu.backend import CREATED_PROGRESS_TIMEOUT, TpuDispatch
 from marinbuild.backends.tpu.cluster import parse_cluster
 
 
@@ -42,6 +43,17 @@ def test_the_hang_timeout_is_the_steps_else_the_cluster_files(tmp_path: Path) ->
     with_default = dispatch(tmp_path, progress_timeout="15m")
     assert with_default.tpu_job(job(tmp_path, command="true")).progress_timeout == 900.0
     assert with_default.tpu_job(job(tmp_path, command="true", progress_timeout=30.0)).progress_timeout == 30.0
+
+
+def test_a_step_on_created_slices_gets_a_hang_timeout_unless_one_is_set(tmp_path: Path) -> None:
+    cluster = parse_cluster({"gcp": {"project": "my-project", "zone": "us-central2-b"}})
+    created = TpuDispatch(cluster, marinfile=str(tmp_path / "Marinfile.py"), prefix=str(tmp_path / "out"), sync=True,
+                          console=lambda line: None)
+    on_created = job(tmp_path, command="true")
+    on_created.env["MARINBUILD_TPU_SLICES"] = "@gcp/0/0"
+    assert created.tpu_job(on_created).progress_timeout == CREATED_PROGRESS_TIMEOUT == 1800.0
+    assert created.tpu_job(replace(on_created, progress_timeout=60.0)).progress_timeout == 60.0
+    assert dispatch(tmp_path).tpu_job(job(tmp_path, command="true")).progress_timeout is None  # static: none
 
 
 def test_a_steps_state_lasts_across_attempts_and_goes_when_it_ended(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from marinbuild.backends.tpu.leftovers import delete_unheld, find_made, left_for
-from marinbuild.backends.tpu.provision import ProvisionRequest, SliceProvider
+from marinbuild.backends.tpu.provision import ProvisionRequest, SliceProvider, prefix_id
 from marinbuild.backends.tpu.tpu_api import QueuedResourceSpec, TpuApi
 from marinbuild.store.conditional import conditional_store
 from marinbuild.store.lease import Lease, Owner, lease_path
@@ -88,3 +88,42 @@ def test_what_an_earlier_holder_of_a_steps_lease_made_is_found_for_that_step_alo
     assert left_for(api, str(tmp_path / "elsewhere"), out) == []
     assert delete_unheld(api, found) == [mine]
     assert emulator.queued_resource_names() == [other]
+
+
+def test_a_lease_from_another_machine_is_held_only_while_it_is_renewed(emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    import time
+
+    prefix = str(tmp_path / "out")
+    storage = Storage.for_prefix(prefix)
+    renewing, renewing_out = leave_behind(emulator, tmp_path, prefix, "renewing")
+    stopped, stopped_out = leave_behind(emulator, tmp_path, prefix, "stopped")
+    elsewhere = vars(Owner("other-vm", 4242, "1", "n", "another-machine"))
+    for out, renewed in ((renewing_out, time.time()), (stopped_out, time.time() - 6 * 3600)):
+        os.makedirs(os.path.dirname(lease_path(out)))
+        Path(lease_path(out)).write_text(json.dumps({"owner": elsewhere, "acquired": 1, "renewed": renewed,
+                                                      "expiry": 60}))
+    cluster = cluster_for(emulator, tmp_path)
+    assert cluster.gcp is not None
+    made = {m.info.name: m for m in find_made(TpuApi(cluster.gcp), prefix, storage)}
+    assert made[renewing].holder is not None and made[renewing].holder.startswith("other-vm:4242")
+    assert made[stopped].holder is None  # its runner stopped renewing hours ago
+
+
+def test_suspended_and_failed_queued_resources_are_swept(emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    prefix = str(tmp_path / "out")
+    suspended, _ = leave_behind(emulator, tmp_path, prefix, "suspended")
+    emulator.suspend(suspended)
+    emulator.fail_next(1, "quota")
+    cluster = cluster_for(emulator, tmp_path)
+    assert cluster.gcp is not None
+    api = TpuApi(cluster.gcp)
+    api.create(QueuedResourceSpec("mb-failed-1", "v4-8", 1, "tpu-ubuntu2204-base",
+                                  labels={"marinbuild": "managed", "marinbuild-prefix-id": prefix_id(prefix)},
+                                  description=f"marinbuild output {prefix}/failed-00aa"))
+    wait = threading.Event()
+    while "FAILED" not in emulator.states().get("mb-failed-1", []):
+        wait.wait(0.02)
+    made = find_made(api, prefix, Storage.for_prefix(prefix))
+    assert sorted(m.info.state for m in made) == ["FAILED", "SUSPENDED"]
+    assert sorted(delete_unheld(api, made)) == sorted([suspended, "mb-failed-1"])
+    assert emulator.queued_resource_names() == []

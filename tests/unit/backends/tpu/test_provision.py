@@ -280,3 +280,57 @@ def test_a_runner_stopping_while_capacity_is_awaited_deletes_in_a_hurry_a_timeou
     # step's end is as hurried. Its wall time running out leaves the run going: the usual patience.
     assert tries == [None if timed_out else 2] and p.patient is timed_out
     assert emulator.queued_resource_names() == []
+
+
+def test_a_create_whose_operation_fails_is_read_and_final(emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    emulator.create_op_s = 0.3  # Google's create operations take a while
+    emulator.fail_create_operations(1, 3, "Invalid runtime configuration for v4-8")
+    p = provider(emulator, tmp_path, count=1)
+    with pytest.raises(tpu_api.TpuApiError, match=r"creating queued resource \S+ failed in project my-project: "
+                       "Invalid runtime configuration for v4-8") as e:
+        p.acquire(threading.Event())
+    assert e.value.final and len(p.held) == 1 and p.held[0].deleted_at is not None  # acknowledged, so recorded
+    emulator.create_op_s = 0.3  # a slow create that succeeds is waited for
+    assert p.acquire(threading.Event()).queued_resource in emulator.queued_resource_names()
+
+
+@pytest.mark.parametrize(("gcp", "tier_keys", "scheduling"), [
+    ({"capacity": "spot"}, {"spot"}, None),
+    ({"capacity": "on-demand"}, set(), None),
+    ({"capacity": "reserved", "reservation": "res-a"}, {"guaranteed", "reservationName"}, {"reserved": True}),
+    ({"capacity": "best-effort"}, set(), {"preemptible": True}),
+])
+def test_capacity_tiers_and_the_servers_own_bound_are_asked_for(emulator: TpuApiEmulator, tmp_path: Path,
+                                                                gcp: dict[str, object], tier_keys: set[str],
+                                                                scheduling: dict[str, bool] | None) -> None:
+    p = provider(emulator, tmp_path, count=1, tpu_type="v6e-8", **gcp)
+    p.acquire(threading.Event())
+    body = emulator.requests("POST", "/queuedResources")[-1][2]
+    assert {k for k in ("spot", "guaranteed", "reservationName") if k in body} == tier_keys
+    if "reservationName" in tier_keys:
+        assert body["reservationName"] == "projects/my-project/locations/us-central2-b/reservations/res-a"
+    assert body["tpu"]["nodeSpec"][0]["node"].get("schedulingConfig") == scheduling
+    assert body["tpu"]["nodeSpec"][0]["node"]["runtimeVersion"] == "v2-alpha-tpuv6e"
+    valid = float(body["queueingPolicy"]["validUntilDuration"].rstrip("s"))
+    assert valid == 60  # what is left of provision_timeout (30 s here), at least a minute
+
+
+def test_a_runtime_version_the_zone_does_not_boot_for_the_type_is_refused_in_one_line(
+        emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    p = provider(emulator, tmp_path, count=1, tpu_type="v6e-8", runtime_version="tpu-ubuntu2204-base")
+    with pytest.raises(tpu_api.TpuApiError, match=r"refused in project my-project: Invalid value for field "
+                       r"'node\.runtimeVersion'") as e:
+        p.acquire(threading.Event())
+    assert e.value.final and p.held == []
+
+
+def test_a_burst_of_try_again_after_active_keeps_the_slice(emulator: TpuApiEmulator, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tpu_api, "_RETRY_DELAY_S", 0.01)  # five tries are over long before the burst is
+    emulator.unavailable_for(2.0, path_contains="/nodes/")  # the nodes cannot be read for 2 s
+    lines: list[str] = []
+    p = provider(emulator, tmp_path, count=2)
+    p.report = lines.append
+    got = p.acquire(threading.Event())
+    assert got.queued_resource in emulator.queued_resource_names() and emulator.deleted == []
+    assert any('answers "try again" for its nodes' in line for line in lines), lines

@@ -58,3 +58,16 @@ def test_a_cancel_ends_the_wait(emulator: TpuApiEmulator, tmp_path: Path) -> Non
     with TpuApi(cluster.gcp) as api:
         last = wait_reachable(api, got.specs, {}, time.time() + 600, cancel, probe=lambda e, s, k: "refused", poll=60)
     assert last.reachable == 0
+
+
+def test_os_login_hosts_that_refuse_the_key_say_how_to_register_it(emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    p = provider(emulator, tmp_path, count=1, os_login=True, ssh_ready_timeout=0.3)
+    p.probe = lambda entry, spec, keys: "authentication as 'ops' failed: Authentication failed."
+    lines: list[str] = []
+    p.report = lines.append
+    got = p.acquire(threading.Event())  # the wait is over: the gang judges the host
+    assert got.queued_resource in emulator.queued_resource_names()
+    assert any("booting: 0/1 hosts reachable after ssh_ready_timeout (0.3 s)" in line for line in lines), lines
+    assert any("gcloud compute os-login ssh-keys add --key-file" in line for line in lines), lines
+    body = emulator.requests("POST", "/queuedResources")[-1][2]
+    assert "ssh-keys" not in body["tpu"]["nodeSpec"][0]["node"].get("metadata", {})

@@ -1,0 +1,92 @@
+"""Count the TPU API requests of steps waiting for capacity: one shared list per poll, or one get per step.
+
+Starts the TPU API emulator (loopback, the real google-cloud-tpu client over REST) with hosts
+that never free up, so every step waits; ``--steps`` providers wait at once for ``--polls``
+polls each, first sharing the run's :class:`~marinbuild.backends.tpu.polling.ZoneBoard` (as
+``marinbuild run`` does), then each asking for its own queued resource (as before it). Polls are
+scaled down to ``--poll`` seconds; the per-minute figures are for the real interval, 30 s::
+
+    python -m bench.tpu_request_budget                   # 50 steps, 20 polls
+    python -m bench.tpu_request_budget --steps 200 --page-size 100 --json /tmp/budget.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from marinbuild.backends.tpu.cluster import parse_cluster
+from marinbuild.backends.tpu.polling import ZoneBoard
+from marinbuild.backends.tpu.provision import CapacityUnavailable, ProvisionCancelled, ProvisionRequest, SliceProvider
+from marinbuild.backends.tpu.tpu_api import TpuApi
+from tests.tpu_api_emulator import EmulatedHost, TpuApiEmulator
+
+REAL_POLL_S = 30.0
+
+
+def _measure(emulator: TpuApiEmulator, key_dir: Path, steps: int, polls: int, poll: float, shared: bool) -> dict[str, float]:
+    (key_dir / "id.pub").write_text("ssh-ed25519 AAAAPUBLIC bench@here\n")
+    table = {"project": "bench-project", "zone": "us-central2-b", "api_endpoint": emulator.endpoint,
+             "provision_timeout": 3600}
+    cluster = parse_cluster({"ssh": {"user": "bench", "identity_file": str(key_dir / "id")}, "gcp": table})
+    assert cluster.gcp is not None
+    api = TpuApi(cluster.gcp)
+    board = ZoneBoard(api, interval=poll) if shared else None
+    cancel = threading.Event()
+    providers = [
+        SliceProvider(api, cluster, ProvisionRequest(f"s{i}", f"/bench/s{i}-00ff", "/bench", "v4-8", 1), poll=poll,
+                      board=board)
+        for i in range(steps)
+    ]
+
+    def wait(p: SliceProvider) -> None:
+        try:
+            p.acquire(cancel)
+        except (ProvisionCancelled, CapacityUnavailable):
+            pass
+
+    threads = [threading.Thread(target=wait, args=(p,), daemon=True) for p in providers]
+    for t in threads:
+        t.start()
+    while len(emulator.queued_resource_names()) < steps:
+        time.sleep(0.01)
+    start = len(emulator.log)
+    time.sleep(polls * poll)
+    window = emulator.log[start:]
+    cancel.set()
+    for t in threads:
+        t.join()
+    waiting = [r for r in window if r[0] == "GET" and "/queuedResources" in r[1]]
+    per_poll = len(waiting) / polls
+    return {"steps": steps, "requests_per_poll": round(per_poll, 2),
+            "requests_per_minute_at_30s": round(per_poll * 60 / REAL_POLL_S, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--polls", type=int, default=20)
+    ap.add_argument("--poll", type=float, default=0.2, help="the scaled-down poll interval, seconds")
+    ap.add_argument("--page-size", type=int, default=0, help="items per list page (0: the API's default, all)")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    never_free = [EmulatedHost("10.255.0.1", "ssh-ed25519 AAAA", lambda: None, lambda: None, lambda: False)]
+    results = {}
+    for shared in (True, False):
+        with TpuApiEmulator(never_free, waiting_s=0.0) as emulator, tempfile.TemporaryDirectory() as tmp:
+            emulator.page_size = args.page_size
+            results["shared" if shared else "per_step"] = _measure(emulator, Path(tmp), args.steps, args.polls,
+                                                                    args.poll, shared)
+    for name, r in results.items():
+        print(f"{name:9s} {r['steps']} waiting steps: {r['requests_per_poll']} requests a poll, "
+              f"{r['requests_per_minute_at_30s']} a minute at a 30 s poll")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
