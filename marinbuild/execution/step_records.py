@@ -59,7 +59,7 @@ from marinbuild.store.markers import (
     write_status,
 )
 from marinbuild.store.mirror import ensure_mirrored
-from marinbuild.store.step_logs import begin_step_log, staged_log
+from marinbuild.store.step_logs import append_note, begin_step_log, staged_log
 from marinbuild.store.storage import Storage, overlapped
 
 __all__ = [
@@ -121,7 +121,8 @@ class RunContext:
 
 
 def link_refusal(ctx: RunContext, node: StepNode) -> str | None:
-    """The one line refusing a step whose output folder, ``.marinbuild`` or a marker is a symlink.
+    """The one line refusing a step whose output folder, ``.marinbuild`` or a marker is a symlink
+    (or a marker is a FIFO, a device or a socket, which would block or never end a read).
 
     Asked before the step's lease is taken: clearing, setting aside or writing through such
     a link would reach outside the prefix. ``clean`` follows the same rule.
@@ -129,7 +130,8 @@ def link_refusal(ctx: RunContext, node: StepNode) -> str | None:
     problem = stored_link_problem(ctx.storage, node.output_path)
     if problem is None:
         return None
-    return f"refusing to write under {node.output_path}: {problem}; marinbuild never writes through a link"
+    why = "; marinbuild never writes through a link" if problem.endswith("symlink") else ""
+    return f"refusing to write under {node.output_path}: {problem}{why}"
 
 
 def prepare(ctx: RunContext, node: StepNode, extra_env: Mapping[str, str], cores: tuple[int, ...] = (),
@@ -258,12 +260,7 @@ def _was_starting_over(storage: Storage, out: str) -> bool:
 
 def _first_line(log_file: str, line: str) -> None:
     """Open the run's log with ``line`` (best effort: a log is never worth a failed step)."""
-    try:
-        os.makedirs(os.path.dirname(log_file), exist_ok=True)
-        with open(log_file, "a") as f:
-            f.write(line + "\n")
-    except OSError:
-        pass
+    append_note(log_file, line)
 
 
 def _while_reading_attempts(storage: Storage, output: str, write: Callable[[], Any]) -> tuple[dict[str, Any], ...]:
