@@ -33,7 +33,16 @@ from typing import Any, TypeVar
 from marinbuild.backends.base import HELD_EXTRA, Job, Outcome
 from marinbuild.backends.environments import DECLARED_ENV_EXTRA, ENV_EXTRA
 from marinbuild.backends.final_records import RecordedOutcome, record
-from marinbuild.config_walk import LEAF_TYPES, MAPPING, RECORD, SET, children, describe_leaf, is_namedtuple
+from marinbuild.config_walk import (
+    LEAF_TYPES,
+    MAPPING,
+    MAX_INT_BITS,
+    RECORD,
+    SET,
+    children,
+    describe_leaf,
+    is_namedtuple,
+)
 from marinbuild.drift import code_record
 from marinbuild.errors import LeaseLost, MarinbuildError, StorageError
 from marinbuild.execution.accounting import held_by
@@ -497,6 +506,8 @@ def to_jsonable(value: Any) -> Any:
     found = children(value)
     if found is None:
         leaf = describe_leaf(value)
+        if type(leaf) is int and leaf.bit_length() > MAX_INT_BITS:  # no JSON can hold it as a number
+            return f"(an integer of {leaf.bit_length()} bits)"
         if leaf is None or type(leaf) in LEAF_TYPES:
             return leaf
         try:
