@@ -40,6 +40,7 @@ __all__ = [
     "KEEP",
     "LEAF_TYPES",
     "MAPPING",
+    "MAX_INT_BITS",
     "RECORD",
     "SEQUENCE",
     "SET",
@@ -58,6 +59,10 @@ __all__ = [
 
 LEAF_TYPES = frozenset((str, int, float, bool, type(None)))
 """Exact types that are always leaves: tested first, since nearly every value is one."""
+
+MAX_INT_BITS = 13_288
+"""Bits of the largest integer a config may hold as a number: 4,000 decimal digits, below
+Python's limit on turning an integer into text (4,300), past which no JSON can be written."""
 
 MAPPING = "mapping"
 SEQUENCE = "sequence"

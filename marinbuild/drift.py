@@ -34,7 +34,7 @@ from typing import Any
 
 import xxhash
 
-from marinbuild.config_walk import LEAF_TYPES, children, describe_leaf, is_placeholder, join_path
+from marinbuild.config_walk import LEAF_TYPES, MAX_INT_BITS, children, describe_leaf, is_placeholder, join_path
 from marinbuild.graph import StepGraph, StepNode
 from marinbuild.identity import source_digest
 from marinbuild.staleness import Change, diff_payloads
@@ -69,6 +69,8 @@ def _plain(value: Any, path: str, out: dict[str, Any]) -> None:
     # value is a plain leaf, dict or list.
     t = type(value)
     if t in LEAF_TYPES:
+        if t is int and value.bit_length() > MAX_INT_BITS:
+            value = f"(an integer of {value.bit_length()} bits)"  # no JSON can hold it as a number
         out[path or "(config)"] = value
         return
     if t is dict:

@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 
 import xxhash
 
-from marinbuild.config_walk import MAPPING, SET, children, join_path
+from marinbuild.config_walk import MAPPING, MAX_INT_BITS, SET, children, join_path
 from marinbuild.errors import IdentityError
 from marinbuild.steps import (
     ConfigScan,
@@ -176,6 +176,8 @@ class _Encoder:
         if value is None or isinstance(value, (bool, str)):
             return value
         if isinstance(value, int) and not isinstance(value, enum.Enum):
+            if value.bit_length() > MAX_INT_BITS:
+                self._refuse(path, value, "an integer over 4,000 digits")
             return value
         if isinstance(value, float):
             if not math.isfinite(value):
@@ -219,6 +221,8 @@ class _Encoder:
             self._refuse(path, value, "a set of mixed or unsortable types")
         if float in kinds and not all(math.isfinite(v) for v in value):
             self._refuse(path, value, "a set holding a non-finite float")
+        if int in kinds and any(v.bit_length() > MAX_INT_BITS for v in value):
+            self._refuse(path, value, "a set holding an integer over 4,000 digits")
         return sorted(value)
 
     def _refuse(self, path: str, value: Any, what: str) -> NoReturn:

@@ -187,17 +187,42 @@ _GOOD_NAME = re.compile(
 
 def _check_name(name: object) -> str:
     if isinstance(name, str) and _GOOD_NAME.fullmatch(name):
+        if len(name) > NAME_MAX - _HASH_SUFFIX:  # only a long name can have a part too long
+            _check_name_length(name)
         return name  # the common case, in one regex; the checks below say what is wrong
     if not isinstance(name, str) or not name.strip():
         raise StepDefinitionError(f"step name must be a non-empty string, got {name!r}")
-    if name.startswith("/") or "\\" in name:
+    if name.startswith("/"):
         raise StepDefinitionError(f"step name {name!r} must be relative (no leading '/')")
+    if "\\" in name:
+        raise StepDefinitionError(f"step name {name!r} must not contain a backslash: '/' separates folders")
     parts = name.split("/")
     if any(p in ("", ".", "..") for p in parts):
         raise StepDefinitionError(f"step name {name!r} must not contain '..', '.' or empty parts")
     if any(c < " " or c == "\x7f" for c in name):
         raise StepDefinitionError(f"step name {name!r} must not contain control characters (a NUL byte, say)")
     raise StepDefinitionError(f"step name {name!r} must not contain spaces, quotes, braces or glob characters")
+
+
+NAME_MAX = 255
+"""Bytes in one folder name on the file systems outputs live on (ext4, xfs, GCS's object names allow more)."""
+_HASH_SUFFIX = len("-") + 16
+
+
+def _check_name_length(name: str) -> None:
+    """Refuse a name one of whose folders could not exist: each part, and the last with ``-HASH``, fits NAME_MAX."""
+    *folders, last = name.split("/")
+    for part, room in [*((p, NAME_MAX) for p in folders), (last, NAME_MAX - _HASH_SUFFIX)]:
+        size = len(part.encode("utf-8", "surrogatepass"))
+        if size > room:
+            raise StepDefinitionError(
+                f"step name {_shortened(name)!r} is too long: its part {_shortened(part)!r} is {size} bytes, and a "
+                f"folder name holds at most {NAME_MAX} ({room} for the last part, before its -HASH)"
+            )
+
+
+def _shortened(text: str) -> str:
+    return text if len(text) <= 60 else f"{text[:40]}…{text[-10:]}"
 
 
 def step(

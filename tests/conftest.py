@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -95,6 +96,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Started as a background job (`nohup … &`, a CI script), this process may have SIGINT
+    # ignored, and every child would inherit that: a test's `kill -INT` would then do
+    # nothing. The tests send SIGINT to their children, so their children get the default
+    # disposition back (a handler here is reset to it at exec); tests of a runner started
+    # with SIGINT ignored ignore it for that child themselves.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # Each worker (and every process its tests start) gets its own temporary folder:
     # staging files named after a step's name and identity must not meet another
     # worker's run of a step with the same name. Short, for Unix socket paths under it.

@@ -42,6 +42,7 @@ def test_a_run_on_a_full_store_fails_its_steps_naming_the_cause(project, full_pr
 def test_clean_on_a_full_store_is_one_line_and_force_removes(project, full_prefix):
     result = marinbuild("clean", "--yes", "--prefix", str(full_prefix), cwd=project)
     assert result.returncode != 0
+    assert "remove " not in result.stdout, result.stdout  # nothing said removed that is not
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("marinbuild: error: cannot take the lease of ") and "No space left on device" in line, line
     assert "internal error" not in line and "--force" in line

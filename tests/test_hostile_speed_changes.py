@@ -106,6 +106,7 @@ def test_sigint_storm_prints_no_traceback(tmp_path: Path) -> None:
 # itself interrupted: a storm's second SIGINT landing at the worst moment, made certain.
 _INTERRUPTED_REPORT = """
 import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # this test's SIGINTs, even from a job that ignores it
 from marinbuild.cli.app import console_script
 from marinbuild.cli.printing import err
 

@@ -15,8 +15,8 @@ work is killed when either passes, so that a clock that stood still while a VM w
 is overruled by one that did not.
 
 The backends answer with the process now running each step (:meth:`Deadlines.started`),
-which the next renewal records in the lease, for a runner taking the step over on this
-machine to kill its process group.
+which the lease's holder records in the lease before the step may run, for a runner
+taking the step over on this machine to kill its cgroup and process group.
 
 Example::
 
@@ -70,6 +70,7 @@ class Deadlines:
         self._latest: dict[str, Deadline] = {}
         self._listeners: dict[str, list[Callable[[Deadline], None]]] = {}
         self._processes: dict[str, StepProcess] = {}
+        self._recorders: dict[str, Callable[[StepProcess], None]] = {}
 
     def publish(self, output_path: str, deadline: Deadline) -> None:
         """The work writing ``output_path`` must have stopped by ``deadline``."""
@@ -85,12 +86,29 @@ class Deadlines:
             self._latest.pop(output_path, None)
 
     def started(self, output_path: str, process: StepProcess | None) -> None:
-        """The step writing ``output_path`` now runs as ``process`` (None: it ended)."""
+        """The step writing ``output_path`` now runs as ``process`` (None: it ended).
+
+        A backend calls this while the step still waits at its gate: the recorder of the
+        path (:meth:`keep_records`, the lease's holder) writes the process into the lease
+        before this returns, and whatever it raises (the lease could not be written, or is
+        another runner's now) means the step must not pass its gate.
+        """
         with self._lock:
             if process is None:
                 self._processes.pop(output_path, None)
+                return
+            self._processes[output_path] = process
+            recorder = self._recorders.get(output_path)
+        if recorder is not None:
+            recorder(process)
+
+    def keep_records(self, output_path: str, recorder: Callable[[StepProcess], None] | None) -> None:
+        """Have ``recorder`` write each process started for ``output_path`` where a taker finds it (None: stop)."""
+        with self._lock:
+            if recorder is None:
+                self._recorders.pop(output_path, None)
             else:
-                self._processes[output_path] = process
+                self._recorders[output_path] = recorder
 
     def process(self, output_path: str) -> StepProcess | None:
         """The process running the step writing ``output_path``, as its backend last said."""

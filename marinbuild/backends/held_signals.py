@@ -10,7 +10,9 @@ lock release), the exception was swallowed and the signal lost.
 :class:`HeldSignals` wraps the handlers in place: while it *holds*, a signal is only noted;
 :meth:`HeldSignals.release` then hands it to the handler it was meant for, at a point where
 nothing is half done. Where asked, a second signal while holding is handled at once, so a
-stuck step of bookkeeping never makes Ctrl-C useless.
+stuck step of bookkeeping never makes Ctrl-C useless; and a SIGTERM still noted
+:data:`STUCK_AFTER` seconds later (the main thread blocked in a system call) ends the
+process as SIGTERM's default action would.
 
 Example::
 
@@ -35,6 +37,9 @@ from typing import Any
 __all__ = ["HeldSignals"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+STUCK_AFTER = 20.0
+"""Seconds a SIGTERM may stay noted, unhandled because the main thread is blocked, before the process ends."""
 
 
 class HeldSignals:
@@ -88,10 +93,25 @@ class HeldSignals:
     def _on_signal(self, number: int, frame: Any) -> None:
         if self._holding and not (self.second_goes_through and self.received):
             self.received.append(number)
+            if number == signal.SIGTERM:
+                self._end_if_stuck(self.received)
             if self.on_noted is not None:
                 self.on_noted()
             return
         self._deliver(number)
+
+    def _end_if_stuck(self, noted: list[int]) -> None:
+        # A hold that never ends (the main thread blocked in a system call: a FIFO, a hung
+        # mount) would keep a noted SIGTERM forever. After a grace period the process ends
+        # as SIGTERM ends it by default; the steps' fences see their runner gone and kill them.
+        def end() -> None:
+            if self.received is noted and signal.SIGTERM in noted:  # not handed on meanwhile
+                os.write(2, f"marinbuild: still blocked {STUCK_AFTER:g} s after SIGTERM; ending now\n".encode())
+                os._exit(128 + signal.SIGTERM)
+
+        timer = threading.Timer(STUCK_AFTER, end)
+        timer.daemon = True
+        timer.start()
 
     def _deliver(self, number: int) -> None:
         if threading.current_thread() is threading.main_thread() and signal.getsignal(number) == signal.SIG_IGN:

@@ -59,8 +59,9 @@ def clean_command(
         return
     # Without a terminal to ask on, list what would go (nothing is removed) before refusing.
     cannot_ask = not dry and not yes and not sys.stdin.isatty()
-    for p in victims:
-        out.print(("would remove " if dry or cannot_ask else "remove ") + p, markup=False)
+    if dry or not yes:  # the question needs the list; with --yes each line comes once its folder is gone
+        for p in victims:
+            out.print(("would remove " if dry or cannot_ask else "remove ") + p, markup=False)
     if dry:
         return
     if cannot_ask:
@@ -78,6 +79,8 @@ def clean_command(
         why = remove_output(storage, p, force=force)
         if why is None:
             removed += 1
+            if yes:
+                out.print(f"remove {p}", markup=False)
         else:
             err.print(f"marinbuild: leaving {p} alone: {why}", markup=False)
     out.print(f"removed {removed} output(s)")

@@ -157,9 +157,11 @@ def _follow(project: Project, output: str, path: str, attempt: int | None) -> No
 
 
 def _copy_new(path: str, offset: int) -> tuple[int, bool]:
+    from marinbuild.store.storage import open_regular
+
     try:
         # O_NOFOLLOW: a link planted while following is not read through either.
-        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
+        with os.fdopen(open_regular(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
             if os.fstat(f.fileno()).st_size < offset:
                 offset = 0  # moved aside for a new run: this is the new run's log
             f.seek(offset)

@@ -25,8 +25,11 @@ A lease that cannot be created because the store is full, over quota or read-onl
 waiting would not cure it. Other errors reading or writing a lease make the step wait.
 
 Taking over a lease whose owner ran on this machine first kills whatever is left of the
-previous attempt (found by its step token, :mod:`marinbuild.backends.local.containment`),
-and waits while anything survives.
+previous attempt (its cgroup, named for its runner, :mod:`marinbuild.backends.local.cgroups`;
+its process group and every process carrying its step token,
+:mod:`marinbuild.backends.local.containment`), and waits while anything survives. The step's
+process is in the lease before the step passes its gate (:meth:`Deadlines.started
+<marinbuild.backends.deadlines.Deadlines.started>`).
 
 >>> from marinbuild.store.storage import Storage
 >>> claims = LeaseClaims(Storage.for_prefix("memory://claims-doc"))
@@ -35,15 +38,43 @@ and waits while anything survives.
 
 from __future__ import annotations
 
+import errno
+import functools
+import os
 import threading
 from collections.abc import Callable, Mapping
 
 from marinbuild.backends.deadlines import Deadline, deadlines
-from marinbuild.backends.local.containment import kill_step_group, kill_token, step_token
-from marinbuild.errors import MarinbuildError, StorageError
+from marinbuild.backends.local.cgroups import (
+    cgroup_emptied,
+    cgroup_holds,
+    kill_cgroup,
+    runner_cgroups,
+    runners_cgroup,
+    shared_cgroups,
+)
+from marinbuild.backends.local.containment import (
+    carries_token,
+    file_ids,
+    kill_step_group,
+    kill_token,
+    process_start,
+    step_token,
+    writes_to,
+)
+from marinbuild.errors import LeaseLost, MarinbuildError, StorageError
 from marinbuild.graph import StepNode
 from marinbuild.store.conditional import conditional_store
-from marinbuild.store.lease import Heartbeat, Lease, LeaseRecord, LeaseSettings, Owner, lease_path, owner_alive
+from marinbuild.store.lease import (
+    Heartbeat,
+    Lease,
+    LeaseRecord,
+    LeaseSettings,
+    Owner,
+    StepProcess,
+    lease_path,
+    owner_alive,
+)
 from marinbuild.store.markers import StatusRecord, read_status
 from marinbuild.store.storage import Storage, store_refusal
 
@@ -89,7 +120,7 @@ class LeaseClaims:
         except (MarinbuildError, IsADirectoryError):
             raise  # a folder where the lease belongs never goes away by itself: the step fails alone
         except Exception as e:  # an unreadable lease file: the step waits, the run goes on
-            refusal = store_refusal(e)
+            refusal = store_refusal(e) or _never_heals(e)
             if refusal is not None:  # a full or read-only store does not heal while the step waits
                 raise StorageError(f"its lease {lease.path} cannot be created: {refusal}") from e
             return "wait", f"its lease {lease.path} cannot be used ({type(e).__name__}: {e})"
@@ -102,6 +133,7 @@ class LeaseClaims:
         with self._guard:
             self._lost.pop(node.name, None)
         self._publish(node.output_path, lease)
+        deadlines.keep_records(node.output_path, functools.partial(self._record_step, lease))
         self._heartbeat.start()
         return "go", attempt.why if attempt.took_over is not None else ""
 
@@ -123,6 +155,7 @@ class LeaseClaims:
         lease = self._forget(node.name)
         if lease is None:
             return
+        deadlines.keep_records(node.output_path, None)
         deadlines.withdraw(node.output_path)
         try:
             lease.release()
@@ -136,6 +169,7 @@ class LeaseClaims:
             leases = list(self._leases.values())
             self._leases.clear()
         for lease in leases:
+            deadlines.keep_records(lease_output(lease), None)
             try:
                 lease.release()
             except Exception:
@@ -189,10 +223,37 @@ class LeaseClaims:
             except Exception:
                 pass  # the deadline already published stops the step whatever happens here
 
+    def _record_step(self, lease: Lease, process: StepProcess) -> None:
+        """Write the step's process into its lease before the step passes its gate."""
+        try:
+            renewed = lease.renew(process)
+        except Exception as e:
+            why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            raise StorageError(f"its lease {lease.path} could not record the step's process ({why})") from e
+        if not renewed:
+            raise LeaseLost(f"another runner holds its lease {lease.path} now")
+        self._publish(lease_output(lease), lease)
+
     def _publish(self, output: str, lease: Lease) -> None:
         left = lease.time_left()
         if left is not None:
             deadlines.publish(output, Deadline.within(left))
+
+
+_NEVER_HEALS = {
+    errno.ENAMETOOLONG: "the path is too long for the file system",
+    errno.ENOTDIR: "a file is where a folder belongs",
+    errno.EACCES: "this user may not write there",
+    errno.EPERM: "this user may not write there",
+    errno.ELOOP: "too many symlinks on the way",
+}
+
+
+def _never_heals(error: BaseException) -> str | None:
+    """What a lease that can never be made here says (a name too long, a file for a folder, no permission)."""
+    if not isinstance(error, OSError) or error.errno not in _NEVER_HEALS:
+        return None
+    return f"{error.strerror or os.strerror(error.errno)} ({_NEVER_HEALS[error.errno]})"
 
 
 def lease_output(lease: Lease) -> str:
@@ -204,18 +265,42 @@ def _clear_previous(record: LeaseRecord, output: str) -> str | None:
     """Kill what is left of the step's previous attempt on this machine; what survived, or None.
 
     Only an owner on this machine, in this pid namespace, can be checked: elsewhere its own
-    fences (its sentinel, its guardian, its deadline) are what stops it.
+    fences (its sentinel, its guardian, its deadline) are what stops it. A lease file may
+    have been written by anyone, so nothing is killed on its word alone: only a cgroup
+    named for the owner (pid and start time), a process group one of whose members carries
+    the owner's token for this step or writes this step's log, and every process carrying
+    that token.
     """
-    if owner_alive(record.owner) is None:
+    owner = record.owner
+    alive = owner_alive(owner)
+    if alive is None:
         return None
-    # Its process group (and cgroup) first: what dropped the token is still in them. Then
-    # two empty scans in a row before the lease changes hands: a missed process would
+    token = step_token(output, owner.pid, owner.started)
+    step = record.step if record.step is not None and record.step.here() else None
+    # Its cgroups first: they hold everything the step started, whatever it did to its
+    # environment or group. A dead runner's steps are all to die, with or without their
+    # first process; a live one reuses its cgroups, so only the one holding the step's
+    # first process is the step's.
+    cgroups: list[str] = []
+    if step is not None and runners_cgroup(step.cgroup, owner.pid, owner.started) and (
+        not alive or (process_start(step.pid) == step.started and cgroup_holds(step.cgroup, step.pid))
+    ):
+        cgroups.append(step.cgroup)
+    if not alive:
+        parents = [os.path.dirname(step.cgroup) if step is not None and step.cgroup else "", shared_cgroups().parent or ""]
+        cgroups += runner_cgroups(owner.pid, owner.started, parents)
+    survivors: list[str] = []
+    for folder in dict.fromkeys(cgroups):
+        kill_cgroup(folder)
+        if not cgroup_emptied(folder):
+            survivors.append(f"cgroup {folder}")
+    if step is not None:
+        logs = file_ids(Storage.join(output, "logs")) if "://" not in output else frozenset()
+        survivors += map(str, kill_step_group(
+            step.pid, step.pgid, step.started, lambda pid: carries_token(pid, token) or writes_to(pid, logs)))
+    # Then two empty scans in a row before the lease changes hands: a missed process would
     # overlap the next attempt.
-    step = record.step
-    survivors = []
-    if step is not None and step.here():
-        survivors = kill_step_group(step.pid, step.pgid, step.started, step.cgroup)
-    survivors += kill_token(step_token(output, record.owner.pid, record.owner.started), settle=2)
+    survivors += map(str, kill_token(token, settle=2))
     if not survivors:
         return None
-    return f"{len(survivors)} of its step's processes survived SIGKILL (pids {', '.join(map(str, survivors[:5]))})"
+    return f"{len(survivors)} of its step's processes survived SIGKILL ({', '.join(survivors[:5])})"

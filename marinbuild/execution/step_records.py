@@ -34,7 +34,16 @@ from marinbuild.accounting import held_by
 from marinbuild.backends.base import HELD_EXTRA, Job, Outcome
 from marinbuild.backends.environments import DECLARED_ENV_EXTRA, ENV_EXTRA
 from marinbuild.backends.final_records import RecordedOutcome, record
-from marinbuild.config_walk import LEAF_TYPES, MAPPING, RECORD, SET, children, describe_leaf, is_namedtuple
+from marinbuild.config_walk import (
+    LEAF_TYPES,
+    MAPPING,
+    MAX_INT_BITS,
+    RECORD,
+    SET,
+    children,
+    describe_leaf,
+    is_namedtuple,
+)
 from marinbuild.drift import code_record
 from marinbuild.errors import LeaseLost, MarinbuildError, StorageError
 from marinbuild.graph import StepNode
@@ -121,7 +130,8 @@ class RunContext:
 
 
 def link_refusal(ctx: RunContext, node: StepNode) -> str | None:
-    """The one line refusing a step whose output folder, ``.marinbuild`` or a marker is a symlink.
+    """The one line refusing a step whose output folder, ``.marinbuild`` or a marker is a symlink
+    (or a marker is a FIFO, a device or a socket, which would block or never end a read).
 
     Asked before the step's lease is taken: clearing, setting aside or writing through such
     a link would reach outside the prefix. ``clean`` follows the same rule.
@@ -129,7 +139,8 @@ def link_refusal(ctx: RunContext, node: StepNode) -> str | None:
     problem = stored_link_problem(ctx.storage, node.output_path)
     if problem is None:
         return None
-    return f"refusing to write under {node.output_path}: {problem}; marinbuild never writes through a link"
+    why = "; marinbuild never writes through a link" if problem.endswith("symlink") else ""
+    return f"refusing to write under {node.output_path}: {problem}{why}"
 
 
 def prepare(ctx: RunContext, node: StepNode, extra_env: Mapping[str, str], cores: tuple[int, ...] = (),
@@ -217,7 +228,8 @@ def _prepare_output(ctx: RunContext, node: StepNode) -> tuple[str | None, list[s
     storage, out, name = ctx.storage, node.output_path, node.name
     was = ctx.resuming.get(out)
     kept = ctx.keep_output or node.step.resume_output
-    if out in ctx.start_over or (was == "interrupted" and not kept and _was_starting_over(storage, out)):
+    unfinished = was == "interrupted" and not kept and _was_starting_over(storage, out)
+    if out in ctx.start_over or unfinished:
         # RUNNING first: a runner killed while (or right after) moving the output aside must not
         # leave the old SUCCESS marker over an emptied folder, which the next plan would trust.
         # It says the attempt starts over: killed before the move, it leaves the earlier finished
@@ -225,10 +237,13 @@ def _prepare_output(ctx: RunContext, node: StepNode) -> tuple[str | None, list[s
         _stored(f"write {status_path(out)}", lambda: write_status(
             storage, out, RUNNING, owner=_owner(), name=name, identity=node.identity, starting_over=True))
         earlier = _stored(f"list {out}", lambda: asides(storage, out))
-        moved = _stored(f"set aside the earlier output of {name}", lambda: set_aside(storage, out))
+        # A set-aside that was interrupted goes on into its own folder: one earlier output, one folder.
+        into = earlier[-1] if unfinished and earlier else None
+        moved = _stored(f"set aside the earlier output of {name}", lambda: set_aside(storage, out, into=into))
         if moved is None:
             return None, earlier
-        return f"marinbuild: {name} starts from an empty output folder; its earlier output is set aside in {moved} until this run succeeds", [*earlier, moved]
+        return (f"marinbuild: {name} starts from an empty output folder; its earlier output is set aside in {moved} "
+                "until this run succeeds"), list(dict.fromkeys([*earlier, moved]))
     if node.step.fresh_output or ctx.fresh_output:
         _stored(f"clear {out}", lambda: clear_output(storage, out))
         return None, []
@@ -394,7 +409,7 @@ def _settle_earlier(storage: Storage, outcome: Outcome, earlier: list[str]) -> O
     if not earlier:
         return outcome
     if not outcome.ok:
-        kept = f"its earlier output is kept in {earlier[-1]}"
+        kept = f"its earlier output is kept in {_listed(earlier)}"
         return dataclasses.replace(outcome, error=f"{outcome.error}; {kept}" if outcome.error else kept)
     for folder in earlier:
         try:
@@ -402,6 +417,11 @@ def _settle_earlier(storage: Storage, outcome: Outcome, earlier: list[str]) -> O
         except (MarinbuildError, OSError):
             pass  # left for the next success to remove
     return outcome
+
+
+def _listed(folders: list[str]) -> str:
+    """Every folder named, oldest first: ``A``, ``A and B``, ``A, B and C``."""
+    return folders[0] if len(folders) == 1 else f"{', '.join(folders[:-1])} and {folders[-1]}"
 
 
 def _dependencies_changed(ctx: RunContext, info: dict[str, Any]) -> str | None:
@@ -488,6 +508,8 @@ def to_jsonable(value: Any) -> Any:
     found = children(value)
     if found is None:
         leaf = describe_leaf(value)
+        if type(leaf) is int and leaf.bit_length() > MAX_INT_BITS:  # no JSON can hold it as a number
+            return f"(an integer of {leaf.bit_length()} bits)"
         if leaf is None or type(leaf) in LEAF_TYPES:
             return leaf
         try:

@@ -40,17 +40,19 @@ def step_entries(names: list[str]) -> list[str]:
     return sorted(n for n in names if n not in OWN_ENTRIES)
 
 
-def set_aside(storage: Storage, output: str, entries: list[str] | None = None) -> str | None:
+def set_aside(storage: Storage, output: str, entries: list[str] | None = None, into: str | None = None) -> str | None:
     """Move the step's own entries of ``output`` into a new aside folder; its path, or None when there was nothing.
 
     ``entries`` is the folder's listing when the caller has one (one request saved on a
-    remote store). The caller holds the step's lease.
+    remote store). ``into`` is an aside folder whose filling was interrupted (the runner
+    killed halfway through the move): the rest of the same earlier output joins it there,
+    rather than being split over two folders. The caller holds the step's lease.
     """
     names = step_entries(storage.list_names(output) if entries is None else entries)
     if not names:
         return None
     stamp = datetime.fromtimestamp(time.time(), UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    folder = Storage.join(output, MARKER_DIR, f"{ASIDE_PREFIX}{stamp}")
+    folder = into or Storage.join(output, MARKER_DIR, f"{ASIDE_PREFIX}{stamp}")
     for name in names:
         storage.move(Storage.join(output, name), Storage.join(folder, name))
     return folder

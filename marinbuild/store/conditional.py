@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import xxhash
 
 from marinbuild.store.retry import bounded, call_with_retries
-from marinbuild.store.storage import Storage, retire, unlink_quietly, write_temporary
+from marinbuild.store.storage import Storage, open_regular, retire, unlink_quietly, write_temporary
 
 if TYPE_CHECKING:
     from marinbuild.store.fsspec_store import FsspecStorage
@@ -184,7 +184,7 @@ class LocalConditionalStore:
 
     def _read(self, path: str) -> Versioned | None:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = open_regular(path)  # a FIFO where the lease belongs must not block its readers
         except (FileNotFoundError, NotADirectoryError):
             return None
         try:

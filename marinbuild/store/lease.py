@@ -565,6 +565,9 @@ class Lease:
         self._held: _Held | None = None
         self._watch: Watch | None = None
         self._lock = threading.Lock()  # state changes only: renewals run on the heartbeat thread
+        # One renewal at a time: a step's start records its process from another thread than
+        # the heartbeat's, and two swaps from one version would make the loser look lost.
+        self._renewing = threading.Lock()
 
     @property
     def held(self) -> bool:
@@ -632,6 +635,10 @@ class Lease:
         preconditions; the swap then catches a change between the read and the write.
         Raises :class:`~marinbuild.errors.StorageError` when the store cannot be reached.
         """
+        with self._renewing:
+            return self._renew(step)
+
+    def _renew(self, step: StepProcess | None) -> bool:
         held = self._held
         if held is None:
             return False

@@ -23,7 +23,7 @@ import stat
 
 from marinbuild.store.attempt_ledger import LEDGER
 from marinbuild.store.markers import MARKER_DIR
-from marinbuild.store.storage import Storage
+from marinbuild.store.storage import Storage, file_kind
 
 __all__ = ["link_problem", "stored_link_problem"]
 
@@ -37,8 +37,9 @@ def link_problem(path: str, prefix: str | None = None) -> str | None:
     symlink``, ``its marker .marinbuild/status is a symlink``) names the link: the folder
     itself or a folder between ``prefix`` and it (only when ``path`` is inside ``prefix``),
     its ``.marinbuild`` or ``logs`` folder, or a marker (``.marinbuild/status``,
-    ``info.json``, the lease, ``attempts.json``, ``logs/step.log``). A folder that does not
-    exist yet is fine.
+    ``info.json``, the lease, ``attempts.json``, ``logs/step.log``). A marker that is a FIFO,
+    a device or a socket is refused too (``… is not a regular file``): reading it would block
+    or never end. A folder that does not exist yet is fine.
     """
     if "://" in path:
         return None
@@ -54,11 +55,18 @@ def link_problem(path: str, prefix: str | None = None) -> str | None:
                 return "it is reached through a symlink"
     for name in (MARKER_DIR, _LOGS, LEDGER):
         try:
-            if stat.S_ISLNK(os.lstat(os.path.join(norm, name)).st_mode):
-                return f"its {'marker ' if name == LEDGER else ''}{name}{'' if name == LEDGER else ' folder'} is a symlink"
+            mode = os.lstat(os.path.join(norm, name)).st_mode
         except OSError:
-            pass  # unreadable: whatever reads or writes there says so
+            continue  # absent, or unreadable: whatever reads or writes there says so
+        if stat.S_ISLNK(mode):
+            return f"its {'marker ' if name == LEDGER else ''}{name}{'' if name == LEDGER else ' folder'} is a symlink"
+        if name == LEDGER and _special(mode):
+            return f"its marker {name} is not a regular file ({file_kind(mode)})"
     return _links_in(os.path.join(norm, MARKER_DIR), MARKER_DIR) or _links_in(os.path.join(norm, _LOGS), _LOGS)
+
+
+def _special(mode: int) -> bool:
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 def stored_link_problem(storage: Storage, path: str) -> str | None:
@@ -73,6 +81,9 @@ def _links_in(folder: str, shown: str) -> str | None:
             for entry in entries:  # the kind comes with the listing: no call per entry
                 if entry.is_symlink():
                     return f"its marker {shown}/{entry.name} is a symlink"
+                if not entry.is_dir(follow_symlinks=False) and not entry.is_file(follow_symlinks=False):
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                    return f"its marker {shown}/{entry.name} is not a regular file ({file_kind(mode)})"
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from marinbuild.store.markers import STATUS_IN_OUTPUT
 from marinbuild.store.retry import call_with_retries, retrying
-from marinbuild.store.storage import Storage, retire, unlink_quietly, write_temporary
+from marinbuild.store.storage import Storage, open_regular, retire, unlink_quietly, write_temporary
 
 _STATUS = "/" + STATUS_IN_OUTPUT
 
@@ -51,10 +51,11 @@ class LocalStorage(Storage):
     @retrying("read")
     def read_text(self, path: str) -> str | None:
         try:
-            with open(path, encoding="utf-8") as f:
-                return f.read()
+            fd = open_regular(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
+        with open(fd, encoding="utf-8") as f:
+            return f.read()
 
     def read_many(self, paths: Iterable[str]) -> dict[str, str]:
         paths = list(paths)
@@ -166,7 +167,7 @@ def _read_files(paths: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for p in paths:
         try:
-            fd = os.open(p, os.O_RDONLY)
+            fd = open_regular(p)
         except (FileNotFoundError, NotADirectoryError):
             continue
         try:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 from marinbuild.store.errors import UserError
 from marinbuild.store.markers import log_path
-from marinbuild.store.storage import Storage, unlink_quietly
+from marinbuild.store.storage import Storage, open_regular, unlink_quietly
 
 __all__ = [
     "HEADER_PREFIX",
@@ -139,10 +139,14 @@ def open_log(log_file: str, extra_flags: int = os.O_CLOEXEC) -> int:
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | extra_flags
     try:
-        return os.open(log_file, flags, 0o644)
+        fd = open_regular(log_file, flags)  # a FIFO planted there would block the step's start
     except FileNotFoundError:
         os.makedirs(os.path.dirname(log_file), exist_ok=True)
-        return os.open(log_file, flags, 0o644)
+        fd = open_regular(log_file, flags)
+    if not extra_flags & os.O_CLOEXEC:
+        os.set_inheritable(fd, True)
+    os.set_blocking(fd, True)
+    return fd
 
 
 def _append(log_file: str, text: str) -> None:
@@ -197,7 +201,7 @@ def staged_log(storage: Storage, output: str, log_file: str, inline_limit: int) 
     if storage.staged_in_place(path) or not os.path.exists(log_file):
         return {}
     if os.path.getsize(log_file) <= inline_limit:
-        with open(log_file, "rb") as f:
+        with open(open_regular(log_file), "rb") as f:
             return {path: f.read()}
     storage.put_file(log_file, path)
     return {}

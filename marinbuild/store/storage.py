@@ -24,7 +24,7 @@ import stat
 from collections.abc import Callable, Iterable, Mapping
 from typing import BinaryIO, Protocol, TypeVar, runtime_checkable
 
-from marinbuild.store.errors import UserError
+from marinbuild.store.errors import StorageError, UserError
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -32,6 +32,9 @@ __all__ = [
     "Storage",
     "check_local_prefix",
     "check_writable_prefix",
+    "file_kind",
+    "not_regular",
+    "open_regular",
     "overlapped",
     "prefix_not_writable",
     "prefix_write_problem",
@@ -346,6 +349,47 @@ def write_temporary(folder: str, data: bytes, prefix: str = ".tmp-") -> str:
         raise
     os.close(fd)
     return tmp
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, from its ``st_mode``: ``a FIFO``, ``a socket``, …"""
+    return next((name for test, name in _KINDS if test(mode)), "not a file")
+
+
+def not_regular(path: str, mode: int) -> StorageError:
+    """The one-line error for ``path``, found to be a FIFO, a device or a socket (``mode``) where a file belongs."""
+    return StorageError(f"{path} is not a regular file ({file_kind(mode)}); move it away")
+
+
+def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """Open a local file marinbuild reads or appends to, never blocking on what is not a regular file.
+
+    A FIFO where a marker, a lease or a log belongs would block ``open`` (and then ``read``)
+    forever, and ``/dev/zero`` would be read until memory runs out: the file is opened with
+    ``O_NONBLOCK`` (which a regular file ignores), checked with ``fstat``, and anything but a
+    regular file is refused with :func:`not_regular` (a folder with :class:`IsADirectoryError`,
+    as ``open`` says). Returns the descriptor; the caller closes it.
+    """
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if e.errno == errno.ENXIO:  # a FIFO opened for writing with nobody reading it
+            raise not_regular(path, stat.S_IFIFO) from None
+        raise
+    try:
+        st_mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(st_mode):
+            raise not_regular(path, st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def unlink_quietly(path: str) -> None:

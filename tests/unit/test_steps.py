@@ -44,7 +44,8 @@ def test_good_names(name: str) -> None:
 @pytest.mark.parametrize(
     ("name", "problem"),
     [("", "non-empty"), ("/abs", "relative"), ("a/../b", "'..'"), ("a//b", "empty parts"), ("a b", "spaces"),
-     ("a*", "glob"), ("a\0b", "control characters"), (3, "non-empty string"), ("a\\b", "relative")],
+     ("a*", "glob"), ("a\0b", "control characters"), (3, "non-empty string"), ("a\\b", "backslash"),
+     ("x" * 300, "too long"), ("d/" + "y" * 239, "too long")],
 )
 def test_bad_names(name: Any, problem: str) -> None:
     with pytest.raises(StepDefinitionError, match=problem):

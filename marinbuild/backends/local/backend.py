@@ -34,7 +34,7 @@ from collections.abc import Callable
 from marinbuild.backends.base import BackendHooks, Job, Outcome, wall_time_exceeded
 from marinbuild.backends.deadlines import Deadline, deadlines
 from marinbuild.backends.held_signals import HeldSignals
-from marinbuild.backends.local.cgroups import shared_cgroups
+from marinbuild.backends.local.cgroups import StepCgroups, shared_cgroups
 from marinbuild.backends.local.containment import TOKEN_VAR, kill_token, step_token
 from marinbuild.backends.local.fence import FENCE_FD, NO_GATE, Shell, fence_line, find_shell, write_line
 from marinbuild.backends.local.guardian import shared_guardian
@@ -149,7 +149,8 @@ class _LocalRun:
                 os.close(fence_r)
             if self._cgroup and not cgroups.enter(self._cgroup, self.pid):
                 self._cgroup = ""  # not reused: the step's sentinel names it
-            # Recorded in the lease at its next renewal, for a runner taking the step over here.
+            # Written into the lease before the gate opens, for a runner taking the step over
+            # here: from its first instant the step's cgroup and group can be found.
             deadlines.started(self.job.output_path, StepProcess.of(self.pid, self.pid, self._cgroup))
             self._guard()
             reaper = shared_reaper()
@@ -165,7 +166,21 @@ class _LocalRun:
         finally:
             if not launched:
                 _fences.discard(fence_w)
-                os.close(fence_w)
+                os.close(fence_w)  # a step at its gate reads end-of-file and exits unrun
+                self._abandon(cgroups)
+
+    def _abandon(self, cgroups: StepCgroups) -> None:
+        """A step that never passed its gate: kill and reap it, forget it everywhere."""
+        deadlines.started(self.job.output_path, None)
+        self._unsubscribe()
+        self._unsubscribe = _nothing
+        if self.pid > 0:
+            _killpg(self.pid, signal.SIGKILL)
+            shared_guardian().release(self.token)
+            shared_reaper().watch(self.pid, _ignore_status)
+        if self._cgroup:
+            cgroups.kill(self._cgroup)
+            cgroups.give_back(self._cgroup)
 
     def _guard(self) -> None:
         # Listen before reading the latest, so that no renewal falls in between.
@@ -315,6 +330,10 @@ def _nothing() -> None:
 
 
 def _ignore_outcome(outcome: Outcome) -> None:
+    pass
+
+
+def _ignore_status(status: int) -> None:
     pass
 
 

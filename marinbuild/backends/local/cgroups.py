@@ -33,8 +33,18 @@ import contextlib
 import itertools
 import os
 import threading
+import time
 
-__all__ = ["StepCgroups", "cgroup_folder", "cgroup_holds", "kill_cgroup", "shared_cgroups"]
+__all__ = [
+    "StepCgroups",
+    "cgroup_emptied",
+    "cgroup_folder",
+    "cgroup_holds",
+    "kill_cgroup",
+    "runner_cgroups",
+    "runners_cgroup",
+    "shared_cgroups",
+]
 
 _PREFIX = "marinbuild-step-"
 _names = itertools.count()  # one sequence per process: two pools never pick the same name
@@ -62,6 +72,66 @@ def cgroup_folder(pid: int | str = "self") -> str | None:
             if root == "/":
                 return os.path.join(mount, path.lstrip("/")).rstrip("/") or "/"
     return None
+
+
+def _cgroup2_mounts() -> list[str]:
+    """Where cgroup v2 hierarchies are mounted, as this process sees them."""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            mounts = f.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in mounts:
+        fields, _, rest = line.partition(" - ")
+        if rest.split(" ", 1)[0] == "cgroup2":
+            found.append(fields.split()[4])
+    return found
+
+
+def _stem(pid: int, started: str) -> str:
+    return f"{_PREFIX}{pid}.{started or 'x'}-"
+
+
+def runners_cgroup(folder: str, pid: int, started: str) -> bool:
+    """Whether ``folder`` is a step cgroup of the runner ``pid`` that started at ``started``.
+
+    What a runner taking a step over may kill on the word of a lease file: a folder named
+    for that runner (``marinbuild-step-PID.START-N``, which only that runner makes), on a
+    cgroup v2 hierarchy, reached without a link. Any other path a lease names is left alone.
+    """
+    if not folder or not started or not os.path.isabs(folder):
+        return False
+    norm = os.path.normpath(folder)
+    if norm != folder or os.path.realpath(norm) != norm:
+        return False
+    name = os.path.basename(norm)
+    stem = _stem(pid, started)
+    if not (name.startswith(stem) and name[len(stem):].isdigit()):
+        return False
+    return any(norm.startswith(mount.rstrip("/") + "/") for mount in _cgroup2_mounts())
+
+
+def runner_cgroups(pid: int, started: str, parents: list[str]) -> list[str]:
+    """The step cgroups of the runner ``pid`` (started at ``started``) found in the folders ``parents``."""
+    stem = _stem(pid, started)
+    found: list[str] = []
+    for parent in dict.fromkeys(p for p in parents if p):
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        found += [os.path.join(parent, n) for n in names if n.startswith(stem) and n[len(stem):].isdigit()]
+    return [f for f in found if runners_cgroup(f, pid, started)]
+
+
+def cgroup_emptied(folder: str, rounds: int = 500) -> bool:
+    """Wait (a few milliseconds a round) until the cgroup ``folder`` holds no process; False if it still does."""
+    for _ in range(rounds):
+        if _populated(folder) is not True:
+            return True
+        time.sleep(0.002)
+    return False
 
 
 def _write(path: str, text: str) -> None:
@@ -131,7 +201,7 @@ class StepCgroups:
         self._draining: list[str] = []
         self._all: set[str] = set()
         pid = os.getpid()
-        self._stem = f"{_PREFIX}{pid}.{_ticks_started(pid) or 'x'}-"
+        self._stem = _stem(pid, _ticks_started(pid) or "")
         if parent is not None:
             self._sweep()
             atexit.register(self.remove_all)

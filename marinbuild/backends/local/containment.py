@@ -17,7 +17,8 @@ A process that empties its own environment and leaves the group escapes this; a 
 cgroup (:mod:`.cgroups`), where there is one, catches it. A process that empties its
 environment but stays in the group is killed with the group: by the runner, its guardian,
 its own sentinel (:mod:`.fence`), or a runner taking the step over on this machine
-(:func:`kill_step_group`, from the process recorded in the lease).
+(:func:`kill_step_group`, from the process recorded in the lease, once a member of the
+group shows that it is the step's: its token, or the step's log as its output).
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ import functools
 import hashlib
 import os
 import signal
+import stat
 import time
-
-from marinbuild.backends.local.cgroups import cgroup_holds, kill_cgroup
+from collections.abc import Callable
 
 __all__ = [
     "TOKEN_VAR",
+    "carries_token",
+    "file_ids",
     "kill_step_group",
     "kill_token",
     "last_pid",
@@ -39,6 +42,7 @@ __all__ = [
     "processes_with",
     "runner_prefix",
     "step_token",
+    "writes_to",
 ]
 
 TOKEN_VAR = "MARINBUILD_STEP_TOKEN"
@@ -158,24 +162,24 @@ def kill_token(token: str, *, prefix: bool = False, since_pid: int | None = None
     return left
 
 
-def kill_step_group(pid: int, pgid: int, started: str, cgroup: str = "", rounds: int = 50) -> list[int]:
-    """SIGKILL the process group (and cgroup) of a step whose first process was ``pid``; the survivors.
+def kill_step_group(pid: int, pgid: int, started: str, proven: Callable[[int], bool], rounds: int = 50) -> list[int]:
+    """SIGKILL the process group of a step whose first process was ``pid``; the survivors.
 
     For a runner taking over a step whose runner ran on this machine, in this pid namespace:
-    the group holds what dropped the step's token. ``started`` tells the step's first
-    process from a later one given the same pid: a pid is not handed out again while a
-    process group of that number has members, so a ``pgid`` whose leader is gone still
-    names the step's group, or none; one whose leader started at another time names
-    someone else's, and is left alone. The cgroup is killed only while it holds the first
-    process itself (a runner reuses its steps' cgroups).
+    the group holds what dropped the step's token. A lease file may have been written by
+    anyone, so its numbers alone decide nothing: the group is killed only when one of its
+    live members is ``proven`` to be the step's (it carries the step's token, or writes the
+    step's log), and ``started`` tells the step's first process from a later one given the
+    same pid (a pid is not handed out again while a process group of that number has
+    members, so a ``pgid`` whose leader is gone still names the step's group, or none).
     """
     if pid <= 1 or pgid <= 1:
         return []
     leader = process_start(pgid)
     if leader is not None and (pgid != pid or leader != started):
         return []  # the pgid's number belongs to another process now
-    if cgroup and process_start(pid) == started and cgroup_holds(cgroup, pid):
-        kill_cgroup(cgroup)
+    if not any(proven(member) for member in _members(pgid)):
+        return []  # nothing shows that this group is the step's
     left: list[int] = []
     for _ in range(rounds):
         try:
@@ -187,6 +191,43 @@ def kill_step_group(pid: int, pgid: int, started: str, cgroup: str = "", rounds:
             return []
         time.sleep(0.002)
     return left
+
+
+def carries_token(pid: int, token: str) -> bool:
+    """Whether process ``pid``'s environment holds the step token ``token``."""
+    env = _environ(pid)
+    return env is not None and f"\0{TOKEN_VAR}={token}\0".encode() in env + b"\0"
+
+
+def file_ids(folder: str) -> frozenset[tuple[int, int]]:
+    """Device and inode of each regular file in ``folder`` that has no other name (a step's logs)."""
+    ids = set()
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:  # another name could be anyone's file
+                    ids.add((st.st_dev, st.st_ino))
+    except OSError:
+        pass
+    return frozenset(ids)
+
+
+def writes_to(pid: int, ids: frozenset[tuple[int, int]]) -> bool:
+    """Whether process ``pid``'s standard output or error is one of the files ``ids``."""
+    if not ids:
+        return False
+    for fd in (1, 2):
+        try:
+            st = os.stat(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in ids:
+            return True
+    return False
 
 
 def _members(pgid: int) -> list[int]:
