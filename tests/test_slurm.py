@@ -139,7 +139,7 @@ step("long", cmd='if [ "$MARINBUILD_ATTEMPT" = 1 ]; then sleep 120; fi; echo att
 
 def test_a_preemption_by_a_higher_priority_partition_is_retried_on_the_preemption_budget(
         project: Path, slurm_cluster: SlurmCluster) -> None:
-    _project(project, LONG_FIRST.format(extra=""))
+    _project(project, LONG_FIRST.replace("{extra}", ""))
     out = plan_json(project)["long"]["output_path"]
     runner = _start(project, slurm_cluster)
     try:
@@ -156,7 +156,7 @@ def test_a_preemption_by_a_higher_priority_partition_is_retried_on_the_preemptio
 
 
 def test_a_lost_node_is_a_preemption(project: Path, slurm_cluster: SlurmCluster) -> None:
-    _project(project, LONG_FIRST.format(extra=""))
+    _project(project, LONG_FIRST.replace("{extra}", ""))
     out = plan_json(project)["long"]["output_path"]
     runner = _start(project, slurm_cluster)
     try:
@@ -182,7 +182,7 @@ def _ledger_or_empty(out: str) -> list:  # type: ignore[type-arg]
 
 
 def test_ctrl_c_cancels_the_runs_jobs(project: Path, slurm_cluster: SlurmCluster) -> None:
-    _project(project, LONG_FIRST.format(extra=""))
+    _project(project, LONG_FIRST.replace("{extra}", ""))
     out = plan_json(project)["long"]["output_path"]
     runner = _start(project, slurm_cluster)
     try:
@@ -196,7 +196,7 @@ def test_ctrl_c_cancels_the_runs_jobs(project: Path, slurm_cluster: SlurmCluster
 
 
 def test_a_job_cancelled_by_someone_else_is_cancelled_and_says_so(project: Path, slurm_cluster: SlurmCluster) -> None:
-    _project(project, LONG_FIRST.format(extra=""))
+    _project(project, LONG_FIRST.replace("{extra}", ""))
     out = plan_json(project)["long"]["output_path"]
     runner = _start(project, slurm_cluster, "--max-retries-failure", "3")
     try:
@@ -212,7 +212,7 @@ def test_a_job_cancelled_by_someone_else_is_cancelled_and_says_so(project: Path,
 
 
 def test_a_sigkilled_runners_job_is_cancelled_by_the_next_run_and_by_slurm_down(project: Path, slurm_cluster: SlurmCluster) -> None:
-    _project(project, LONG_FIRST.format(extra=""))
+    _project(project, LONG_FIRST.replace("{extra}", ""))
     out = plan_json(project)["long"]["output_path"]
     runner = _start(project, slurm_cluster)
     job = _wait_state(out, "RUNNING")["job_id"]
@@ -242,7 +242,7 @@ def test_a_pending_job_shows_its_id_and_reason_in_status(project: Path, slurm_cl
     blocker = slurm_cluster.run("sbatch", "--parsable", "-p", "main", "--nodes=2", "--cpus-per-task=2", "--mem=100M",
                                 "--wrap", "sleep 300").strip()
     try:
-        _project(project, LONG_FIRST.format(extra="").replace("sleep 120", "true"))
+        _project(project, LONG_FIRST.replace("{extra}", "").replace("sleep 120", "true"))
         out = plan_json(project)["long"]["output_path"]
         runner = _start(project, slurm_cluster)
         try:
