@@ -13,9 +13,8 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
-
-import pytest
 
 from .fixtures_slurm import SlurmCluster, _wait
 from .helpers import cli_env, marinbuild, plan_json, write_marinfile
@@ -181,6 +180,48 @@ def _ledger_or_empty(out: str) -> list:  # type: ignore[type-arg]
         return []
 
 
+def test_with_requeue_a_lost_node_is_one_attempt_going_on(project: Path, slurm_cluster: SlurmCluster) -> None:
+    _project(project, """
+from marinbuild import step, ResourceConfig
+step("again", cmd='if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then sleep 120; fi; echo "restarts $SLURM_RESTART_COUNT" > {output}/done.txt',
+     resources=ResourceConfig.with_cpu(2, ram=None))
+""", CLUSTER_FILE + "requeue = true\n")
+    out = plan_json(project)["again"]["output_path"]
+    runner = _start(project, slurm_cluster)
+    try:
+        seen = _wait_state(out, "RUNNING")
+        slurm_cluster.kill_node(seen["nodes"], seen["job_id"])
+        _wait(lambda: "Slurm requeued job" in Path(out, "logs", "step.log").read_text(), 90, "the requeue noted")
+        slurm_cluster.start_node(seen["nodes"])
+        # Slurm holds a requeued job back for two minutes (reason BeginTime); an operator may let it go now.
+        slurm_cluster.run("scontrol", "update", f"JobId={seen['job_id']}", "StartTime=now")
+        text, _ = runner.communicate(timeout=120)
+    finally:
+        runner.kill()
+    assert runner.returncode == 0, text
+    attempts = _ledger(out)["attempts"]
+    assert [a["class"] for a in attempts] == ["SUCCESS"] and attempts[0]["slurm_requeues"] == 1  # one attempt, going on
+    assert attempts[0]["slurm_job"] == seen["job_id"] and "--requeue" in Path(out, "logs", "step.log").read_text()
+    assert Path(out, "done.txt").read_text() == "restarts 1\n"
+
+
+def test_a_job_whose_runner_stops_renewing_stops_itself(project: Path, slurm_cluster: SlurmCluster) -> None:
+    _project(project, LONG_FIRST.replace("{extra}", ""))
+    out = plan_json(project)["long"]["output_path"]
+    runner = _start(project, slurm_cluster, "--lease-heartbeat", "0.5", "--lease-expiry", "4")
+    try:
+        job = _wait_state(out, "RUNNING")["job_id"]
+        runner.send_signal(signal.SIGSTOP)  # alive, but renewing nothing: no Ctrl-C reaches Slurm
+        began = time.monotonic()
+        _wait(lambda: slurm_cluster.jobs()[job]["state"] in ("FAILED", "COMPLETED"), 60, "the job ended by its fence")
+        assert time.monotonic() - began < 30
+    finally:
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(timeout=30)
+    exit_file = next(Path(out).parent.joinpath(".marinbuild", "slurm").rglob("exit-0.json"))
+    assert "lease not renewed for 3.5 s" in json.loads(exit_file.read_text())["error"]
+
+
 def test_ctrl_c_cancels_the_runs_jobs(project: Path, slurm_cluster: SlurmCluster) -> None:
     _project(project, LONG_FIRST.replace("{extra}", ""))
     out = plan_json(project)["long"]["output_path"]
@@ -271,8 +312,7 @@ def test_unknown_slurm_keys_are_refused_in_one_line(project: Path, slurm_cluster
                                            for j in slurm_cluster.jobs().values())
 
 
-@pytest.mark.parametrize("unused", [None])
-def test_a_wall_time_spent_in_slurm_is_a_timeout_never_retried(project: Path, slurm_cluster: SlurmCluster, unused) -> None:  # type: ignore[no-untyped-def]
+def test_a_wall_time_spent_in_slurm_is_a_timeout_never_retried(project: Path, slurm_cluster: SlurmCluster) -> None:
     """Slurm counts wall time in whole minutes: the shortest limit it enforces is one minute."""
     _project(project, """
 from marinbuild import step, ResourceConfig, WTime, Cores
