@@ -253,9 +253,9 @@ def test_a_job_cancelled_by_someone_else_is_cancelled_and_says_so(project: Path,
 
 
 def test_a_sigkilled_runners_job_is_cancelled_by_the_next_run_and_by_slurm_down(project: Path, slurm_cluster: SlurmCluster) -> None:
-    _project(project, LONG_FIRST.replace("{extra}", ""))
+    _project(project, LONG_FIRST.replace("{extra}", "") + 'step("hold", cmd="sleep 120", resources=ResourceConfig.with_cpu(1, ram=None))\n')
     out = plan_json(project)["long"]["output_path"]
-    runner = _start(project, slurm_cluster)
+    runner = _start(project, slurm_cluster, "long")
     job = _wait_state(out, "RUNNING")["job_id"]
     runner.kill()
     runner.wait(timeout=30)
@@ -263,20 +263,19 @@ def test_a_sigkilled_runners_job_is_cancelled_by_the_next_run_and_by_slurm_down(
     assert listed.returncode == 0, listed.stderr
     rows = json.loads(listed.stdout)
     assert [(r["job_id"], r["step"], r["held_by"]) for r in rows] == [(job, "long", None)]
-    again = _run(project, slurm_cluster, "--force", "long", timeout=240)
+    again = _run(project, slurm_cluster, "long", "--force", "long", timeout=240)  # its attempt 2: no sleep
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"cancelled Slurm job {job}" in again.stdout + again.stderr
     assert slurm_cluster.jobs()[job]["state"] == "CANCELLED"
 
-    runner = _start(project, slurm_cluster, "--force", "long")
-    job = _wait_state(out, "RUNNING")["job_id"]
-    second = _ledger_or_empty(out)
+    held = plan_json(project)["hold"]["output_path"]
+    runner = _start(project, slurm_cluster, "hold")
+    job = _wait_state(held, "RUNNING")["job_id"]
     runner.kill()
     runner.wait(timeout=30)
     down = marinbuild("slurm", "down", cwd=project, env=_env(slurm_cluster))
     assert down.returncode == 0 and f"cancelled Slurm job {job}" in down.stdout + down.stderr, down.stdout + down.stderr
     _wait(lambda: slurm_cluster.jobs()[job]["state"] == "CANCELLED", 30, "the job cancelled")
-    assert second is not None
 
 
 def test_a_pending_job_shows_its_id_and_reason_in_status(project: Path, slurm_cluster: SlurmCluster) -> None:

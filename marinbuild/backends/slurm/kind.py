@@ -82,7 +82,7 @@ class SlurmPlaced(PlacedKind):
 
 class SlurmKind(BackendKind):
     name = "slurm"
-    help = "jobs on a Slurm cluster, the cluster file's [slurm] table"
+    help = "Slurm jobs, the cluster file's [slurm] table"
     cluster_keys = frozenset({"slurm"})
 
     def plan(self, given: PlanInput) -> PlacedKind | None:
