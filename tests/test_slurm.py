@@ -126,7 +126,21 @@ step("pair", meet, resources=ResourceConfig.with_cpu(1, ram=None, replicas=2))
         assert not [k for k in env if k.startswith("MEGASCALE_")]
     entry = _ledger(out)["attempts"][0]
     assert entry["nodes"] == "n[1-2]" and "--nodes=2" in Path(out, "logs", "step.log").read_text()
+    assert entry["held"] == {"cores": 2}  # what one node holds, times its nodes: the hours are the job's
     assert sorted(p.name for p in Path(out, "logs").glob("node_*.log")) == ["node_00.log", "node_01.log"]
+
+
+def test_a_failing_step_fails_its_job_and_is_retried_on_the_failure_budget(project: Path, slurm_cluster: SlurmCluster) -> None:
+    _project(project, """
+from marinbuild import step
+step("bad", cmd="echo trying $MARINBUILD_ATTEMPT; exit 3")
+""")
+    result = _run(project, slurm_cluster, "--max-retries-failure", "1")
+    assert result.returncode == 1, result.stdout + result.stderr
+    attempts = _ledger(plan_json(project)["bad"]["output_path"])["attempts"]
+    assert [(a["class"], a["slurm_state"], a["exit_code"], a["message"]) for a in attempts] == [
+        ("FAILED", "FAILED", 3, "exit status 3")] * 2
+    assert "[bad] trying 2" in result.stdout
 
 
 LONG_FIRST = """

@@ -138,9 +138,10 @@ class SlurmBackend(BackendHooks):
         return "slurm"  # nodes are known once the job starts; the log says which
 
     def requeued(self, job: Job) -> bool:
+        """Whether the attempt's job waits in Slurm's queue (not started yet, or requeued): no hang."""
         with self._lock:
             run = self._by_output.get(job.output_path)
-        return run is not None and run.requeued_waiting
+        return run is not None and (run.requeued_waiting or not run.ran)
 
     def start(self, job: Job, on_done: Callable[[Outcome], None]) -> _SlurmRun:
         run = _SlurmRun(self, job, on_done)
@@ -203,8 +204,10 @@ class _SlurmRun:
         self.requeued_waiting = False
         self.restarts = 0
         self.nodes = ""
-        self._ran = False
+        self.ran = False
+        """Whether the job has run (Slurm said RUNNING) at least once."""
         self._done = False
+        self._node_offsets: dict[str, int] = {}
         self._reason_seen: str | None = None
         self._offset = 0
         self._lock = threading.Lock()
@@ -298,6 +301,8 @@ class _SlurmRun:
     def update(self, seen: JobState | None) -> bool:
         """Take in what squeue said of the job; True once the attempt has ended."""
         self._copy_output()
+        if self.backend.storage.local_file(self.job.output_path) is not None:
+            self._copy_node_logs()  # on a shared disk each node's log follows the job (``logs --host -f``)
         if seen is None:
             return self._gone()
         if seen.restarts > self.restarts:
@@ -309,8 +314,8 @@ class _SlurmRun:
             self._reason_seen = seen.reason
             self.state = seen.state
             self._write_marker(seen.state, seen.reason, seen.nodes)
-        if seen.state == "RUNNING" and (not self._ran or self.requeued_waiting):
-            self._ran, self.requeued_waiting = True, False
+        if seen.state == "RUNNING" and (not self.ran or self.requeued_waiting):
+            self.ran, self.requeued_waiting = True, False
             self.started = seen.start or time.time()
             self.nodes = seen.nodes
             append_note(self.job.log_file, f"marinbuild: Slurm job {seen.job_id} running on {seen.nodes}")
@@ -415,7 +420,8 @@ class _SlurmRun:
                 log.write(chunk)
 
     def _copy_node_logs(self) -> None:
-        """Each node's log, appended to the step's ``logs/node_NN.log`` (``logs STEP --host``)."""
+        """What each node's log gained since the last copy, appended to the step's ``logs/node_NN.log``
+        (``logs STEP --host``)."""
         storage = self.backend.storage
         try:
             names = sorted(n for n in os.listdir(self.folder) if re.fullmatch(r"node_\d+\.log", n))
@@ -424,7 +430,11 @@ class _SlurmRun:
         for name in names:
             target = Storage.join(self.job.output_path, "logs", name)
             with open(os.path.join(self.folder, name), "rb") as f:
+                f.seek(self._node_offsets.get(name, 0))
                 text = f.read()
+            if not text:
+                continue
+            self._node_offsets[name] = self._node_offsets.get(name, 0) + len(text)
             local = storage.local_file(target)
             if local is not None:
                 os.makedirs(os.path.dirname(local), exist_ok=True)
