@@ -110,7 +110,9 @@ def run(
     Takes every option of ``marinbuild run`` as a keyword of the same name (``--lease-heartbeat``
     is ``lease_heartbeat``, ``--plan FILE`` is ``plan="FILE"``, ``--token`` is ``token``;
     :class:`~marinbuild.execution.invocation.RunParameters` documents each). ``backend``:
-    ``"local"`` or ``"ray"``, default the Marinfile's ``DEFAULT_BACKEND``, else local.
+    ``"local"``, ``"ray"``, ``"slurm"`` or a kind registered with
+    :func:`marinbuild.backends.registry.register`, default the Marinfile's ``DEFAULT_BACKEND``,
+    else local.
     Progress, what steps print (``print_output``) and their commands (``print_commands``) go to
     stderr as plain lines, unless ``quiet`` or another ``reporter`` is given; ``json`` writes
     the events as JSON lines on stdout. ``dry`` starts nothing: the summary lists the steps that

@@ -18,7 +18,7 @@ import contextvars
 import os
 import pathlib
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -105,6 +105,8 @@ class Step:
     pip_dependency_groups: tuple[str, ...] = ()
     hash_code: bool = False
     """Whether the command template (or the function's source) enters the identity."""
+    slurm: tuple[tuple[str, Any], ...] = ()
+    """The step's own ``[slurm]`` settings, over the cluster file's (not part of the identity)."""
     # A config holding a step refers to its output: a placeholder, never walked into.
     __marinbuild_placeholder__: ClassVar[bool] = True
 
@@ -243,6 +245,7 @@ def step(
     progress_timeout: float | str | None = None,
     pip_dependency_groups: Iterable[str] | None = None,
     hash_code: bool = False,
+    slurm: Mapping[str, Any] | None = None,
 ) -> Step:
     """Declare a step: ``fn(config)`` or the shell command ``cmd``.
 
@@ -262,6 +265,10 @@ def step(
     progress file (``$MARINBUILD_PROGRESS``, which the program touches or appends to) have
     not changed for that long, as a hang, retried up to ``max_retries_hang`` times (default 2).
     Retry budgets and timeouts are not part of the step's identity.
+
+    ``slurm`` (``{"partition": "gpu", "extra": ["--exclusive"]}``) overrides the cluster file's
+    ``[slurm]`` table for this step when it runs with ``--backend slurm``; like the retry
+    budgets, it is not part of the identity.
 
     >>> s = step("hello", cmd="echo {greeting} > {output}/hello.txt", config={"greeting": "hi"})
     >>> s.kind
@@ -286,6 +293,8 @@ def step(
                         ("max_retries_hang", max_retries_hang)):
         if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
             raise StepDefinitionError(f"step {name!r}: {what} must be a whole number ≥ 0, got {count!r}")
+    if slurm is not None and not isinstance(slurm, Mapping):
+        raise StepDefinitionError(f"step {name!r}: slurm must be a dict of [slurm] settings, got {type(slurm).__name__}")
     if fresh_output and resume_output:
         raise StepDefinitionError(f"step {name!r}: fresh_output=True and resume_output=True exclude each other")
     # The frozen dataclass __init__ sets its 11 fields one object.__setattr__ call at a
@@ -309,6 +318,7 @@ def step(
         progress_timeout=timeout,
         pip_dependency_groups=groups,
         hash_code=bool(hash_code),
+        slurm=tuple(sorted((str(k), v) for k, v in slurm.items())) if slurm else (),
     )
     declared = _declared.get()
     if declared is not None:

@@ -69,6 +69,8 @@ def _group_of(item: pytest.Item) -> str | None:
     ``ray``: Ray clusters; one worker starts them once for every Ray test, and a driver
     started without an address may find another worker's cluster.
 
+    ``slurm``: the test Slurm clusters (one per module), started one at a time.
+
     Tests on fake TPU hosts need no group: each worker starts its own hosts (on the same
     loopback addresses, other ports), and a test that kills "host N's" processes names the
     host by its ``HOME`` too, which is the worker's own.
@@ -76,6 +78,8 @@ def _group_of(item: pytest.Item) -> str | None:
     names = set(getattr(item, "fixturenames", ()))
     if names & _RAY_FIXTURES or item.path.name in _RAY_MODULES:
         return "ray"
+    if "slurm_cluster" in names or item.path.name.startswith("test_slurm"):
+        return "slurm"  # one Slurm at a time: its daemons run as root, on this machine's host name
     return None
 
 

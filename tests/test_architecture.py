@@ -228,6 +228,15 @@ def test_nothing_under_execution_names_a_kind_of_backend():
     assert found == []
 
 
+def test_the_retry_loop_finds_no_hook_by_name():
+    """The hooks it calls are declared on ``BackendHooks`` with defaults: no ``getattr``/``hasattr`` on a backend
+    (``backend_label`` walks wrappers by their ``inner`` attribute, which is no hook)."""
+    source = (PACKAGE / "backends" / "retrying.py").read_text()
+    calls = [ast.unparse(n) for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "hasattr")]
+    assert calls == ["hasattr(backend, 'inner')"]
+
+
 def test_the_backend_word_finder_finds_what_it_must():
     assert {"ray", "tpu", "gcp", "slurm"} <= set(_words("ray_address TpuDispatch 'on GCP' SLURM_JOB_ID"))
     assert not BACKEND_WORDS.intersection(_words("array stray output_path arrays Gray"))

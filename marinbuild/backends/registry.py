@@ -23,6 +23,7 @@ __all__ = ["chosen_kind", "companion_kinds", "kind_names", "kind_options", "kind
 _BUILT_IN = (
     "marinbuild.backends.local.kind",
     "marinbuild.backends.ray.kind",
+    "marinbuild.backends.slurm.kind",
     "marinbuild.backends.tpu.kind",
 )
 """Modules each defining ``KIND``, in the order ``--backend`` lists them."""

@@ -119,7 +119,9 @@ class RetryBudgets:
     def of(self, cause: Cause) -> int | None:
         """The count budget of ``cause``; None for provisioning (bounded by time) and final causes."""
         name = BUDGET_NAMES.get(cause)
-        return None if name is None or cause is Cause.PROVISIONING else int(getattr(self, name))
+        counts = {Cause.FAILED: self.failure, Cause.PREEMPTED: self.preemption, Cause.HANG: self.hang,
+                  Cause.INFRA: self.infra}
+        return counts.get(cause) if name is not None else None
 
 
 @dataclass(frozen=True)
@@ -331,8 +333,8 @@ class _StepRun:
         if self.hooks.requeued(job):
             # Its worker is gone and it waits to run again (Ray reruns a task whose worker it
             # lost, Slurm requeues a job): no hang yet, and the clock waits for it to start again.
-            append_note(self.job.log_file, f"marinbuild: attempt {number}: its worker was lost; "
-                                           "no hang is counted while it waits to run again")
+            append_note(self.job.log_file, f"marinbuild: attempt {number} waits to run (its worker was lost, or "
+                                           "it waits in its cluster's queue); no hang is counted while it waits")
             with self._lock:
                 if self._reason is None and self._ended_attempt < number:
                     self._watch = self._hang_watch(job, number, timeout)

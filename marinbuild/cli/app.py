@@ -1,7 +1,7 @@
 """The ``marinbuild`` command line: the typer app, its commands registered one per module, and its entry points.
 
 Each command lives in its own module (:mod:`marinbuild.cli.run`, ``plan``, ``status``, ``why``,
-``clean``, ``logs``, ``show``, ``list``, ``report``, ``env``, ``tpu``); this module only wires them to their
+``clean``, ``logs``, ``show``, ``list``, ``report``, ``env``, ``tpu``, ``slurm``); this module only wires them to their
 names. Commands never import this module.
 
 Exit codes: 0 ok, 1 a step failed, 2 bad input or usage, 130 interrupted. Bad input is
@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from marinbuild.cli import clean, env, logs, plan, report, run, show, status, tpu, why
+from marinbuild.cli import clean, env, logs, plan, report, run, show, slurm, status, tpu, why
 from marinbuild.cli.exits import ignore_ctrl_c, interrupted, interrupted_while_parsing, pipe_closed
 from marinbuild.cli.printing import err
 
@@ -70,6 +70,7 @@ def _register_list() -> None:
 
 _register_list()
 app.add_typer(tpu.tpu_app, name="tpu")
+app.add_typer(slurm.slurm_app, name="slurm")
 # (register a new command above this line: COMMANDS is read from the app once, here)
 
 COMMANDS = frozenset(

@@ -37,7 +37,7 @@ def logs_command(
     prefix: PrefixOpt = None,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing what the step appends until it has ended.")] = False,
     attempt: Annotated[int | None, typer.Option("--attempt", min=1, help="This attempt's log instead of the latest one.")] = None,
-    host: Annotated[str | None, typer.Option("--host", help="A TPU step's log on this host only (address, or slice_SS_worker_WW).")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="A TPU or Slurm step's log on this host only (address, slice_SS_worker_WW, a Slurm node, node_NN).")] = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Print a step's log: the latest attempt, or --attempt N; TPU steps per host (--host)."""
@@ -95,7 +95,7 @@ def _chosen_files(project: Project, name: str, output: str, host: str | None) ->
     if host is None:
         return per_host or found
     if not per_host:
-        raise UserError(f"step {name} has no per-host logs (only TPU steps do); drop --host")
+        raise UserError(f"step {name} has no per-host logs (only TPU and Slurm steps do); drop --host")
     chosen = [f for f in per_host if f.host == host]
     if chosen:
         return chosen

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import enum
 import signal
 from typing import TYPE_CHECKING, Annotated, Any
 
-import click
 import typer
 
 from marinbuild.backends.registry import kind_names, kinds
@@ -60,6 +60,8 @@ def _lease_flag(ctx: typer.Context, param: typer.CallbackParam, value: float | N
     return value
 
 
+BackendName = enum.StrEnum("BackendName", {name: name for name in kind_names()})  # type: ignore[misc]
+"""The kinds ``--backend`` takes, as the registry knows them when the command line loads."""
 _BACKENDS_HELP = ", ".join(f"{k.name} ({k.help})" if k.help else k.name for k in kinds() if k.choice)
 
 
@@ -80,7 +82,7 @@ def run_command(
     resources: ResourcesOpt = None,
     token: TokenOpt = None,
     walltime: Annotated[str | None, typer.Option("--walltime", help="Time budget of the whole run, e.g. 2:00:00; steps whose soft limit exceeds what is left are not started.")] = None,
-    backend: Annotated[str | None, typer.Option("--backend", click_type=click.Choice(kind_names(), case_sensitive=False), help=f"Where steps run: {_BACKENDS_HELP} (default: the Marinfile's DEFAULT_BACKEND, else local).")] = None,
+    backend: Annotated[BackendName | None, typer.Option("--backend", case_sensitive=False, help=f"Where steps run: {_BACKENDS_HELP} (default: the Marinfile's DEFAULT_BACKEND, else local).")] = None,
     ray_address: Annotated[str | None, typer.Option("--ray-address", envvar="RAY_ADDRESS", help="The Ray cluster for --backend ray (default: a Ray started for this run).")] = None,
     lease_heartbeat: Annotated[float | None, typer.Option("--lease-heartbeat", envvar="MARINBUILD_LEASE_HEARTBEAT", callback=_lease_flag, help="Seconds between lease renewals (default: 10; at least 0.1).")] = None,
     lease_expiry: Annotated[float | None, typer.Option("--lease-expiry", envvar="MARINBUILD_LEASE_EXPIRY", callback=_lease_flag, help="Seconds a lease must stay unrenewed before another runner takes it over (default: 60; 1 to 3600, at least twice the heartbeat).")] = None,

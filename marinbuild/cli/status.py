@@ -64,6 +64,11 @@ def status_command(
     # A step whose runner is gone waits for nothing, whatever its last note says.
     on_tpu = [p for p in running if p in kinds and _on_tpu(kinds[p]) and leases.get(p)]
     waiting = read_provisioning_notes(project.storage, on_tpu) if on_tpu else {}  # TPU slices still to come
+    from marinbuild.backends.slurm.backend import read_slurm_markers
+
+    # Where a running step's Slurm job stands (its id and why it pends), for the few that run.
+    held = [p for p in running if leases.get(p)][:_RUNNING_LEDGERS]
+    queued = read_slurm_markers(project.storage, held) if held else {}
     rows: list[dict[str, Any]] = []
     for n in names:
         node = graph.nodes[n]
@@ -82,6 +87,7 @@ def status_command(
                 "retries": retries.get(node.output_path) if rec and not foreign else None,
                 "progress": _progress(progress.get(node.output_path)) if rec and rec.status == "RUNNING" else None,
                 "provisioning": waiting.get(node.output_path) if rec and rec.status == "RUNNING" else None,
+                "slurm": queued.get(node.output_path) if rec and rec.status == "RUNNING" else None,
             }
         )
     if as_json:
@@ -107,6 +113,7 @@ def _print_status(rows: list[dict[str, Any]], prefix: str = "", wide: bool = Tru
         row = [r["name"], r["status"], dur, when, r["output_path"]]
         if with_lease:
             row.append(_lease_text(r["lease"]) + _moved_text(r.get("progress")) + _waiting_text(r.get("provisioning"))
+                       + _slurm_text(r.get("slurm"))
                        if r["status"] == "RUNNING" else "")
         if with_retries:
             from marinbuild.report.records import describe_retries
@@ -202,6 +209,13 @@ def _waiting_text(note: dict[str, Any] | None) -> str:
         return ""
     since = time.strftime("%H:%M:%S", time.localtime(note["since"]))
     return f"; {note['phase']} since {since} ({time.time() - note['since']:.0f} s, {note.get('queued_resource', '?')})"
+
+
+def _slurm_text(record: dict[str, Any] | None) -> str:
+    from marinbuild.backends.slurm.backend import slurm_wait_text
+
+    text = slurm_wait_text(record)
+    return f"; {text}" if text else ""
 
 
 def _lease_text(lease: dict[str, Any] | None) -> str:

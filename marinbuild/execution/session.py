@@ -237,8 +237,8 @@ def plan_run(
         if placed is not None:
             companions.append(placed)
             given = replace(given, capacity=placed.offer(given.capacity))
-    chosen = chosen_kind(backend_choice(settings, project)) if settings is not None else None
-    first = chosen.plan(given) if chosen is not None and chosen.name != _HERE else None
+    chosen = chosen_kind(backend_choice(settings or RunSettings(), project))
+    first = chosen.plan(given) if chosen.name != _HERE else None
     here = chosen_kind(_HERE).plan(given)
     assert here is not None
     order = tuple(p for p in (first, *companions, here) if p is not None)

@@ -219,10 +219,13 @@ class LogFile:
 
 _HOST_LOG = re.compile(r"^slice_(\d+)_worker_(\d+)(?:\.(\S+))?\.log$")
 _STEP_LOG = re.compile(r"^step(?:\.(\S+))?\.log$")
+_NODE_LOG = re.compile(r"^node_(\d+)(?:\.(\S+))?\.log$")
+"""A node's log of a step run on several nodes (a Slurm job's ``srun``), by the node's rank."""
 
 
 def log_files(storage: Storage, output: str) -> list[LogFile]:
-    """The step's log files under ``OUTPUT/logs``, oldest run first (host logs named ``slice_SS_worker_WW``).
+    """The step's log files under ``OUTPUT/logs``, oldest run first (host logs named ``slice_SS_worker_WW``,
+    node logs ``node_NN``).
 
     A symbolic link planted there (``logs/step.log -> /etc/shadow``), or a ``logs`` folder that
     is one, is refused with a :class:`UserError` naming it: ``logs`` prints files of the
@@ -240,6 +243,9 @@ def log_files(storage: Storage, output: str) -> list[LogFile]:
         elif host is not None:
             _refuse_link(storage, Storage.join(folder, name))
             out.append(LogFile(Storage.join(folder, name), f"slice_{host[1]}_worker_{host[2]}", host[3] or "~"))
+        elif (node := _NODE_LOG.match(name)) is not None:
+            _refuse_link(storage, Storage.join(folder, name))
+            out.append(LogFile(Storage.join(folder, name), f"node_{node[1]}", node[2] or "~"))
     return sorted(out, key=lambda f: (f.host or "", f.order))
 
 

@@ -46,20 +46,21 @@ class RayPlaced(PlacedKind):
 
 class RayKind(BackendKind):
     name = "ray"
-    help = "a Ray cluster (--ray-address)"
+    help = "a Ray cluster, --ray-address"
     options: Mapping[str, Any] = {"ray_address": None}
 
     def plan(self, given: PlanInput) -> PlacedKind | None:
         requests = {n: given.requests[n] for n in given.to_run}
         if not requests:
             return None
+        address = given.options.get("ray_address")
+        if given.dry and not (address or os.environ.get("RAY_ADDRESS")):
+            # A Ray started for a dry run would offer this machine, which the local check covers
+            # (and `plan` of a Ray project works where ray is not installed).
+            return None
         from marinbuild.backends.ray.cluster import connect, place, require_ray
 
         require_ray()
-        address = given.options.get("ray_address")
-        if given.dry and not (address or os.environ.get("RAY_ADDRESS")):
-            # A Ray started for a dry run would offer this machine, which the local check covers.
-            return None
         return RayPlaced(place(requests, connect(address, given.capacity)))
 
 

@@ -11,7 +11,7 @@ from marinbuild.cli import app as app_module
 from marinbuild.cli.app import COMMANDS, _bare_jobs, app
 
 CLI = Path(app_module.__file__).parent
-COMMAND_MODULES = {"run", "plan", "status", "why", "clean", "logs", "show", "list", "report", "env", "tpu"}
+COMMAND_MODULES = {"run", "plan", "status", "why", "clean", "logs", "show", "list", "report", "env", "tpu", "slurm"}
 
 
 def test_every_command_is_registered_from_its_own_module():

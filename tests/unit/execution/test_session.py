@@ -38,7 +38,8 @@ def test_backend_choice(tmp_path: Path) -> None:
     project = load(steps=[step("s", cmd="true")], prefix=str(tmp_path))
     assert backend_choice(RunSettings(), project) == "local"
     assert backend_choice(RunSettings(backend="Ray"), project) == "ray"
-    with pytest.raises(UserError, match="--backend must be 'local' or 'ray', not 'lsf'"):
+    assert backend_choice(RunSettings(backend="slurm"), project) == "slurm"
+    with pytest.raises(UserError, match="--backend must be 'local' or 'ray' or 'slurm', not 'lsf'"):
         backend_choice(RunSettings(backend="lsf"), project)
 
 
