@@ -31,7 +31,7 @@ from marinbuild.errors import UserError
 if TYPE_CHECKING:
     from marinbuild.report.records import StepRecord
 
-__all__ = ["show_command", "table_of", "with_earlier"]
+__all__ = ["show_command", "table_of"]
 
 _FIXED = ("status", "duration_s", "attempts", "accelerator_hours", "core_hours")
 
@@ -66,7 +66,7 @@ def show_command(
     metrics_file = metrics if metrics is not None else metrics_of(project)
     records = collect(project, list(names), metrics_file)
     if history:
-        from marinbuild.report.records import collect_earlier
+        from marinbuild.report.records import collect_earlier, with_earlier
 
         records = with_earlier(records, collect_earlier(project, list(names), metrics_file))
     columns, rows = table_of(records, all_fields)
@@ -88,14 +88,6 @@ def show_command(
         sys.stdout.write(buffer.getvalue())
     else:
         _print_table(columns, rows, wide)
-
-
-def with_earlier(current: Sequence[StepRecord], earlier: Sequence[StepRecord]) -> list[StepRecord]:
-    """Each step's current record followed by its earlier identities, most recent first."""
-    by_name: dict[str, list[StepRecord]] = {}
-    for r in earlier:
-        by_name.setdefault(r.name, []).append(r)
-    return [x for r in current for x in (r, *by_name.get(r.name, ()))]
 
 
 def _differences(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:

@@ -63,18 +63,20 @@ def upstream_fields(graph: StepGraph, names: Iterable[str]) -> dict[str, dict[st
 
 def evaluators(graph: StepGraph, names: Sequence[str]) -> dict[str, list[str]]:
     """For each named step, the steps downstream that evaluate it alone, nearest first: a descendant
-    (within :data:`DOWNSTREAM_DEPTH` steps) none of whose other ancestors is among ``names``
-    (``eval/lr0.1`` evaluates ``train/lr0.1``; a summary over every training evaluates none)."""
+    (within :data:`DOWNSTREAM_DEPTH` steps) none of whose other ancestors is among ``names``, but for
+    the row's own upstream (``eval/lr0.1`` evaluates ``train/lr0.1``, beside ``data``; a summary over
+    every training evaluates none)."""
     dag = graph.dag
     rows = set(names)
     out: dict[str, list[str]] = {}
     for name in names:
         found: list[str] = []
         frontier = [name]
+        above = nx.ancestors(dag, name) | {name}  # rows upstream of this one (its data) are its own chain
         for _ in range(DOWNSTREAM_DEPTH):
             frontier = [s for f in frontier for s in dag.successors(f) if s not in rows]
             frontier = list(dict.fromkeys(frontier))
-            found += [s for s in frontier if (nx.ancestors(dag, s) & rows) == {name}]
+            found += [s for s in frontier if not (nx.ancestors(dag, s) & rows) - above]
         out[name] = list(dict.fromkeys(found))
     return out
 

@@ -21,7 +21,8 @@ from marinbuild.store.storage import Storage
 if TYPE_CHECKING:
     from marinbuild.project import Project
 
-__all__ = ["AttemptRecord", "StepRecord", "collect", "collect_earlier", "describe_retries", "flatten"]
+__all__ = ["AttemptRecord", "StepRecord", "collect", "collect_earlier", "describe_retries", "flatten",
+           "with_earlier"]
 
 _CAUSE_WORDS = (("failure", "failures"), ("preemption", "preemptions"), ("hang", "hangs"))
 
@@ -291,6 +292,14 @@ def _ancestry(info: Mapping[str, Any], infos: Mapping[str, Mapping[str, Any]]) -
         out.append((str(name), infos[str(path)]))
         frontier += list(_object(infos[str(path)].get("dependencies")).items())
     return out
+
+
+def with_earlier(current: Sequence[StepRecord], earlier: Sequence[StepRecord]) -> list[StepRecord]:
+    """Each step's current record followed by its earlier identities, most recent first."""
+    by_name: dict[str, list[StepRecord]] = {}
+    for r in earlier:
+        by_name.setdefault(r.name, []).append(r)
+    return [x for r in current for x in (r, *by_name.get(r.name, ()))]
 
 
 def _object(value: Any) -> Mapping[str, Any]:
