@@ -64,6 +64,10 @@ def status_command(
     # A step whose runner is gone waits for nothing, whatever its last note says.
     on_tpu = [p for p in running if p in kinds and _on_tpu(kinds[p]) and leases.get(p)]
     waiting = read_provisioning_notes(project.storage, on_tpu) if on_tpu else {}  # TPU slices still to come
+    from marinbuild.report.records import outside_writes_of
+
+    # What a step wrote outside its output, noted beside it by the run (local prefixes only).
+    outside = outside_writes_of(project.storage, [p for p, rec in records.items() if rec.status in ("SUCCESS", "FAILED")])
     rows: list[dict[str, Any]] = []
     for n in names:
         node = graph.nodes[n]
@@ -82,6 +86,7 @@ def status_command(
                 "retries": retries.get(node.output_path) if rec and not foreign else None,
                 "progress": _progress(progress.get(node.output_path)) if rec and rec.status == "RUNNING" else None,
                 "provisioning": waiting.get(node.output_path) if rec and rec.status == "RUNNING" else None,
+                "outside_writes": outside.get(node.output_path) if rec and not foreign else None,
             }
         )
     if as_json:
@@ -95,10 +100,11 @@ def _print_status(rows: list[dict[str, Any]], prefix: str = "", wide: bool = Tru
     within 100 columns unless ``wide`` (output paths relative to the prefix, errors cut)."""
     with_lease = any(r["status"] == "RUNNING" for r in rows)
     with_error = any(r["error"] for r in rows)
+    with_note = any(r.get("outside_writes") for r in rows)
     # Retries by cause get a column once any step used one (``--json`` always carries them).
     with_retries = any(any(v.get("used") for v in (r.get("retries") or {}).values()) for r in rows)
     columns = ("step", "status", "duration", "finished", "output") + (("lease",) if with_lease else ()) + (
-        ("retries",) if with_retries else ()) + (("error",) if with_error else ()
+        ("retries",) if with_retries else ()) + (("error",) if with_error else ()) + (("note",) if with_note else ()
     )
     cells: list[tuple[str, ...]] = []
     for r in rows:
@@ -115,6 +121,10 @@ def _print_status(rows: list[dict[str, Any]], prefix: str = "", wide: bool = Tru
             row.append("unknown" if unknown else describe_retries(r.get("retries")))
         if with_error:
             row.append((r["error"] or "").splitlines()[0] if r["error"] else "")
+        if with_note:
+            from marinbuild.execution.stray_writes import describe
+
+            row.append(describe("it", r["outside_writes"]).removeprefix("it ") if r.get("outside_writes") else "")
         cells.append(tuple(row))
     if not sys.stdout.isatty():
         from marinbuild.cli.plan_view import columns_text
@@ -147,8 +157,8 @@ def _status_table(columns: tuple[str, ...], cells: list[tuple[str, ...]], prefix
         rows.append(styled)
     # Narrower than the table, each step still shows its status: the dates go first, the error
     # (why a step failed) last; a path relative to the prefix is shown whole, to copy, or not at all.
-    fit = FittedTable(columns, rows, keys=("step", "status"), cut=("lease", "error"),
-                      drop=("retries", "finished", "duration", "lease", "output", "error"))
+    fit = FittedTable(columns, rows, keys=("step", "status"), cut=("lease", "error", "note"),
+                      drop=("retries", "finished", "duration", "lease", "output", "note", "error"))
     return terminal_table(fit, wide)
 
 

@@ -310,7 +310,8 @@ def _held_text(held: Mapping[str, object] | None) -> str:
 
 
 def _table(records: Sequence[StepRecord]) -> str:
-    head = ("step", "status", "resources", "held", "attempts", "duration", "accelerator-h", "core-h", "error", "retries")
+    head = ("step", "status", "resources", "held", "attempts", "duration", "accelerator-h", "core-h", "error", "retries",
+            "note")
     rows: list[str] = []
     total = Usage()
     for r in records:
@@ -331,13 +332,15 @@ def _table(records: Sequence[StepRecord]) -> str:
             _e(_hours(usage.core_hours)),
             _e((r.error or "").splitlines()[0] if r.error else ""),
             _e(describe_retries(r.retries)),
+            (f'<span class="outside-writes">wrote outside its output: {_e("; ".join(r.outside_writes))}</span>'
+             if r.outside_writes else ""),
         )
         rows.append(f'<tr data-step="{_e(r.name)}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     attempts = sum(len(r.attempts) for r in records)
     foot = (
         f'<tr class="totals"><td>total</td><td></td><td></td><td></td><td>{attempts}</td>'
         f"<td>{_e(_seconds_text(total.hours * 3600))}</td><td>{_e(_hours(total.accelerator_hours))}</td>"
-        f"<td>{_e(_hours(total.core_hours))}</td><td></td><td></td></tr>"
+        f"<td>{_e(_hours(total.core_hours))}</td><td></td><td></td><td></td></tr>"
     )
     header = "".join(f"<th>{_e(h)}</th>" for h in head)
     return f'<table id="steps"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody><tfoot>{foot}</tfoot></table>'

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from marinbuild.project import Project
 
 __all__ = ["AttemptRecord", "StepRecord", "collect", "collect_earlier", "describe_retries", "flatten",
-           "with_earlier"]
+           "outside_writes_of", "with_earlier"]
 
 _CAUSE_WORDS = (("failure", "failures"), ("preemption", "preemptions"), ("hang", "hangs"))
 
@@ -77,6 +77,8 @@ class StepRecord:
     metrics_from: str | None = None
     """The step downstream whose metrics file :attr:`metrics` holds, when the step has none of its own
     (its evaluation lives in another step); None: its own."""
+    outside_writes: tuple[str, ...] = ()
+    """What its run wrote outside its output folder, as noted beside it (see :mod:`marinbuild.execution.stray_writes`)."""
     earlier: bool = False
     """An earlier identity of the step name (``--history``), not the one the Marinfile declares now."""
     when: float | None = None
@@ -146,6 +148,7 @@ def collect(
     # A log holding bytes that are not UTF-8 is left out rather than failing the report.
     logs = read_texts(storage, [log_path(p) for p in failed])[0] if log_tails and failed else {}
     requests = requests_of(graph, names)
+    outside = outside_writes_of(storage, [p for p in ran if statuses[p].status in ("SUCCESS", "FAILED")])
     out: list[StepRecord] = []
     for node in nodes:
         path = node.output_path
@@ -182,6 +185,7 @@ def collect(
                 log_tail=_last_lines(logs[log_path(path)]) if log_path(path) in logs else None,
                 upstream=upstream.get(node.name, {}),
                 metrics_from=metrics_from,
+                outside_writes=outside.get(path, ()) if usable else (),
             )
         )
     return out
@@ -300,6 +304,21 @@ def with_earlier(current: Sequence[StepRecord], earlier: Sequence[StepRecord]) -
     for r in earlier:
         by_name.setdefault(r.name, []).append(r)
     return [x for r in current for x in (r, *by_name.get(r.name, ()))]
+
+
+def outside_writes_of(storage: Storage, outputs: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The writes outside its output noted beside each of ``outputs``, on a local prefix (a read each:
+    remote stores are never noted, and not read)."""
+    from marinbuild.execution.stray_writes import note_path
+
+    local = [o for o in outputs if storage.local_file(o) is not None]
+    found = read_json_many(storage, [note_path(o) for o in local]) if local else {}
+    out: dict[str, tuple[str, ...]] = {}
+    for o in local:
+        note = _object(found.get(note_path(o))).get("outside")
+        if isinstance(note, list) and note:
+            out[o] = tuple(str(x) for x in note)
+    return out
 
 
 def _object(value: Any) -> Mapping[str, Any]:
