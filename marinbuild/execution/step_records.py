@@ -37,7 +37,15 @@ from marinbuild.config_walk import LEAF_TYPES, MAPPING, RECORD, SET, children, d
 from marinbuild.drift import code_record
 from marinbuild.errors import LeaseLost, MarinbuildError, StorageError
 from marinbuild.execution.accounting import held_by
-from marinbuild.execution.stray_writes import Snapshot, describe, found_since, note_path, take_snapshot
+from marinbuild.execution.stray_writes import (
+    Layout,
+    Snapshot,
+    describe,
+    found_since,
+    layout_of,
+    note_path,
+    take_snapshot,
+)
 from marinbuild.graph import StepNode
 from marinbuild.pyenv.spec import EnvSpec, environment_of
 from marinbuild.redact import redact_env
@@ -116,6 +124,12 @@ class RunContext:
     """Leases on dependencies seen held, by lease path: how long each stayed unchanged."""
 
     @functools.cached_property
+    def layout(self) -> Layout:
+        """Where the graph's outputs lie on this machine, once per run (see :mod:`marinbuild.execution.stray_writes`)."""
+        local = {p: d for d, out in self.outputs.items() if (p := self.storage.local_file(out)) is not None}
+        return layout_of(local, self.storage.local_file(self.prefix) or self.prefix)
+
+    @functools.cached_property
     def provenance(self) -> dict[str, Any]:
         return {
             "git_commit": _git_commit(self.workdir),
@@ -172,7 +186,7 @@ def prepare(ctx: RunContext, node: StepNode, extra_env: Mapping[str, str], cores
     if earlier:
         info[_EARLIER] = earlier
     if ctx.prefix:
-        info[_BEFORE] = take_snapshot(storage, ctx.prefix, out, [ctx.outputs[d] for d in node.deps])
+        info[_BEFORE] = take_snapshot(storage, ctx.prefix, out, [ctx.outputs[d] for d in node.deps], ctx.layout.seen)
     # The info JSON is written once, at the end, with both times; while the step runs its
     # RUNNING status says who runs it and since when. The attempt ledger is read meanwhile.
     previous = _while_reading_attempts(storage, out, lambda: _stored(
@@ -400,11 +414,10 @@ def _outside_writes(ctx: RunContext, job: Job, before: Snapshot | None, outcome:
     if before is None:
         return [], outcome
     deps = [ctx.outputs[d] for d in job.extra.get(DEPS_EXTRA) or () if d in ctx.outputs]
-    after = take_snapshot(ctx.storage, ctx.prefix, job.output_path, deps, before)
+    after = take_snapshot(ctx.storage, ctx.prefix, job.output_path, deps, ctx.layout.seen)
     if after is None:
         return [], outcome
-    local = {p: d for d, out in ctx.outputs.items() if (p := ctx.storage.local_file(out)) is not None}
-    found = found_since(before, after, local.keys(), ctx.storage.local_file(ctx.prefix) or ctx.prefix, local)
+    found = found_since(before, after, ctx.layout)
     if not found:
         return [], outcome
     line = describe(job.name, found)

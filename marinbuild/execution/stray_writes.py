@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from marinbuild.store.markers import MARKER_DIR
 from marinbuild.store.storage import Storage
 
-__all__ = ["LISTED_AT_MOST", "NOTE", "Snapshot", "describe", "found_since", "note_path", "take_snapshot"]
+__all__ = ["LISTED_AT_MOST", "NOTE", "Layout", "Snapshot", "describe", "found_since", "layout_of", "note_path",
+           "take_snapshot"]
 
 LISTED_AT_MOST = 2000
 """Entries a folder beside the outputs may hold and still be listed twice per step: beyond, its
@@ -77,49 +78,66 @@ def _mtime(folder: str) -> int:
 
 def _names(folder: str) -> frozenset[str] | None:
     """The names in ``folder``, or None where it holds more than :data:`LISTED_AT_MOST`."""
-    names: list[str] = []
     try:
-        with os.scandir(folder) as found:
-            for entry in found:
-                names.append(entry.name)
-                if len(names) > LISTED_AT_MOST:
-                    return None
+        names = os.listdir(folder)
     except OSError:
         return frozenset()
-    return frozenset(names)
+    return frozenset(names) if len(names) <= LISTED_AT_MOST else None
 
 
 def take_snapshot(storage: Storage, prefix: str, output: str, dependencies: Iterable[str],
-                  earlier: Snapshot | None = None) -> Snapshot | None:
+                  seen: dict[str, tuple[int, frozenset[str] | None]] | None = None) -> Snapshot | None:
     """What a step's writes outside its output would change, seen now; None on a remote prefix.
 
-    ``earlier`` (the snapshot before the step): a folder beside the outputs whose mtime did not
-    change is not listed again.
+    ``seen`` (the run's :attr:`Layout.seen`, shared by its steps): a folder beside the outputs whose
+    mtime did not change since any step last listed it is not listed again, and one found too big to
+    list is not tried again in this run.
     """
     root = storage.local_file(prefix)
     if root is None:
         return None
+    seen = {} if seen is None else seen
     deps = [p for p in (storage.local_file(d) for d in dependencies) if p is not None]
     mine = storage.local_file(output)
     folders = dict.fromkeys([root, *(os.path.dirname(p) for p in [*deps, *([mine] if mine else [])])])
     beside: dict[str, tuple[int, frozenset[str] | None]] = {}
     for folder in folders:
+        known = seen.get(folder)
+        if known is not None and known[1] is None:
+            beside[folder] = known  # too big to list
+            continue
         mtime = _mtime(folder)
-        before = earlier.beside.get(folder) if earlier is not None else None
-        if before is not None and (before[0] == mtime or before[1] is None):
-            beside[folder] = (mtime, before[1])  # unchanged, or too big to list: the names it had
-        else:
-            beside[folder] = (mtime, _names(folder))
+        if known is None or known[0] != mtime:
+            known = seen[folder] = (mtime, _names(folder))
+        beside[folder] = known
     return Snapshot(inside={d: _entries(d) for d in deps}, inside_mtimes={d: _mtime(d) for d in deps}, beside=beside)
 
 
-def found_since(before: Snapshot, after: Snapshot, outputs: Collection[str], prefix: str,
-                by_dependency: Mapping[str, str]) -> list[str]:
-    """What changed outside the step's output between the snapshots, a phrase each.
+@dataclass(frozen=True)
+class Layout:
+    """Where the graph's outputs lie (local paths), made once per run: a new name beside the outputs
+    is a stray unless it is one of them or a folder of them."""
 
-    ``outputs``: the local output path of every step of the graph (a new output folder is no stray);
-    ``by_dependency``: each dependency's local output path and its step name.
-    """
+    prefix: str
+    outputs: frozenset[str]
+    holders: frozenset[str]
+    """Folders holding outputs directly (their dot-files are marinbuild's)."""
+    parents: frozenset[str]
+    """Folders between the prefix and an output."""
+    names: Mapping[str, str]
+    """Each output and its step's name."""
+    seen: dict[str, tuple[int, frozenset[str] | None]] = field(default_factory=dict, compare=False)
+    """What the run's steps last saw of each folder beside the outputs (see :func:`take_snapshot`)."""
+
+
+def layout_of(outputs: Mapping[str, str], prefix: str) -> Layout:
+    """The :class:`Layout` of ``outputs`` (local output path -> step name) under the local ``prefix``."""
+    return Layout(prefix, frozenset(outputs), frozenset(os.path.dirname(o) for o in outputs),
+                  frozenset(p for o in outputs for p in _parents(o, prefix)), dict(outputs))
+
+
+def found_since(before: Snapshot, after: Snapshot, layout: Layout) -> list[str]:
+    """What changed outside the step's output between the snapshots, a phrase each."""
     found: list[str] = []
     for folder, was in before.inside.items():
         now = after.inside.get(folder, {})
@@ -129,20 +147,23 @@ def found_since(before: Snapshot, after: Snapshot, outputs: Collection[str], pre
         gone = sorted(n for n in was if n not in now)
         what = [*(f"{n}" for n in changed), *(f"{n} (removed)" for n in gone)]
         if what:
-            found.append(f"the output of its dependency {by_dependency.get(folder, folder)}: {_few(what)}")
-    holders = {os.path.dirname(o) for o in outputs}
-    parents = {p for o in outputs for p in _parents(o, prefix)}
+            found.append(f"the output of its dependency {layout.names.get(folder, folder)}: {_few(what)}")
     for folder, (_, names) in after.beside.items():
         listed = before.beside.get(folder, (0, None))[1]
         if names is None or listed is None:
             continue
-        stray = sorted(n for n in names - listed
-                       if os.path.join(folder, n) not in outputs and os.path.join(folder, n) not in parents
-                       and not n.startswith(".marinbuild") and not (folder in holders and n.startswith(".")))
+        stray = sorted(n for n in names - listed if not _expected(folder, n, layout))
         if stray:
-            where = folder if folder != prefix else "the prefix"
+            where = folder if folder != layout.prefix else "the prefix"
             found.append(f"{where}: {_few(stray)}")
     return found
+
+
+def _expected(folder: str, name: str, layout: Layout) -> bool:
+    """Whether a new ``name`` in ``folder`` is marinbuild's own: an output, a folder of outputs, a marker."""
+    path = os.path.join(folder, name)
+    return (path in layout.outputs or path in layout.parents or name.startswith(".marinbuild")
+            or (folder in layout.holders and name.startswith(".")))
 
 
 def _parents(output: str, prefix: str) -> Iterable[str]:

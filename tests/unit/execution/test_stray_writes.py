@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from marinbuild.execution import stray_writes
-from marinbuild.execution.stray_writes import describe, found_since, take_snapshot
+from marinbuild.execution.stray_writes import describe, found_since, layout_of, take_snapshot
 from marinbuild.store.storage import Storage
 
 
@@ -20,8 +20,8 @@ def _prefix(tmp_path: Path) -> tuple[Storage, str, str, str]:
 
 
 def _found(storage, prefix, dep, mine, before, outputs=()):
-    after = take_snapshot(storage, prefix, mine, [dep], before)
-    return found_since(before, after, {dep, mine, *outputs}, prefix, {dep: "data"})
+    after = take_snapshot(storage, prefix, mine, [dep])
+    return found_since(before, after, layout_of({dep: "data", mine: "train/a", **dict.fromkeys(outputs, "x")}, prefix))
 
 
 def test_nothing_is_found_when_the_step_kept_to_its_output(tmp_path: Path) -> None:
