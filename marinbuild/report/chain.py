@@ -48,13 +48,17 @@ def upstream_fields(graph: StepGraph, names: Iterable[str]) -> dict[str, dict[st
     """For each named step, the versioned fields of every step upstream of it, by group (see
     :func:`group_of`; a step's full name where two upstream steps of one row share a group)."""
     dag = graph.dag
+    index = graph.index
     out: dict[str, dict[str, dict[str, Any]]] = {}
+    flat: dict[str, dict[str, Any]] = {}
     for name in names:
-        ancestors = [a for a in graph.order if a in nx.ancestors(dag, name)] if dag.in_degree(name) else []
+        ancestors = sorted(nx.ancestors(dag, name), key=index.__getitem__) if dag.in_degree(name) else []
         groups = [group_of(a) for a in ancestors]
         fields: dict[str, dict[str, Any]] = {}
         for ancestor, group in zip(ancestors, groups, strict=True):
-            values = flat_versioned(graph.nodes[ancestor].payload)
+            if ancestor not in flat:  # a step upstream of many rows is flattened once
+                flat[ancestor] = flat_versioned(graph.nodes[ancestor].payload)
+            values = flat[ancestor]
             if values:
                 fields[ancestor if groups.count(group) > 1 else group] = values
         out[name] = fields
