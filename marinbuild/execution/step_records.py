@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import getpass
 import json
+import math
 import os
 import socket
 import subprocess
@@ -121,6 +122,9 @@ class RunContext:
     warn: Callable[[str], None] = field(default=lambda line: None, repr=False, compare=False)
     """Where a warning about a step goes (a line of the run's output)."""
     _watches: dict[str, Watch] = field(default_factory=dict, repr=False, compare=False)
+    _spans: dict[str, list[float]] = field(default_factory=dict, repr=False, compare=False)
+    """When each step of this run started and (once recorded) ended, by name: which steps ran beside
+    one found writing outside its output (any of them may have written it)."""
     """Leases on dependencies seen held, by lease path: how long each stayed unchanged."""
 
     @functools.cached_property
@@ -186,6 +190,7 @@ def prepare(ctx: RunContext, node: StepNode, extra_env: Mapping[str, str], cores
     if earlier:
         info[_EARLIER] = earlier
     if ctx.prefix:
+        ctx._spans[s.name] = [time.monotonic(), math.inf]
         info[_BEFORE] = take_snapshot(storage, ctx.prefix, out, [ctx.outputs[d] for d in node.deps], ctx.layout.seen)
     # The info JSON is written once, at the end, with both times; while the step runs its
     # RUNNING status says who runs it and since when. The attempt ledger is read meanwhile.
@@ -413,6 +418,10 @@ def _outside_writes(ctx: RunContext, job: Job, before: Snapshot | None, outcome:
     """What the step wrote outside its output, said in one warning line; with strict outputs a failure."""
     if before is None:
         return [], outcome
+    now = time.monotonic()
+    span = ctx._spans.get(job.name, [now, math.inf])
+    beside = sorted(n for n, (start, end) in list(ctx._spans.items()) if n != job.name and start < now and end > span[0])
+    span[1] = now
     deps = [ctx.outputs[d] for d in job.extra.get(DEPS_EXTRA) or () if d in ctx.outputs]
     after = take_snapshot(ctx.storage, ctx.prefix, job.output_path, deps, ctx.layout.seen)
     if after is None:
@@ -421,6 +430,9 @@ def _outside_writes(ctx: RunContext, job: Job, before: Snapshot | None, outcome:
     if not found:
         return [], outcome
     line = describe(job.name, found)
+    if beside:  # a write seen is not proof of whose it was
+        shown = ", ".join(beside[:3]) + (f" and {len(beside) - 3} more" if len(beside) > 3 else "")
+        line += f" (or {shown}, running at the same time)"
     if outcome.ok and (ctx.strict_outputs or job.extra.get(STRICT_EXTRA)):
         return found, dataclasses.replace(outcome, ok=False, error=f"{line} (strict outputs)")
     ctx.warn(f"marinbuild: warning: {line}")
