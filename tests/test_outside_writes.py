@@ -58,3 +58,15 @@ def test_strict_outputs_fail_the_step(project):
     assert status["stray"] == "FAILED" and status["data"] == "SUCCESS"
     ok = marinbuild("run", "-j", "1", "-q", "--strict-outputs", "fine", cwd=project)
     assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+def test_in_parallel_a_write_is_said_with_the_steps_that_ran_beside(project):
+    _marinfile(project)
+    ran = marinbuild("run", "-j", "4", "-q", cwd=project)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    warnings = [line for line in ran.stderr.splitlines() if "warning:" in line]
+    assert any(line.startswith("marinbuild: warning: tok wrote outside its output: into the output of its "
+                               "dependency data: cache.bin") for line in warnings), ran.stderr
+    for line in warnings:  # a step that wrote nothing is only ever named beside one that may have
+        if line.startswith(("marinbuild: warning: fine ", "marinbuild: warning: data ")):
+            assert "running at the same time)" in line, line
