@@ -100,6 +100,7 @@ def run(
     plan: str | None = None,
     print_commands: bool = False,
     wide: bool = False,
+    strict_outputs: bool = False,
     list: bool = False,
     quiet: bool = False,
     verbose: bool = False,

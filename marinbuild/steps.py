@@ -96,6 +96,8 @@ class Step:
     fresh_output: bool = False
     resume_output: bool = False
     """Whether a rerun over a finished output continues in place (a checkpointing step) instead of starting over."""
+    strict_outputs: bool = False
+    """Whether the step fails when it writes outside its output folder (into a dependency's, beside the outputs)."""
     env: tuple[tuple[str, str], ...] = field(default=())
     max_retries_preemption: int | None = None
     max_retries_failure: int | None = None
@@ -246,6 +248,7 @@ def step(
     pip_dependency_groups: Iterable[str] | None = None,
     hash_code: bool = False,
     slurm: Mapping[str, Any] | None = None,
+    strict_outputs: bool = False,
 ) -> Step:
     """Declare a step: ``fn(config)`` or the shell command ``cmd``.
 
@@ -260,6 +263,8 @@ def step(
     empty folder, the earlier contents set aside; ``resume_output=True`` continues in place
     instead (a step that resumes from its own checkpoints). ``fresh_output=True`` clears a
     failed run's partial output before the next run instead of resuming from it.
+    ``strict_outputs=True`` fails the step when it writes outside its output folder (into a
+    dependency's output, or beside the outputs), where ``run`` otherwise warns.
 
     ``progress_timeout`` (seconds, or ``"15m"``, ``"1:30:00"``) kills an attempt whose log and
     progress file (``$MARINBUILD_PROGRESS``, which the program touches or appends to) have
@@ -311,6 +316,7 @@ def step(
         override_output_path=override_output_path,
         fresh_output=fresh_output,
         resume_output=bool(resume_output),
+        strict_outputs=bool(strict_outputs),
         env=env_pairs,
         max_retries_preemption=max_retries_preemption,
         max_retries_failure=max_retries_failure,

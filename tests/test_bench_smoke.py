@@ -182,3 +182,11 @@ def test_fence_floor_runs_make_with_the_steps_own_sentinel(tmp_path: Path) -> No
     subprocess.run(["rm", "-rf", str(fenced / "out")], check=True)
     done = subprocess.run(["make", "-s", "-j2"], cwd=fenced, capture_output=True)
     assert done.returncode != 0 and not list((fenced / "out").rglob("out.txt"))
+
+
+def test_stray_writes_bench_measures_both_layouts_without_false_findings(tmp_path: Path) -> None:
+    from bench.stray_writes import measure
+
+    for shape in ("fanout", "sweep"):
+        result = measure(shape, 300, str(tmp_path))
+        assert result["steps"] == (299 if shape == "fanout" else 200)  # and measure() found no stray

@@ -54,3 +54,16 @@ def test_a_drift_note_quoting_a_plain_field_is_escaped(project):
     _assert_defused(plan.stderr)
     why = marinbuild("why", "a", cwd=project)
     _assert_defused(why.stdout)
+
+
+def test_a_reason_quoting_rich_markup_is_shown_as_written_on_a_terminal(project):
+    marinfile = """
+from marinbuild import step, versioned
+step("a", cmd="true", config={"tag": versioned("V [bold]x[/] [/nope]")})
+"""
+    write_marinfile(project, marinfile.replace("V ", "v1 "))
+    assert marinbuild("run", "-q", cwd=project).returncode == 0
+    write_marinfile(project, marinfile.replace("V ", "v2 "))
+    for wide in ((), ("--wide",)):
+        shown = on_terminal(project, "plan", *wide, columns=200)
+        assert "[bold]x[/] [/nope]" in shown and "Traceback" not in shown, shown

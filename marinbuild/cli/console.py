@@ -158,7 +158,8 @@ class FittedTable:
                              no_wrap=fits or col not in self.keys, overflow="ellipsis" if col not in self.keys else "fold",
                              width=given.get(i))
         for row in self.rows:
-            table.add_row(*(self._cell(i, row, given[i]) if i in given else row[i] for i in shown))
+            # Text, never a str rich would read as markup: a reason quoting "[bold]" is shown as written.
+            table.add_row(*(_as_text(self._cell(i, row, given[i]) if i in given else row[i]) for i in shown))
         return table
 
     def _cell(self, i: int, row: Sequence[str | Text], width: int) -> str | Text:
@@ -188,6 +189,10 @@ def gone_line(gone: Sequence[str], room: int) -> str:
     return f"{len(gone)} columns hidden (--wide)"
 
 
+def _as_text(cell: str | Text) -> Text:
+    return cell if isinstance(cell, Text) else Text(cell)
+
+
 def terminal_table(fit: FittedTable, wide: bool) -> RenderableType:
     """``fit`` fitted to the terminal, or with ``wide`` whole: every column, folded where it must."""
     if not wide:
@@ -197,7 +202,7 @@ def terminal_table(fit: FittedTable, wide: bool) -> RenderableType:
         table.add_column(Text(col), style=fit.styles.get(col, ""), overflow="fold",
                          justify="right" if col in fit.right else "left")
     for row in fit.rows:
-        table.add_row(*row)
+        table.add_row(*map(_as_text, row))
     return table
 
 

@@ -23,6 +23,9 @@ def report_command(
     prefix: PrefixOpt = None,
     output: Annotated[str, typer.Option("-o", "--output", help="The HTML file to write ('-': standard output, to pipe or mail it).")] = "report.html",
     metrics: Annotated[str | None, typer.Option("--metrics", help="A JSON file inside each output whose keys become columns and plots (default: the Marinfile's METRICS).")] = None,
+    best: Annotated[list[str] | None, typer.Option("--best", help="METRIC=min or METRIC=max: the direction a metric is better in, to mark its winner (beside the Marinfile's BEST; loss, error, perplexity are min and accuracy, f1, auc, score, reward max by default); repeatable.")] = None,
+    curves: Annotated[str | None, typer.Option("--curves", help="A JSON-lines file each step writes inside its output ({\"step\": 100, \"loss\": 0.7} a line): a plot per key, a line per run.")] = None,
+    history: Annotated[bool, typer.Option("--history", help="Add the earlier identities of the steps found under the prefix to the sweep, marked earlier.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Write an HTML report of the targets and what they need: the sweep's table and metric plots, DAG by status,
@@ -37,9 +40,23 @@ def report_command(
     needed = closure(graph, select(graph, step_targets(project, targets)))
     names = [n for n in graph.order if n in needed]
     metrics_file = metrics if metrics is not None else metrics_of(project)
+    from marinbuild.report.winner import parse_best, read_best
+
+    directions = {**read_best(project.marinfile.default("BEST")), **parse_best(best or [])}
+    if curves is not None and (not curves or curves.startswith("/") or ".." in curves.split("/")):
+        raise UserError(f"--curves must name a file inside each output, like 'train_log.jsonl', not {curves!r}")
     records = collect(project, names, metrics_file, log_tails=True)
+    if history:
+        from marinbuild.report.records import collect_earlier, with_earlier
+
+        records = with_earlier(records, collect_earlier(project, names, metrics_file))
+    drawn = ""
+    if curves is not None:
+        from marinbuild.report.curves import curves_html, read_curves
+
+        drawn = curves_html(records, read_curves(project.storage, records, curves))
     title = f"marinbuild report: {os.path.basename(os.path.dirname(project.marinfile.path)) or 'steps'}"
-    text = render_report(records, title, graph.prefix)
+    text = render_report(records, title, graph.prefix, directions, drawn)
     attempts = sum(len(r.attempts) for r in records)
     if output == "-":  # as for curl -o - and most tools: the page on stdout, no file named "-"
         sys.stdout.write(text)

@@ -97,6 +97,7 @@ def run_command(
     plan: Annotated[str | None, typer.Option("--plan", help="Run exactly the plan `marinbuild plan -o FILE` wrote; refuse when it no longer holds.")] = None,
     print_commands: Annotated[bool, typer.Option("-p", "--print-commands", help="Print each shell step's command, resolved, as it starts (with -n: each command that would run).")] = False,
     wide: Annotated[bool, typer.Option("--wide", help="With -n on a terminal: whole output paths and reasons instead of a table within 100 columns.")] = False,
+    strict_outputs: Annotated[bool, typer.Option("--strict-outputs", help="Fail a step that writes outside its output folder (into a dependency's output, or beside the outputs) instead of warning; as strict_outputs=True on a step.")] = False,
     list: Annotated[bool, typer.Option("--list", help="Print the names of the steps the targets select, one a line, and run nothing (as `marinbuild list`).")] = False,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,

@@ -47,6 +47,8 @@ def show_command(
     all_fields: Annotated[bool, typer.Option("--all-fields", help="Every versioned field, not only those that differ between the rows.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows as a JSON list.")] = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print the rows as CSV.")] = False,
+    history: Annotated[bool, typer.Option("--history", help="Add the earlier identities of the shown steps found under the prefix, marked earlier.")] = False,
+    diff: Annotated[bool, typer.Option("--diff", help="With --history: only the steps that have earlier identities, and only the columns that differ between a step's identities.")] = False,
     wide: Annotated[bool, typer.Option("--wide", help="On a terminal, every column (folded where it must) instead of those that fit, with empty and all-zero ones.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -59,8 +61,17 @@ def show_command(
         raise UserError("--json and --csv exclude each other")
     project = open_project(file, prefix)
     names = select(project.graph, step_targets(project, targets))
-    records = collect(project, list(names), metrics if metrics is not None else metrics_of(project))
+    if diff and not history:
+        raise UserError("--diff compares a step's identities: it needs --history")
+    metrics_file = metrics if metrics is not None else metrics_of(project)
+    records = collect(project, list(names), metrics_file)
+    if history:
+        from marinbuild.report.records import collect_earlier, with_earlier
+
+        records = with_earlier(records, collect_earlier(project, list(names), metrics_file))
     columns, rows = table_of(records, all_fields)
+    if diff:
+        columns, rows = _differences(columns, rows)
     if sort is not None:
         rows = _sorted(rows, columns, sort, reverse)
     if as_json:
@@ -79,11 +90,29 @@ def show_command(
         _print_table(columns, rows, wide)
 
 
+def _differences(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
+    """``--diff``: the steps with earlier identities, and the columns whose values differ between a step's identities."""
+    by_step: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_step.setdefault(r["step"], []).append(r)
+    kept = [r for r in rows if len(by_step[r["step"]]) > 1]
+    fixed = {"step", "version", "when"}
+
+    def differs(column: str) -> bool:
+        return any(len({json.dumps(r.get(column), sort_keys=True, default=str) for r in group}) > 1
+                   for group in by_step.values() if len(group) > 1)
+
+    # What a run of the same values does differently (its duration, its hours) is not a difference of the runs.
+    return [(c, g) for c, g in columns if c in fixed or ((g in ("config", "metric") or c == "status") and differs(c))], kept
+
+
 def table_of(records: Sequence[StepRecord], all_fields: bool = False) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
     """The columns (name, group: step, config, run or metric) and one row per record, keyed by column name."""
-    from marinbuild.report.sweep import metric_column_names, varying_fields
+    from marinbuild.report.chain import field_columns
+    from marinbuild.report.sweep import metric_column_names
 
-    fields = list(dict.fromkeys(f for r in records for f in r.versioned)) if all_fields else varying_fields(records)
+    # The row's own versioned fields and those of the steps upstream that differ (STEP.FIELD where two share a name).
+    fields, field_values = field_columns(records, all_fields)
     # Retries by cause get a column once any step used one; the JSON rows always carry them.
     fixed = [*_FIXED[:3], "retries", *_FIXED[3:]] if any(_retried(r.retries) for r in records) else list(_FIXED)
     if any(r.provisioned.hours for r in records):  # TPU slices created on demand: held apart from run
@@ -91,13 +120,18 @@ def table_of(records: Sequence[StepRecord], all_fields: bool = False) -> tuple[l
     metric_keys = dict.fromkeys(k for r in records for k in r.metrics)
     # "retries" is taken even without its column: every row carries it for --json.
     metric_names = metric_column_names(metric_keys, {"step", *fields, *fixed, "retries"})
+    history = any(r.earlier for r in records)
+    if history:  # which run of the step each row is
+        fixed = ["version", "when", *fixed]
     columns = [("step", "step"), *((f, "config") for f in fields), *((c, "run") for c in fixed),
                *((metric_names[k], "metric") for k in metric_keys)]
     rows: list[dict[str, Any]] = []
-    for r in records:
+    for r, values in zip(records, field_values, strict=True):
         usage = r.usage
         row: dict[str, Any] = {"step": r.name}
-        row.update((f, r.versioned.get(f)) for f in fields)
+        row.update(values)
+        if history:
+            row.update(version="earlier" if r.earlier else "current", when=_when(r))
         row.update(
             status=r.status,
             duration_s=round(r.duration, 3) if r.duration is not None else None,
@@ -110,10 +144,17 @@ def table_of(records: Sequence[StepRecord], all_fields: bool = False) -> tuple[l
             row["provisioned_chip_hours"] = round(r.provisioned.chip_hours, 6)
         row.update((metric_names[k], r.metrics.get(k)) for k in metric_keys)
         row[_METRICS] = {k: r.metrics.get(k) for k in metric_keys}  # by their own keys, for --json
+        row[_METRICS_FROM] = r.metrics_from
+        row[_IDENTITY] = r.identity
+        row[_OUTPUT] = r.output_path
         rows.append(row)
     return columns, rows
 
 
+_IDENTITY = "\0identity"
+_OUTPUT = "\0output_path"
+_METRICS_FROM = "\0metrics_from"
+"""A row's entry naming the step downstream whose metrics it shows (None: its own)."""
 _METRICS = "\0metrics"
 """A row's entry (no column's name) holding its metrics by their own keys: a column may be ``metrics.KEY``."""
 
@@ -160,7 +201,19 @@ def _json_row(row: dict[str, Any], columns: list[tuple[str, str]]) -> dict[str, 
         elif group == "run":
             out[name] = row.get(name)
     out["metrics"] = dict(row.get(_METRICS) or {})
+    out["metrics_from"] = row.get(_METRICS_FROM)
+    out["output_path"] = row.get(_OUTPUT)
+    if "version" in row:
+        out["earlier"] = row["version"] == "earlier"
+        out["identity"] = row.get(_IDENTITY)
     return out
+
+
+def _when(r: StepRecord) -> str | None:
+    import time
+
+    when = r.when if r.earlier else (r.provenance.get("end_time") or r.provenance.get("start_time"))
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when)) if isinstance(when, (int, float)) else None
 
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -216,7 +269,7 @@ def _print_table(columns: list[tuple[str, str]], rows: list[dict[str, Any]], wid
 
     styles = {"config": "cyan", "metric": "magenta", "run": "", "step": "bold"}
     # Text, not str: a value such as "[bold]" is shown, never taken as rich markup.
-    fit = FittedTable(headers, [[Text(c) for c in row] for row in cells], keys=("step",), drop=_LEAST_USEFUL,
+    fit = FittedTable(headers, [[Text(c) for c in row] for row in cells], keys=("step", "version"), drop=_LEAST_USEFUL,
                       right=[n for n, (_, g) in zip(headers, columns, strict=True) if g in ("metric", "run")],
                       styles={n: styles[g] for n, (_, g) in zip(headers, columns, strict=True)})
     print_table(terminal_table(fit, wide), wide)

@@ -69,6 +69,10 @@ def status_command(
     # Where a running step's Slurm job stands (its id and why it pends), for the few that run.
     held = [p for p in running if leases.get(p)][:_RUNNING_LEDGERS]
     queued = read_slurm_markers(project.storage, held) if held else {}
+    from marinbuild.report.records import outside_writes_of
+
+    # What a step wrote outside its output, noted beside it by the run (local prefixes only).
+    outside = outside_writes_of(project.storage, [p for p, rec in records.items() if rec.status in ("SUCCESS", "FAILED")])
     rows: list[dict[str, Any]] = []
     for n in names:
         node = graph.nodes[n]
@@ -88,6 +92,7 @@ def status_command(
                 "progress": _progress(progress.get(node.output_path)) if rec and rec.status == "RUNNING" else None,
                 "provisioning": waiting.get(node.output_path) if rec and rec.status == "RUNNING" else None,
                 "slurm": queued.get(node.output_path) if rec and rec.status == "RUNNING" else None,
+                "outside_writes": outside.get(node.output_path) if rec and not foreign else None,
             }
         )
     if as_json:
@@ -101,10 +106,11 @@ def _print_status(rows: list[dict[str, Any]], prefix: str = "", wide: bool = Tru
     within 100 columns unless ``wide`` (output paths relative to the prefix, errors cut)."""
     with_lease = any(r["status"] == "RUNNING" for r in rows)
     with_error = any(r["error"] for r in rows)
+    with_note = any(r.get("outside_writes") for r in rows)
     # Retries by cause get a column once any step used one (``--json`` always carries them).
     with_retries = any(any(v.get("used") for v in (r.get("retries") or {}).values()) for r in rows)
     columns = ("step", "status", "duration", "finished", "output") + (("lease",) if with_lease else ()) + (
-        ("retries",) if with_retries else ()) + (("error",) if with_error else ()
+        ("retries",) if with_retries else ()) + (("error",) if with_error else ()) + (("note",) if with_note else ()
     )
     cells: list[tuple[str, ...]] = []
     for r in rows:
@@ -122,6 +128,10 @@ def _print_status(rows: list[dict[str, Any]], prefix: str = "", wide: bool = Tru
             row.append("unknown" if unknown else describe_retries(r.get("retries")))
         if with_error:
             row.append((r["error"] or "").splitlines()[0] if r["error"] else "")
+        if with_note:
+            from marinbuild.execution.stray_writes import describe
+
+            row.append(describe("it", r["outside_writes"]).removeprefix("it ") if r.get("outside_writes") else "")
         cells.append(tuple(row))
     if not sys.stdout.isatty():
         from marinbuild.cli.plan_view import columns_text
@@ -154,8 +164,8 @@ def _status_table(columns: tuple[str, ...], cells: list[tuple[str, ...]], prefix
         rows.append(styled)
     # Narrower than the table, each step still shows its status: the dates go first, the error
     # (why a step failed) last; a path relative to the prefix is shown whole, to copy, or not at all.
-    fit = FittedTable(columns, rows, keys=("step", "status"), cut=("lease", "error"),
-                      drop=("retries", "finished", "duration", "lease", "output", "error"))
+    fit = FittedTable(columns, rows, keys=("step", "status"), cut=("lease", "error", "note"),
+                      drop=("retries", "finished", "duration", "lease", "output", "note", "error"))
     return terminal_table(fit, wide)
 
 

@@ -89,6 +89,8 @@ class RunParameters:
     print_commands: bool = False
     wide: bool = False
     """A dry run's plan on a terminal with whole paths and reasons, not fitted to 100 columns."""
+    strict_outputs: bool = False
+    """A step that writes outside its output folder fails instead of being warned about."""
     list: bool = False
     """Say the names of the steps the targets select, one a line, and run nothing (``marinbuild list``)."""
     quiet: bool = False
@@ -130,6 +132,7 @@ class RunParameters:
             lease_expiry=self.lease_expiry,
             fresh_output=self.fresh_output,
             keep_output=self.keep_output,
+            strict_outputs=self.strict_outputs,
             max_retries_preemption=self.max_retries_preemption,
             max_retries_failure=self.max_retries_failure,
             max_retries_hang=self.max_retries_hang,
@@ -242,7 +245,8 @@ def invoke(
     prepare_prefix(project.storage, params.prefix)
     voice.starting()
     return execute(
-        planned, params.settings, reporter, echo=voice.echo, on_output=voice.on_output, on_command=voice.on_command
+        planned, params.settings, reporter, echo=voice.echo, on_output=voice.on_output, on_command=voice.on_command,
+        warn=voice.warn,
     )
 
 

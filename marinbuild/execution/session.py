@@ -88,6 +88,8 @@ class RunSettings:
     walltime: str | None = None
     allow_cross_region: bool = False
     """Run steps on capacity created in a region other than that of their prefix and ``gs://`` inputs."""
+    strict_outputs: bool = False
+    """A step that writes outside its output folder fails instead of being warned about."""
 
 
 @dataclass(frozen=True)
@@ -367,10 +369,12 @@ def execute(
     echo: Callable[[str], None] = print,
     on_output: Callable[[str, str], None] | None = None,
     on_command: Callable[[str, str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """Run what the plan says must run; returns once every step is done, failed or blocked.
 
-    ``echo`` prints the few lines a backend says outside the reporter's events (remote hosts).
+    ``echo`` prints the few lines a backend says outside the reporter's events (remote hosts);
+    ``warn`` (default: ``echo``) what a step did wrong that does not fail it (a write outside its output).
     ``on_output(step, line)``, when given, receives every line a running step prints, and
     ``on_command(step, command)`` each shell step's resolved command as it starts.
     Ctrl-C (and SIGTERM, where the caller maps it to KeyboardInterrupt) stops the run cleanly:
@@ -409,6 +413,9 @@ def execute(
         ),
         start_over=start_over,
         resuming=resuming,
+        prefix=project.graph.prefix,
+        strict_outputs=settings.strict_outputs,
+        warn=warn or echo,
     )
     budget = parse_duration(settings.walltime) if settings.walltime is not None else None
     # -j 0 (a bare -j): as many steps that declare nothing as the machine has cores.

@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import getpass
 import json
+import math
 import os
 import socket
 import subprocess
@@ -46,6 +47,15 @@ from marinbuild.config_walk import (
 )
 from marinbuild.drift import code_record
 from marinbuild.errors import LeaseLost, MarinbuildError, StorageError
+from marinbuild.execution.stray_writes import (
+    Layout,
+    Snapshot,
+    describe,
+    found_since,
+    layout_of,
+    note_path,
+    take_snapshot,
+)
 from marinbuild.graph import StepNode
 from marinbuild.pyenv.spec import EnvSpec, environment_of
 from marinbuild.redact import redact_env
@@ -116,8 +126,23 @@ class RunContext:
     ``finished``): the step's first log line says so when it finds output there."""
     identities: Mapping[str, str] = field(default_factory=dict)
     """Identity of every step in the graph, by name: a dependency's status must be written for it."""
+    prefix: str = ""
+    """Where the outputs live: a step's writes beside them are watched (:mod:`marinbuild.execution.stray_writes`)."""
+    strict_outputs: bool = False
+    """A step that writes outside its output fails (``run --strict-outputs``), as ``strict_outputs=True`` does."""
+    warn: Callable[[str], None] = field(default=lambda line: None, repr=False, compare=False)
+    """Where a warning about a step goes (a line of the run's output)."""
     _watches: dict[str, Watch] = field(default_factory=dict, repr=False, compare=False)
+    _spans: dict[str, list[float]] = field(default_factory=dict, repr=False, compare=False)
+    """When each step of this run started and (once recorded) ended, by name: which steps ran beside
+    one found writing outside its output (any of them may have written it)."""
     """Leases on dependencies seen held, by lease path: how long each stayed unchanged."""
+
+    @functools.cached_property
+    def layout(self) -> Layout:
+        """Where the graph's outputs lie on this machine, once per run (see :mod:`marinbuild.execution.stray_writes`)."""
+        local = {p: d for d, out in self.outputs.items() if (p := self.storage.local_file(out)) is not None}
+        return layout_of(local, self.storage.local_file(self.prefix) or self.prefix)
 
     @functools.cached_property
     def provenance(self) -> dict[str, Any]:
@@ -189,6 +214,9 @@ def prepare(ctx: RunContext, node: StepNode, extra_env: Mapping[str, str], cores
     }
     if earlier:
         info[_EARLIER] = earlier
+    if ctx.prefix:
+        ctx._spans[s.name] = [time.monotonic(), math.inf]
+        info[_BEFORE] = take_snapshot(storage, ctx.prefix, out, [ctx.outputs[d] for d in node.deps], ctx.layout.seen)
     # The info JSON is written once, at the end, with both times; while the step runs its
     # RUNNING status says who runs it and since when. The attempt ledger is read meanwhile.
     previous = _while_reading_attempts(storage, out, lambda: _stored(
@@ -206,7 +234,8 @@ def prepare(ctx: RunContext, node: StepNode, extra_env: Mapping[str, str], cores
         command=command,
         cores=cores,
         timeout=timeout,
-        extra={**_extra(s, environment), HELD_EXTRA: held, **({LOG_NOTE_EXTRA: note} if note is not None else {})},
+        extra={**_extra(s, environment), HELD_EXTRA: held, **({LOG_NOTE_EXTRA: note} if note is not None else {}),
+               DEPS_EXTRA: node.deps, **({STRICT_EXTRA: True} if s.strict_outputs else {})},
         previous_attempts=previous,
         lost_attempt=out in ctx.lost_attempts,
         progress_timeout=s.progress_timeout,
@@ -216,6 +245,12 @@ def prepare(ctx: RunContext, node: StepNode, extra_env: Mapping[str, str], cores
 
 _EARLIER = "earlier_output"
 """Info key (dropped before the info is written) listing the aside folders a success removes."""
+DEPS_EXTRA = "dependencies"
+"""A job's ``extra`` key: the names of the steps it depends on (whose outputs it must not write to)."""
+STRICT_EXTRA = "strict_outputs"
+"""A job's ``extra`` key: the step fails when it writes outside its output (``strict_outputs=True``)."""
+_BEFORE = "outside_before"
+"""Info key (dropped before the info is written): what was seen outside the output before the step ran."""
 
 
 def _prepare_output(ctx: RunContext, node: StepNode) -> tuple[str | None, list[str]]:
@@ -377,6 +412,7 @@ def commit(
     status, never ``RUNNING``).
     """
     earlier: list[str] = info.pop(_EARLIER, None) or []
+    before: Snapshot | None = info.pop(_BEFORE, None)
     if isinstance(outcome, RecordedOutcome):
         # Its markers were written beside the work by the step's holder; writing them again
         # could clobber a newer run. Only what was left to write with them remains.
@@ -392,9 +428,12 @@ def commit(
         changed = _dependencies_changed(ctx, info)
         if changed is not None:
             outcome = dataclasses.replace(outcome, ok=False, error=changed)
+    outside, outcome = _outside_writes(ctx, job, before, outcome)
     storage = ctx.storage
     try:
         beside: dict[str, str | bytes] = dict(outcome.records)
+        if outside:
+            beside[note_path(job.output_path)] = json.dumps({"outside": outside}, indent=1)
         beside.update(staged_log(storage, job.output_path, job.log_file, _LOG_WITH_INFO))
         record(storage, job.output_path, info, outcome, owner=_owner(), beside=beside)
     except (MarinbuildError, OSError) as e:
@@ -402,6 +441,31 @@ def commit(
         _give_up_running(storage, job.output_path, info, error)
         return _settle_earlier(storage, dataclasses.replace(outcome, ok=False, error=error), earlier)
     return _settle_earlier(storage, outcome, earlier)
+
+
+def _outside_writes(ctx: RunContext, job: Job, before: Snapshot | None, outcome: Outcome) -> tuple[list[str], Outcome]:
+    """What the step wrote outside its output, said in one warning line; with strict outputs a failure."""
+    if before is None:
+        return [], outcome
+    now = time.monotonic()
+    span = ctx._spans.get(job.name, [now, math.inf])
+    beside = sorted(n for n, (start, end) in list(ctx._spans.items()) if n != job.name and start < now and end > span[0])
+    span[1] = now
+    deps = [ctx.outputs[d] for d in job.extra.get(DEPS_EXTRA) or () if d in ctx.outputs]
+    after = take_snapshot(ctx.storage, ctx.prefix, job.output_path, deps, ctx.layout.seen)
+    if after is None:
+        return [], outcome
+    found = found_since(before, after, ctx.layout)
+    if not found:
+        return [], outcome
+    line = describe(job.name, found)
+    if beside:  # a write seen is not proof of whose it was
+        shown = ", ".join(beside[:3]) + (f" and {len(beside) - 3} more" if len(beside) > 3 else "")
+        line += f" (or {shown}, running at the same time)"
+    if outcome.ok and (ctx.strict_outputs or job.extra.get(STRICT_EXTRA)):
+        return found, dataclasses.replace(outcome, ok=False, error=f"{line} (strict outputs)")
+    ctx.warn(f"marinbuild: warning: {line}")
+    return found, outcome
 
 
 def _settle_earlier(storage: Storage, outcome: Outcome, earlier: list[str]) -> Outcome:

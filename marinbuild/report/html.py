@@ -28,7 +28,14 @@ from dataclasses import dataclass
 
 from marinbuild.accounting import Usage
 from marinbuild.report.records import AttemptRecord, StepRecord, describe_retries
-from marinbuild.report.sweep import failed_logs_html, metric_plots_html, provenance_html, sweep_table_html
+from marinbuild.report.sweep import (
+    failed_logs_html,
+    metric_plots_html,
+    provenance_html,
+    sweep_table_html,
+    winners_html,
+    with_metrics,
+)
 
 __all__ = ["dag_layout", "render_report", "timeline_lanes"]
 
@@ -99,9 +106,17 @@ def _end(a: AttemptRecord) -> float:
     return a.ended if a.ended is not None else (a.started or 0.0) + a.duration_s
 
 
-def render_report(records: Sequence[StepRecord], title: str, prefix: str) -> str:
-    """The whole report as HTML text."""
-    attempts = [a for r in records for a in r.attempts]
+def render_report(records: Sequence[StepRecord], title: str, prefix: str, best: Mapping[str, str] | None = None,
+                  curves: str = "") -> str:
+    """The whole report as HTML text.
+
+    ``records`` may hold earlier identities (``--history``): they join the sweep, marked earlier, and
+    stay out of the graph, the timeline and the per-step tables. ``best``: the direction of metrics
+    (``{"eval_loss": "min"}``) beside those guessed from their names; ``curves``: the curves' SVG.
+    """
+    current = [r for r in records if not r.earlier]
+    attempts = [a for r in current for a in r.attempts]
+    measured, unmeasured = with_metrics(records)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -110,28 +125,31 @@ def render_report(records: Sequence[StepRecord], title: str, prefix: str) -> str
         "<body>",
         f"<h1>{_e(title)}</h1>",
         f'<p class="meta">prefix {_e(prefix)} · made {_e(time.strftime("%Y-%m-%d %H:%M:%S %Z"))}</p>',
-        _totals(records),
+        _totals(current),
         '<h2>Sweep</h2>',
-        '<p class="hint">Click a column\'s header to sort by it.</p>',
-        sweep_table_html(records),
-        *_plots_section(records),
+        winners_html(measured, best),
+        '<p class="hint">Click a column\'s header to sort by it. ★ marks the best run of each metric.</p>',
+        sweep_table_html(measured, best),
+        *(['<h3>Steps without metrics</h3>', sweep_table_html(unmeasured, table_id="other-steps")] if unmeasured else []),
+        *_plots_section(measured, best),
+        *(['<h2>Curves</h2>', f'<div id="curves">{curves}</div>'] if curves else []),
         '<h2>Steps</h2>',
-        _dag(records),
+        _dag(current),
         '<h2>Timeline</h2>',
         _timeline(attempts),
         '<h2>Per step</h2>',
-        _table(records),
+        _table(current),
         '<h2>Provenance</h2>',
-        provenance_html(records),
-        *_failed_section(records),
+        provenance_html(current),
+        *_failed_section(current),
         f"<script>{_SCRIPT}</script>",
         "</body></html>",
     ]
-    return "\n".join(parts) + "\n"
+    return "\n".join(p for p in parts if p) + "\n"
 
 
-def _plots_section(records: Sequence[StepRecord]) -> list[str]:
-    plots = metric_plots_html(records)
+def _plots_section(records: Sequence[StepRecord], best: Mapping[str, str] | None = None) -> list[str]:
+    plots = metric_plots_html(records, best)
     return ['<h2>Metrics</h2>', f'<div id="plots">{plots}</div>'] if plots else []
 
 
@@ -292,7 +310,8 @@ def _held_text(held: Mapping[str, object] | None) -> str:
 
 
 def _table(records: Sequence[StepRecord]) -> str:
-    head = ("step", "status", "resources", "held", "attempts", "duration", "accelerator-h", "core-h", "error", "retries")
+    head = ("step", "status", "resources", "held", "attempts", "duration", "accelerator-h", "core-h", "error", "retries",
+            "note")
     rows: list[str] = []
     total = Usage()
     for r in records:
@@ -313,13 +332,15 @@ def _table(records: Sequence[StepRecord]) -> str:
             _e(_hours(usage.core_hours)),
             _e((r.error or "").splitlines()[0] if r.error else ""),
             _e(describe_retries(r.retries)),
+            (f'<span class="outside-writes">wrote outside its output: {_e("; ".join(r.outside_writes))}</span>'
+             if r.outside_writes else ""),
         )
         rows.append(f'<tr data-step="{_e(r.name)}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     attempts = sum(len(r.attempts) for r in records)
     foot = (
         f'<tr class="totals"><td>total</td><td></td><td></td><td></td><td>{attempts}</td>'
         f"<td>{_e(_seconds_text(total.hours * 3600))}</td><td>{_e(_hours(total.accelerator_hours))}</td>"
-        f"<td>{_e(_hours(total.core_hours))}</td><td></td><td></td></tr>"
+        f"<td>{_e(_hours(total.core_hours))}</td><td></td><td></td><td></td></tr>"
     )
     header = "".join(f"<th>{_e(h)}</th>" for h in head)
     return f'<table id="steps"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody><tfoot>{foot}</tfoot></table>'
@@ -355,7 +376,16 @@ tr.picked td{background:#fff9c4}
 #plots{display:flex;flex-wrap:wrap;gap:12px}
 .plot{border:1px solid #eee;border-radius:6px}.plot .axis{stroke:#616161}
 .plot .tick{fill:#757575;font-size:11px}.plot .plot-title{text-anchor:middle;font-weight:bold}
-.plot .axis-title{text-anchor:middle;fill:#424242}.plot .point{fill:#6a1b9a;fill-opacity:.75;cursor:pointer}
+.plot .axis-title{text-anchor:middle;fill:#424242}.plot .point{fill-opacity:.8;cursor:pointer}
+.plot .point.best{stroke:#000;stroke-width:2}.plot .point.earlier{fill-opacity:.3}
+.plot .point-label{font-size:10px;fill:#424242}.plot .best-mark{font-size:11px;font-weight:bold;fill:#b8860b}
+.plot .legend-entry,.curve-plot .legend-entry{font-size:11px}
+.curve-plot{border:1px solid #eee;border-radius:6px}.curve-plot .axis{stroke:#616161}
+.curve-plot .tick{fill:#757575;font-size:11px}.curve-plot .plot-title{text-anchor:middle;font-weight:bold}
+#curves{display:flex;flex-wrap:wrap;gap:12px}
+#sweep td.best{font-weight:bold;background:#fff8e1}#sweep .star{color:#b8860b}
+#sweep tr.earlier td,#other-steps tr.earlier td{color:#757575;font-style:italic}
+#winners{margin:4px 0 8px;padding-left:20px}
 .failed-log pre{background:#263238;color:#eceff1;padding:8px;border-radius:6px;overflow-x:auto;max-height:360px}
 .failed-log .error{color:#c62828}
 .status-SUCCESS{color:#2e7d32}.status-FAILED{color:#c62828}.status-RUNNING{color:#1565c0}.status-NONE{color:#9e9e9e}

@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any
 from marinbuild.accounting import Usage, attempt_usage, parse_time, provisioned_usage
 from marinbuild.store.attempt_ledger import LEDGER, ledger_attempts
 from marinbuild.store.json_notes import read_json_many
-from marinbuild.store.markers import FAILED, UNREADABLE, info_path, log_path, read_texts
+from marinbuild.store.markers import FAILED, UNREADABLE, info_path, log_path, read_statuses, read_texts
 from marinbuild.store.storage import Storage
 
 if TYPE_CHECKING:
     from marinbuild.project import Project
 
-__all__ = ["AttemptRecord", "StepRecord", "collect", "describe_retries", "flatten"]
+__all__ = ["AttemptRecord", "StepRecord", "collect", "collect_earlier", "describe_retries", "flatten",
+           "outside_writes_of", "with_earlier"]
 
 _CAUSE_WORDS = (("failure", "failures"), ("preemption", "preemptions"), ("hang", "hangs"))
 
@@ -70,6 +71,18 @@ class StepRecord:
     """From the info JSON: ``command`` or ``function``, ``git_commit``, ``host``, ``user``, ``start_time``, ``end_time``."""
     log_tail: str | None = None
     """The last lines of a failed step's log, when asked for (``collect(..., log_tails=True)``)."""
+    upstream: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The versioned fields of the steps upstream, by step group (``{"train": {"lr": 0.1}}``; see
+    :func:`marinbuild.report.chain.upstream_fields`)."""
+    metrics_from: str | None = None
+    """The step downstream whose metrics file :attr:`metrics` holds, when the step has none of its own
+    (its evaluation lives in another step); None: its own."""
+    outside_writes: tuple[str, ...] = ()
+    """What its run wrote outside its output folder, as noted beside it (see :mod:`marinbuild.execution.stray_writes`)."""
+    earlier: bool = False
+    """An earlier identity of the step name (``--history``), not the one the Marinfile declares now."""
+    when: float | None = None
+    """When the run recorded here ended (its info's ``end_time``), for earlier identities."""
 
     @property
     def usage(self) -> Usage:
@@ -123,11 +136,19 @@ def collect(
     ran = [n.output_path for n in nodes if n.output_path in statuses]
     infos = read_json_many(storage, [info_path(p) for p in ran])
     ledgers = read_json_many(storage, [Storage.join(p, LEDGER) for p in ran])
-    metrics = read_json_many(storage, [Storage.join(p, metrics_file) for p in ran]) if metrics_file else {}
+    from marinbuild.report.chain import evaluators, upstream_fields
+
+    upstream = upstream_fields(graph, names)
+    # A row without a metrics file of its own shows its evaluation's: read in the same batch.
+    judges = evaluators(graph, names) if metrics_file else {}
+    judged = list(dict.fromkeys(graph.nodes[j].output_path for found in judges.values() for j in found))
+    wanted = list(dict.fromkeys([*ran, *judged]))
+    metrics = read_json_many(storage, [Storage.join(p, metrics_file) for p in wanted]) if metrics_file else {}
     failed = [p for p in ran if statuses[p].status == FAILED and not statuses[p].mismatch]
     # A log holding bytes that are not UTF-8 is left out rather than failing the report.
     logs = read_texts(storage, [log_path(p) for p in failed])[0] if log_tails and failed else {}
     requests = requests_of(graph, names)
+    outside = outside_writes_of(storage, [p for p in ran if statuses[p].status in ("SUCCESS", "FAILED")])
     out: list[StepRecord] = []
     for node in nodes:
         path = node.output_path
@@ -138,6 +159,13 @@ def collect(
         ledger = _object(ledgers.get(Storage.join(path, LEDGER)))
         entries = list(ledger_attempts(ledger)) if usable else []
         found = metrics.get(Storage.join(path, metrics_file)) if metrics_file else None
+        metrics_from = None
+        if metrics_file and not isinstance(found, (dict, list)):
+            for judge in judges.get(node.name, ()):
+                theirs = metrics.get(Storage.join(graph.nodes[judge].output_path, metrics_file))
+                if isinstance(theirs, (dict, list)):
+                    found, metrics_from = theirs, judge
+                    break
         out.append(
             StepRecord(
                 name=node.name,
@@ -155,8 +183,141 @@ def collect(
                 retries=_retries_of(ledger) if usable else None,
                 provenance={k: info[k] for k in PROVENANCE if info.get(k) is not None} if usable else {},
                 log_tail=_last_lines(logs[log_path(path)]) if log_path(path) in logs else None,
+                upstream=upstream.get(node.name, {}),
+                metrics_from=metrics_from,
+                outside_writes=outside.get(path, ()) if usable else (),
             )
         )
+    return out
+
+
+def collect_earlier(project: Project, names: Sequence[str], metrics_file: str | None = None) -> list[StepRecord]:
+    """The earlier identities of the named steps found under the prefix (``--history``), most recent
+    first for each name: their versioned fields and upstream fields from the recorded info, status,
+    attempts, metrics (their own, else those of an earlier evaluation that read them) and when they ended.
+
+    An output folder that holds no status marker (cleaned, or never started) is no run: it is left out.
+    """
+    from marinbuild.history import RunIndex
+    from marinbuild.report.chain import evaluators, group_of
+
+    graph, storage = project.graph, project.storage
+    judges = evaluators(graph, names) if metrics_file else {}
+    judge_names = list(dict.fromkeys(j for found in judges.values() for j in found))
+    index = RunIndex(storage, graph, [*names, *judge_names])
+    found = [(name, p) for name in names for p in index.others(graph.nodes[name])]
+    judge_outputs = [p for j in judge_names for p in index.outputs(graph.nodes[j])]
+    statuses = read_statuses(storage, [p for _, p in found])
+    found = [(name, p) for name, p in found if p in statuses and statuses[p].status != UNREADABLE]
+    infos = read_json_many(storage, [info_path(p) for _, p in found] + [info_path(p) for p in judge_outputs])
+    ledgers = read_json_many(storage, [Storage.join(p, LEDGER) for _, p in found])
+    # Which earlier evaluation read which output: the dependencies its info records.
+    judged_by: dict[str, str] = {}
+    for p in judge_outputs:
+        for dep in (_object(infos.get(info_path(p))).get("dependencies") or {}).values():
+            judged_by.setdefault(str(dep), p)
+    dep_infos = _upstream_infos(storage, [_object(infos.get(info_path(p))) for _, p in found])
+    metric_paths = [Storage.join(p, metrics_file) for _, p in found] if metrics_file else []
+    metric_paths += [Storage.join(judged_by[p], metrics_file) for _, p in found if metrics_file and p in judged_by]
+    metrics = read_json_many(storage, metric_paths) if metric_paths else {}
+    from marinbuild.report.chain import flat_versioned
+
+    out: list[StepRecord] = []
+    for name, path in found:
+        info = _object(infos.get(info_path(path)))
+        payload = _object(info.get("identity_payload"))
+        held = info.get("held") if isinstance(info.get("held"), dict) else None
+        rec = statuses[path]
+        upstream: dict[str, dict[str, Any]] = {}
+        for dep_name, dep_info in _ancestry(info, dep_infos):
+            values = flat_versioned(_object(dep_info.get("identity_payload")))
+            if values:
+                upstream.setdefault(group_of(dep_name), values)
+        own = metrics.get(Storage.join(path, metrics_file)) if metrics_file else None
+        metrics_from = None
+        if metrics_file and not isinstance(own, (dict, list)) and path in judged_by:
+            own = metrics.get(Storage.join(judged_by[path], metrics_file))
+            metrics_from = str(_object(infos.get(info_path(judged_by[path]))).get("name") or "") or None
+        ended = info.get("end_time")
+        out.append(StepRecord(
+            name=name,
+            identity=str(info.get("identity") or path.rsplit("-", 1)[-1]),
+            output_path=path,
+            status=rec.status,
+            duration=rec.duration,
+            versioned=flat_versioned(payload),
+            deps=tuple(graph.nodes[name].deps),
+            resources="",
+            held=held,
+            attempts=tuple(_attempt(name, a, held) for a in ledger_attempts(_object(ledgers.get(Storage.join(path, LEDGER))))),
+            metrics=flatten(own) if isinstance(own, (dict, list)) else {},
+            error=rec.error if rec.status != "SUCCESS" else None,
+            retries=_retries_of(_object(ledgers.get(Storage.join(path, LEDGER)))),
+            provenance={k: info[k] for k in PROVENANCE if info.get(k) is not None},
+            upstream=upstream,
+            metrics_from=metrics_from,
+            earlier=True,
+            when=float(ended) if isinstance(ended, (int, float)) and not isinstance(ended, bool) else rec.time or None,
+        ))
+    order = {n: i for i, n in enumerate(names)}
+    out.sort(key=lambda r: (order[r.name], -(r.when or 0.0)))
+    return out
+
+
+_UPSTREAM_LEVELS = 8
+"""Levels of recorded dependencies followed up from an earlier identity (each level one batch read)."""
+
+
+def _upstream_infos(storage: Storage, infos: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """The info JSON of every output the recorded ``dependencies`` lead to, level by level, by output path."""
+    found: dict[str, Mapping[str, Any]] = {}
+    frontier = [dict(_object(i.get("dependencies"))) for i in infos]
+    for _ in range(_UPSTREAM_LEVELS):
+        paths = list(dict.fromkeys(str(p) for deps in frontier for p in deps.values() if str(p) not in found))
+        if not paths:
+            break
+        read = read_json_many(storage, [info_path(p) for p in paths])
+        for p in paths:
+            found[p] = _object(read.get(info_path(p)))
+        frontier = [dict(_object(found[p].get("dependencies"))) for p in paths]
+    return found
+
+
+def _ancestry(info: Mapping[str, Any], infos: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, Mapping[str, Any]]]:
+    """``(step name, info)`` of each recorded run upstream of ``info``, nearest first."""
+    out: list[tuple[str, Mapping[str, Any]]] = []
+    seen: set[str] = set()
+    frontier = list(_object(info.get("dependencies")).items())
+    while frontier:
+        name, path = frontier.pop(0)
+        if str(path) in seen or str(path) not in infos:
+            continue
+        seen.add(str(path))
+        out.append((str(name), infos[str(path)]))
+        frontier += list(_object(infos[str(path)].get("dependencies")).items())
+    return out
+
+
+def with_earlier(current: Sequence[StepRecord], earlier: Sequence[StepRecord]) -> list[StepRecord]:
+    """Each step's current record followed by its earlier identities, most recent first."""
+    by_name: dict[str, list[StepRecord]] = {}
+    for r in earlier:
+        by_name.setdefault(r.name, []).append(r)
+    return [x for r in current for x in (r, *by_name.get(r.name, ()))]
+
+
+def outside_writes_of(storage: Storage, outputs: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The writes outside its output noted beside each of ``outputs``, on a local prefix (a read each:
+    remote stores are never noted, and not read)."""
+    from marinbuild.execution.stray_writes import note_path
+
+    local = [o for o in outputs if storage.local_file(o) is not None]
+    found = read_json_many(storage, [note_path(o) for o in local]) if local else {}
+    out: dict[str, tuple[str, ...]] = {}
+    for o in local:
+        note = _object(found.get(note_path(o))).get("outside")
+        if isinstance(note, list) and note:
+            out[o] = tuple(str(x) for x in note)
     return out
 
 

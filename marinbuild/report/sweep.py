@@ -26,8 +26,9 @@ from typing import Any
 
 from marinbuild.report.records import StepRecord
 
-__all__ = ["SweepColumn", "cell_text", "failed_logs_html", "metric_column_names", "metric_plots_html", "provenance_html",
-           "sweep_columns", "sweep_table_html", "varying_fields"]
+__all__ = ["LABELLED_POINTS", "SweepColumn", "cell_text", "failed_logs_html", "metric_column_names", "metric_plots_html",
+           "provenance_html", "sweep_columns", "sweep_table_html", "varying_fields", "winners", "winners_html",
+           "with_metrics"]
 
 _PLOT_W, _PLOT_H, _M_LEFT, _M_RIGHT, _M_TOP, _M_BOTTOM = 380, 250, 62, 16, 26, 42
 
@@ -117,25 +118,31 @@ def metric_column_names(keys: Iterable[str], taken: Collection[str]) -> dict[str
 
 
 def sweep_columns(records: Sequence[StepRecord]) -> list[SweepColumn]:
-    """The sweep table's columns: step, the fields that differ, the run's columns, the metrics."""
-    fields = varying_fields(records)
+    """The sweep table's columns: step, the fields that differ (the rows' own, then those upstream), the
+    run's columns (and ``version`` when earlier identities are shown), the metrics."""
+    from marinbuild.report.chain import field_columns
+
+    fields, _ = field_columns(records)
+    run = ("version", *_RUN_COLUMNS) if any(r.earlier for r in records) else _RUN_COLUMNS
     keys = dict.fromkeys(k for r in records for k in r.metrics)
-    names = metric_column_names(keys, {"step", *fields, *_RUN_COLUMNS})
+    names = metric_column_names(keys, {"step", *fields, *run})
     return [
         SweepColumn("step", "step"),
         *(SweepColumn(f, "config") for f in fields),
-        *(SweepColumn(c, "run") for c in _RUN_COLUMNS),
+        *(SweepColumn(c, "run") for c in run),
         *(SweepColumn(names[k], "metric", k) for k in keys),
     ]
 
 
-def _column_value(r: StepRecord, column: SweepColumn) -> Any:
+def _column_value(r: StepRecord, column: SweepColumn, fields: Mapping[str, Any] | None = None) -> Any:
     if column.kind == "step":
         return r.name
     if column.kind == "config":
-        return r.versioned.get(column.name)
+        return (fields if fields is not None else r.versioned).get(column.name)
     if column.kind == "metric":
         return r.metrics.get(column.key or column.name)
+    if column.name == "version":
+        return "earlier" if r.earlier else "current"
     usage = r.usage
     return {
         "status": r.status,
@@ -156,29 +163,82 @@ def cell_text(value: Any) -> str:
     return str(value)
 
 
-def sweep_table_html(records: Sequence[StepRecord]) -> str:
-    """The sweep table; each header sorts the rows by its column when clicked (the report's script)."""
+def winners(records: Sequence[StepRecord], best: Mapping[str, str] | None = None) -> dict[str, tuple[str, set[int]]]:
+    """Each metric that names a winner: its direction and the indexes of its best records."""
+    from marinbuild.report.winner import best_rows, direction_of
+
+    keys = dict.fromkeys(k for r in records for k in r.metrics)
+    out: dict[str, tuple[str, set[int]]] = {}
+    for k in keys:
+        direction = direction_of(k, best or {})
+        rows = best_rows([r.metrics.get(k) for r in records], direction)
+        if direction is not None and rows:
+            out[k] = (direction, rows)
+    return out
+
+
+def with_metrics(records: Sequence[StepRecord]) -> tuple[list[StepRecord], list[StepRecord]]:
+    """The records that have metrics (the sweep) and the others (their own table); all are the sweep
+    when none has any."""
+    measured = [r for r in records if r.metrics]
+    if not measured:
+        return list(records), []
+    return measured, [r for r in records if not r.metrics]
+
+
+def sweep_table_html(records: Sequence[StepRecord], best: Mapping[str, str] | None = None,
+                     table_id: str = "sweep") -> str:
+    """The sweep table; each header sorts the rows by its column when clicked (the report's script).
+    The best row of each metric that names a winner is marked (``best``, a ★ in its cell)."""
+    from marinbuild.report.chain import field_columns
+
     columns = sweep_columns(records)
-    numeric = [_numeric_column([_column_value(r, c) for r in records]) for c in columns]
+    _, field_values = field_columns(records)
+    numeric = [_numeric_column([_column_value(r, c, f) for r, f in zip(records, field_values, strict=True)])
+               for c in columns]
+    won = winners(records, best)
     head = "".join(
         f'<th class="sortable kind-{c.kind}" data-col="{i}" data-type="{"num" if numeric[i] else "text"}" '
-        f'title="sort by {_esc(c.name)}">{_esc(c.name)}</th>'
+        f'title="sort by {_esc(c.name)}"'
+        + (f' data-best="{won[c.key][0]}"' if c.kind == "metric" and c.key in won else "")
+        + f">{_esc(c.name)}</th>"
         for i, c in enumerate(columns)
     )
     rows = []
-    for r in records:
+    for n, (r, fields) in enumerate(zip(records, field_values, strict=True)):
         cells = []
+        best_of = [c.key for c in columns if c.kind == "metric" and c.key in won and n in won[c.key][1]]
         for i, c in enumerate(columns):
-            value = _column_value(r, c)
+            value = _column_value(r, c, fields)
             key = "" if value is None else _number_key(value) if numeric[i] else cell_text(value)
             text = cell_text(value)
+            extra = ""
             if c.name == "status":
                 text = f'<span class="status status-{_esc(value)}">{_esc(value)}</span>'
+            elif c.kind == "metric" and c.key in best_of:
+                text = f'{_esc(text)}<span class="star" title="best {_esc(c.key)} ({won[c.key][0]})"> ★</span>'
+                extra = ' class="best"'
             else:
                 text = _esc(text)
-            cells.append(f'<td data-value="{_esc(key)}">{text}</td>')
-        rows.append(f'<tr data-step="{_esc(r.name)}">{"".join(cells)}</tr>')
-    return f'<table id="sweep"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+            cells.append(f'<td data-value="{_esc(key)}"{extra}>{text}</td>')
+        marks = (f' class="{"winner " if best_of else ""}{"earlier" if r.earlier else ""}"'.replace(' "', '"')
+                 if best_of or r.earlier else "")
+        best_attr = f' data-best="{_esc(" ".join(best_of))}"' if best_of else ""
+        rows.append(f'<tr data-step="{_esc(r.name)}" data-identity="{_esc(r.identity)}"{marks}{best_attr}>'
+                    f'{"".join(cells)}</tr>')
+    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def winners_html(records: Sequence[StepRecord], best: Mapping[str, str] | None = None) -> str:
+    """A line per metric that names a winner: ``best eval_loss (min): train/lr0.003 = 0.12``."""
+    won = winners(records, best)
+    items = []
+    for key, (direction, rows) in won.items():
+        names = ", ".join(_esc(records[i].name + (" (earlier)" if records[i].earlier else "")) for i in sorted(rows))
+        first = records[min(rows)]
+        items.append(f'<li data-metric="{_esc(key)}" data-direction="{direction}" data-step="{_esc(first.name)}">'
+                     f'best <b>{_esc(key)}</b> ({direction}): <b>{names}</b> = {_esc(cell_text(first.metrics.get(key)))}</li>')
+    return f'<ul id="winners">{"".join(items)}</ul>' if items else ""
 
 
 def _numeric_column(values: Sequence[Any]) -> bool:
@@ -188,14 +248,36 @@ def _numeric_column(values: Sequence[Any]) -> bool:
     return bool(present) and all(_sorts_as_number(v) for v in present)
 
 
-def metric_plots_html(records: Sequence[StepRecord]) -> str:
-    """One SVG plot per metric against each numeric versioned field that varies; empty when there is none."""
-    fields = [f for f in varying_fields(records) if sum(_numeric(r.versioned.get(f)) is not None for r in records) >= 2]
+LABELLED_POINTS = 20
+"""A plot with at most this many points prints each step's name beside its point."""
+_SERIES_COLORS = ("#6a1b9a", "#1e88e5", "#e53935", "#43a047", "#fb8c00", "#00897b", "#6d4c41", "#3949ab")
+
+
+def metric_plots_html(records: Sequence[StepRecord], best: Mapping[str, str] | None = None) -> str:
+    """One SVG plot per metric against each numeric field that varies, one series per value of the
+    other varying fields (a line per seed); empty when there is none."""
+    from marinbuild.report.chain import field_columns
+
+    measured = [r for r in records if r.metrics]
+    fields, values = field_columns(measured)
+    # A seed is no axis (a metric against the seed is noise): it parts the series, a line per seed.
+    numeric = [f for f in fields if sum(_numeric(v.get(f)) is not None for v in values) >= 2 and not _is_seed(f)]
     metrics: dict[str, None] = {}
-    for r in records:
+    for r in measured:
         metrics.update((m, None) for m, v in r.metrics.items() if _numeric(v) is not None)
-    plots = [_one_plot(records, m, f) for m in metrics for f in fields]
+    won = winners(measured, best)
+    plots = [_one_plot(measured, values, m, f, [g for g in fields if g != f], won.get(m)) for m in metrics for f in numeric]
     return "".join(p for p in plots if p)
+
+
+def _is_seed(field: str) -> bool:
+    """``seed``, ``train.seed``, ``data_seed``: a field that picks a random draw, not a setting to compare.
+
+    >>> [_is_seed(f) for f in ("seed", "train.seed", "data_seed", "lr", "seedling_count")]
+    [True, True, True, False, False]
+    """
+    last = field.rsplit(".", 1)[-1].lower()
+    return last == "seed" or last.endswith("_seed") or last.startswith("seed_")
 
 
 def _axis_of(values: Sequence[float]) -> tuple[float, float, bool]:
@@ -216,24 +298,32 @@ def _place_on(value: float, axis: tuple[float, float, bool], length: float) -> f
     return (v - low) / span * length
 
 
-def _one_plot(records: Sequence[StepRecord], metric: str, field: str) -> str:
+def _series_name(fields: Mapping[str, Any], others: Sequence[str]) -> str:
+    return ", ".join(f"{g}={cell_text(fields.get(g))}" for g in others) or "all"
+
+
+def _one_plot(records: Sequence[StepRecord], values: Sequence[Mapping[str, Any]], metric: str, field: str,
+              others: Sequence[str], won: tuple[str, set[int]] | None) -> str:
     points = [
-        (r.name, x, y)
-        for r in records
-        if (x := _numeric(r.versioned.get(field))) is not None and (y := _numeric(r.metrics.get(metric))) is not None
+        (n, r, x, y, _series_name(v, others))
+        for n, (r, v) in enumerate(zip(records, values, strict=True))
+        if (x := _numeric(v.get(field))) is not None and (y := _numeric(r.metrics.get(metric))) is not None
     ]
     if not points:
         return ""
-    x_axis = _axis_of([x for _, x, _ in points])
-    y_axis = _axis_of([y for _, _, y in points])
+    series = list(dict.fromkeys(s for *_, s in points))
+    x_axis = _axis_of([x for _, _, x, _, _ in points])
+    y_axis = _axis_of([y for _, _, _, y, _ in points])
+    legend_w = 130 if len(series) > 1 else 0
+    width = _PLOT_W + legend_w
     inner_w, inner_h = _PLOT_W - _M_LEFT - _M_RIGHT, _PLOT_H - _M_TOP - _M_BOTTOM
     out = [
         f'<text class="plot-title" x="{_PLOT_W / 2:.0f}" y="16">{_esc(metric)} vs {_esc(field)}</text>',
         f'<line class="axis" x1="{_M_LEFT}" y1="{_M_TOP + inner_h}" x2="{_M_LEFT + inner_w}" y2="{_M_TOP + inner_h}"/>',
         f'<line class="axis" x1="{_M_LEFT}" y1="{_M_TOP}" x2="{_M_LEFT}" y2="{_M_TOP + inner_h}"/>',
     ]
-    xs = [x for _, x, _ in points]
-    ys = [y for _, _, y in points]
+    xs = [x for _, _, x, _, _ in points]
+    ys = [y for _, _, _, y, _ in points]
     for value, anchor in ((min(xs), "start"), (max(xs), "end")):
         px = _M_LEFT + _place_on(value, x_axis, inner_w)
         out.append(f'<text class="tick" x="{px:.1f}" y="{_M_TOP + inner_h + 14}" text-anchor="{anchor}">{_esc(cell_text(value))}</text>')
@@ -242,16 +332,36 @@ def _one_plot(records: Sequence[StepRecord], metric: str, field: str) -> str:
         out.append(f'<text class="tick" x="{_M_LEFT - 4}" y="{py + 4:.1f}" text-anchor="end">{_esc(cell_text(value))}</text>')
     scale = " (log scale)" if x_axis[2] else ""
     out.append(f'<text class="axis-title" x="{_M_LEFT + inner_w / 2:.0f}" y="{_PLOT_H - 8}">{_esc(field)}{scale}</text>')
-    for name, x, y in points:
-        px = _M_LEFT + _place_on(x, x_axis, inner_w)
-        py = _M_TOP + inner_h - _place_on(y, y_axis, inner_h)
-        out.append(
-            f'<circle class="point" data-step="{_esc(name)}" cx="{px:.1f}" cy="{py:.1f}" r="4.5">'
-            f"<title>{_esc(name)}: {_esc(field)}={_esc(cell_text(x))}, {_esc(metric)}={_esc(cell_text(y))}</title></circle>"
-        )
+    labelled = len(points) <= LABELLED_POINTS
+    for k, name in enumerate(series):
+        color = _SERIES_COLORS[k % len(_SERIES_COLORS)]
+        mine = sorted((p for p in points if p[4] == name), key=lambda p: p[2])
+        placed = [(n, r, x, y, _M_LEFT + _place_on(x, x_axis, inner_w), _M_TOP + inner_h - _place_on(y, y_axis, inner_h))
+                  for n, r, x, y, _ in mine]
+        if len(placed) > 1:
+            line = " ".join(f"{px:.1f},{py:.1f}" for *_, px, py in placed)
+            out.append(f'<polyline class="series" data-series="{_esc(name)}" fill="none" stroke="{color}" '
+                       f'stroke-opacity=".55" points="{line}"/>')
+        for n, r, x, y, px, py in placed:
+            is_best = won is not None and n in won[1]
+            label = r.name + (" (earlier)" if r.earlier else "")
+            out.append(
+                f'<circle class="point{" best" if is_best else ""}{" earlier" if r.earlier else ""}" data-step="{_esc(r.name)}" '
+                f'data-series="{_esc(name)}" cx="{px:.1f}" cy="{py:.1f}" r="{6.5 if is_best else 4.5}" fill="{color}">'
+                f"<title>{_esc(label)}: {_esc(field)}={_esc(cell_text(x))}, {_esc(metric)}={_esc(cell_text(y))}"
+                f"{' (best)' if is_best else ''}</title></circle>"
+            )
+            if labelled:
+                out.append(f'<text class="point-label" data-step="{_esc(r.name)}" x="{px + 7:.1f}" y="{py - 5:.1f}">'
+                           f"{_esc(label)}</text>")
+            if is_best:
+                out.append(f'<text class="best-mark" data-step="{_esc(r.name)}" x="{px - 5:.1f}" y="{py + 16:.1f}">★ best</text>')
+        if legend_w:
+            out.append(f'<text class="legend-entry" data-series="{_esc(name)}" x="{_PLOT_W + 4}" y="{_M_TOP + 12 + k * 15}" '
+                       f'fill="{color}">{_esc(name[:22])}</text>')
     return (
-        f'<svg class="plot" data-metric="{_esc(metric)}" data-field="{_esc(field)}" width="{_PLOT_W}" height="{_PLOT_H}" '
-        f'viewBox="0 0 {_PLOT_W} {_PLOT_H}" role="img">{"".join(out)}</svg>'
+        f'<svg class="plot" data-metric="{_esc(metric)}" data-field="{_esc(field)}" width="{width}" height="{_PLOT_H}" '
+        f'viewBox="0 0 {width} {_PLOT_H}" role="img">{"".join(out)}</svg>'
     )
 
 

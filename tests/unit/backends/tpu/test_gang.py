@@ -43,3 +43,13 @@ def test_every_host_gets_its_own_progress_file_in_its_attempt_directory(tmp_path
     host_at = script.index('export MARINBUILD_PROGRESS="$att/progress"')
     assert runner_at < host_at
     assert "att=/srv/mb/attempts/tok-a1-s0-w0" in script
+
+
+def test_the_same_error_of_several_hosts_is_said_once_with_the_host_count() -> None:
+    hosts = [HostOutcome(f"10.0.0.{i}", 0, i, infra_error=f"10.0.0.{i}: cannot connect to 10.0.0.{i}:22: connection refused")
+             for i in range(2, 11)]
+    summary = _outcome(*hosts).summary()
+    assert summary == ("10.0.0.2: cannot connect to 10.0.0.2:22: connection refused "
+                       "(the same on 8 more hosts: 10.0.0.3, 10.0.0.4, 10.0.0.5, …)")
+    mixed = _outcome(HostOutcome("a", 0, 0, infra_error="a: key refused"), HostOutcome("b", 0, 1, infra_error="b: disk full"))
+    assert mixed.summary() == "a: key refused; b: disk full"

@@ -1,0 +1,136 @@
+"""Training curves in the report (``report --curves FILE``): a line per run per key, as ``dvc plots`` draws.
+
+Each step writes ``FILE`` inside its output as JSON lines, one object a line
+(``{"step": 100, "loss": 0.7, "lr": 0.001}``); every numeric key but ``step`` is a curve, against
+``step`` where the line has one, else against the line's number. Drawn as inline SVG (the report
+loads nothing); a line that is not a JSON object, or a value that is not a finite number, is skipped.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from marinbuild.report.records import StepRecord
+from marinbuild.store.storage import Storage
+
+__all__ = ["MAX_POINTS", "curves_html", "parse_curves", "read_curves"]
+
+MAX_POINTS = 400
+"""Points a run's curve keeps at most (evenly spaced, the last one always): a plot of a million
+logged steps draws no better than one of four hundred."""
+_W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 520, 280, 62, 150, 26, 42
+_PALETTE = ("#1e88e5", "#e53935", "#43a047", "#fb8c00", "#8e24aa", "#00897b", "#6d4c41", "#3949ab", "#c0ca33",
+            "#d81b60")
+
+
+def parse_curves(text: str) -> dict[str, list[tuple[float, float]]]:
+    """Each numeric key of the JSON lines in ``text`` and its ``(step, value)`` points.
+
+    >>> parse_curves('{"step": 1, "loss": 0.9}\\nnot json\\n{"step": 2, "loss": 0.5, "note": "x"}\\n{"loss": 0.4}')
+    {'loss': [(1.0, 0.9), (2.0, 0.5), (4.0, 0.4)]}
+    """
+    out: dict[str, list[tuple[float, float]]] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        x = _plotted(entry.get("step"))
+        x = float(number) if x is None else x
+        for key, value in entry.items():
+            y = _plotted(value)
+            if key != "step" and y is not None:
+                out.setdefault(str(key), []).append((x, y))
+    return {k: _thinned(v) for k, v in out.items()}
+
+
+def _plotted(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _thinned(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    if len(points) <= MAX_POINTS:
+        return points
+    step = len(points) / (MAX_POINTS - 1)
+    return [points[int(i * step)] for i in range(MAX_POINTS - 1)] + [points[-1]]
+
+
+def read_curves(storage: Storage, records: Sequence[StepRecord], file: str) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """The curves of each record's run (by output path) that wrote ``file``, read in one batch."""
+    paths = {Storage.join(r.output_path, file): r.output_path for r in records}
+    texts = storage.read_many(list(paths))
+    return {paths[p]: parse_curves(t) for p, t in texts.items() if isinstance(t, str)}
+
+
+def _html_text(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def curves_html(records: Sequence[StepRecord], curves: Mapping[str, Mapping[str, list[tuple[float, float]]]]) -> str:
+    """One SVG per key, a polyline per run that logged it; empty when no run wrote any."""
+    keys: dict[str, None] = {}
+    for r in records:
+        keys.update(dict.fromkeys(curves.get(r.output_path, {})))
+    return "".join(_plot(key, [(r, curves[r.output_path][key]) for r in records
+                               if key in curves.get(r.output_path, {})]) for key in keys)
+
+
+def _label(r: StepRecord) -> str:
+    return f"{r.name} (earlier {r.identity[:8]})" if r.earlier else r.name
+
+
+def _plot(key: str, runs: list[tuple[StepRecord, list[tuple[float, float]]]]) -> str:
+    xs = [x for _, pts in runs for x, _ in pts]
+    ys = [y for _, pts in runs for _, y in pts]
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = min(ys), max(ys)
+    if x0 == x1:
+        x0, x1 = x0 - 1, x1 + 1
+    if y0 == y1:
+        y0, y1 = y0 - 1, y1 + 1
+    inner_w, inner_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
+
+    def px(x: float) -> float:
+        return _LEFT + (x - x0) / (x1 - x0) * inner_w
+
+    def py(y: float) -> float:
+        return _TOP + inner_h - (y - y0) / (y1 - y0) * inner_h
+
+    parts = [
+        f'<text class="plot-title" x="{(_LEFT + inner_w / 2):.0f}" y="16">{_html_text(key)}</text>',
+        f'<line class="axis" x1="{_LEFT}" y1="{_TOP + inner_h}" x2="{_LEFT + inner_w}" y2="{_TOP + inner_h}"/>',
+        f'<line class="axis" x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_TOP + inner_h}"/>',
+        f'<text class="tick" x="{_LEFT}" y="{_TOP + inner_h + 14}" text-anchor="start">{_html_text(f"{x0:g}")}</text>',
+        f'<text class="tick" x="{_LEFT + inner_w}" y="{_TOP + inner_h + 14}" text-anchor="end">{_html_text(f"{x1:g}")}</text>',
+        f'<text class="tick" x="{_LEFT - 4}" y="{_TOP + inner_h + 4}" text-anchor="end">{_html_text(f"{y0:.4g}")}</text>',
+        f'<text class="tick" x="{_LEFT - 4}" y="{_TOP + 4}" text-anchor="end">{_html_text(f"{y1:.4g}")}</text>',
+        f'<text class="axis-title" x="{_LEFT + inner_w / 2:.0f}" y="{_H - 8}">step</text>',
+    ]
+    for i, (r, pts) in enumerate(runs):
+        color = _PALETTE[i % len(_PALETTE)]
+        line = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
+        dash = ' stroke-dasharray="4 3"' if r.earlier else ""
+        parts.append(
+            f'<polyline class="curve{" earlier" if r.earlier else ""}" data-step="{_html_text(r.name)}" '
+            f'data-identity="{_html_text(r.identity)}" data-points="{len(pts)}" fill="none" stroke="{color}" stroke-width="1.6"{dash} '
+            f'points="{line}"><title>{_html_text(_label(r))}: {len(pts)} points, last {_html_text(f"{pts[-1][1]:.6g}")}</title></polyline>'
+        )
+        ly = _TOP + 12 + i * 15
+        if ly < _H - 10:
+            parts.append(
+                f'<text class="legend-entry" x="{_W - _RIGHT + 10}" y="{ly}" fill="{color}">{_html_text(_label(r)[:26])}</text>'
+            )
+    return (f'<svg class="curve-plot" data-key="{_html_text(key)}" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" '
+            f'role="img">{"".join(parts)}</svg>')

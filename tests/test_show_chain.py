@@ -1,0 +1,101 @@
+"""A row is a run of the chain: ``show`` rows carry the upstream steps' versioned fields and the metrics
+of the step that evaluates them; ``--history`` adds earlier identities, ``--diff`` only what differs."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+
+from .helpers import marinbuild, write_marinfile
+
+CHAIN = """
+import json, os
+from marinbuild import step, versioned, this_output_path
+
+def train(cfg):
+    open(os.path.join(cfg["out"], "model"), "w").write(str(cfg["lr"]))
+
+def evaluate(cfg):
+    lr = float(open(os.path.join(cfg["model"], "model")).read())
+    with open(os.path.join(cfg["out"], "metrics.json"), "w") as f:
+        json.dump({"eval_loss": round(abs(lr - 0.003) * 100 + cfg["seed"] * 0.01, 4)}, f)
+
+data = step("data", cmd="echo data", config={"rows": versioned(1000), "seed": versioned(7)})
+trains = []
+for lr in (0.001, 0.003, 0.01):
+    for seed in (0, 1):
+        t = step(f"train/lr{lr}-s{seed}", train, {"lr": versioned(lr), "seed": versioned(seed),
+                 "hidden": versioned(HIDDEN), "data": data, "out": this_output_path()})
+        step(f"eval/lr{lr}-s{seed}", evaluate, {"model": t, "seed": versioned(seed), "out": this_output_path()})
+        trains.append(t)
+step("summary", cmd="echo summary", config={"all": trains})
+"""
+
+
+def _loss(lr: float, seed: int) -> float:
+    return round(abs(lr - 0.003) * 100 + seed * 0.01, 4)
+
+
+def _chain(project, hidden: int = 64) -> None:
+    write_marinfile(project, CHAIN.replace("HIDDEN", str(hidden)))
+    ran = marinbuild("run", "-q", cwd=project)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def _show(project, *args: str) -> list[dict]:
+    result = marinbuild("show", *args, "--metrics", "metrics.json", "--json", cwd=project)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_eval_rows_carry_the_training_fields_and_train_rows_their_eval_metrics(project):
+    _chain(project)
+    evals = _show(project, "eval/*")
+    assert len(evals) == 6
+    for row in evals:
+        lr, seed = float(row["step"].split("lr")[1].split("-")[0]), int(row["step"][-1])
+        # lr is the training's alone; seed is eval's own and the training's too: train.seed
+        assert row["config"] == {"seed": seed, "lr": lr, "train.seed": seed}, row
+        assert row["metrics"] == {"eval_loss": _loss(lr, seed)} and row["metrics_from"] is None
+    trains = _show(project, "train/*")
+    for row in trains:
+        lr, seed = row["config"]["lr"], row["config"]["seed"]
+        assert row["metrics"] == {"eval_loss": _loss(lr, seed)}, row
+        assert row["metrics_from"] == row["step"].replace("train/", "eval/")
+    # The summary reads every training: it evaluates none of them alone.
+    table = marinbuild("show", "train/*", "--metrics", "metrics.json", "--csv", "--sort", "eval_loss", cwd=project)
+    best = next(csv.DictReader(io.StringIO(table.stdout)))
+    assert best["step"] == "train/lr0.003-s0" and best["eval_loss"] == "0.0"
+
+
+def test_history_keeps_the_earlier_identities_and_diff_lists_what_differs(project):
+    _chain(project, hidden=64)
+    _chain(project, hidden=96)
+    plain = _show(project, "train/*")
+    assert len(plain) == 6 and all("earlier" not in r for r in plain)
+    rows = _show(project, "train/*", "--history")
+    assert len(rows) == 12
+    earlier = [r for r in rows if r["earlier"]]
+    current = [r for r in rows if not r["earlier"]]
+    assert len(earlier) == 6 and len(current) == 6
+    assert {r["config"]["hidden"] for r in earlier} == {64} and {r["config"]["hidden"] for r in current} == {96}
+    assert all(r["status"] == "SUCCESS" and r["identity"] for r in rows)
+    for r in earlier:  # the earlier training's own evaluation, found through what that eval recorded
+        assert r["metrics"] == {"eval_loss": _loss(r["config"]["lr"], r["config"]["seed"])}, r
+    evals = _show(project, "eval/*", "--history")
+    assert {r["config"].get("hidden") for r in evals if r["earlier"]} == {64}
+    assert all(r["config"].get("rows") is None for r in evals)  # the same for every row: not a column
+    diff = marinbuild("show", "train/*", "--metrics", "metrics.json", "--history", "--diff", "--csv", cwd=project)
+    assert diff.returncode == 0, diff.stderr
+    table = list(csv.DictReader(io.StringIO(diff.stdout)))
+    assert list(table[0]) == ["step", "hidden", "version", "when"]
+    assert [r["version"] for r in table[:2]] == ["current", "earlier"] and len(table) == 12
+    # A cleaned output is gone from the history, as it is from the prefix.
+    gone = next(r["output_path"] for r in earlier if r["step"] == "train/lr0.001-s0")
+    shutil.rmtree(gone)
+    again = _show(project, "train/*", "--history")
+    assert len(again) == 11 and gone not in {r.get("output_path") for r in again}
+    refused = marinbuild("show", "--diff", cwd=project)
+    assert refused.returncode == 2 and "needs --history" in refused.stderr
