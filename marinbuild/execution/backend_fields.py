@@ -93,10 +93,6 @@ def check_fields(
     Environments are found for every step in ``names`` (``plan`` shows them); the other fields
     are checked only for the steps ``to_run``: a step that is up to date needs no disk or image.
     """
-    if engine_for is None:
-        from marinbuild.backends.container import working_engine
-
-        engine_for = working_engine
     narrowed = dict(requests)
     environments: dict[str, EnvSpec] = {}
     images: dict[str, tuple[str, str]] = {}
@@ -124,7 +120,7 @@ def check_fields(
         if rc.image is not None:
             if name in environments:
                 raise ResourceError(f"step {name!r}: image= and pip_dependency_groups= cannot be combined ({backend} backend)")
-            images[name] = _image(name, rc.image, backend, engine_for)
+            images[name] = _image(name, rc.image, backend, engine_for or _working_engine)
         if rc.disk:
             if "://" in graph.prefix:
                 note = f"disk requests are not checked: free space of {graph.prefix} cannot be asked"
@@ -141,6 +137,13 @@ def check_fields(
         if not rc.preemptible:
             narrowed[name] = _not_preemptible(name, narrowed[name], backend, cluster)
     return FieldCheck(narrowed, environments, images, tuple(notes))
+
+
+def _working_engine(image: str) -> tuple[str | None, str]:
+    # Imported only for a step with an image to run: a run of none, or a no-op, never pays for it.
+    from marinbuild.backends.container import working_engine
+
+    return working_engine(image)
 
 
 def _image(name: str, image: str, backend: str, engine_for: Callable[[str], tuple[str | None, str]]) -> tuple[str, str]:
