@@ -22,8 +22,9 @@ fenced variants.
 
 Variants, each from an empty output folder, in turns, with 2 jobs: plain make, make with
 the sentinel a run uses here, make with the portable sentinel (``--portable``, as on a
-machine without bash), and marinbuild itself (``--marinbuild``, installed into its own
-venv as ``bench.run`` does). Besides wall time, the CPU time of every process the command
+machine without bash), marinbuild itself (``--marinbuild``, installed into its own venv as
+``bench.run`` does) and marinbuild from other checkouts (``--checkout DIR``, started as
+``python -m marinbuild`` with the checkout on ``PYTHONPATH``, for a before and after). Besides wall time, the CPU time of every process the command
 started (this process is their subreaper, so that the sentinels' and timers' time counts
 too) is kept: on a shared machine it moves less with other people's load::
 
@@ -86,7 +87,7 @@ def prepare(variant: str, shape: str, n: int, workdir: Path, shell: Shell) -> Pa
     """Generate one variant's workflow folder."""
     folder = workdir / f"{shape}-{n}" / variant
     shutil.rmtree(folder, ignore_errors=True)
-    generate("marinbuild" if variant == "marinbuild" else "make", shape, n, folder)
+    generate("marinbuild" if variant.startswith("marinbuild") else "make", shape, n, folder)
     if variant.startswith("make+"):
         makefile = folder / "Makefile"
         makefile.write_text(fenced_makefile(PORTABLE if variant == "make+sh-sentinel" else shell, makefile.read_text()))
@@ -125,6 +126,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--portable", action="store_true", help="time make with the portable sentinel too")
     parser.add_argument("--marinbuild", action="store_true", help="time marinbuild too")
     parser.add_argument("--marinbuild-venv", type=Path, default=DEFAULT_MARINBUILD_VENV)
+    parser.add_argument("--checkout", type=Path, action="append", default=[],
+                        help="time marinbuild from this checkout too (python -m marinbuild, PYTHONPATH=it); repeatable")
     parser.add_argument("--workdir", type=Path, help="where the workflows run (default: a temporary folder)")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--json", type=Path, help="write the raw times here")
@@ -135,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     shell = find_shell()
     wanted = {"make", "make+sentinel", *(["make+sh-sentinel"] if opts.portable else []),
               *(["marinbuild"] if opts.marinbuild else [])}
-    variants = [v for v in VARIANTS if v in wanted]
+    variants = [v for v in VARIANTS if v in wanted] + [f"marinbuild@{c.resolve().name}" for c in opts.checkout]
+    checkouts = {f"marinbuild@{c.resolve().name}": c.resolve() for c in opts.checkout}
     base = ensure_marinbuild(opts.marinbuild_venv) if opts.marinbuild else None
     workdir = opts.workdir or Path(tempfile.mkdtemp(prefix="fence-floor-"))
     results = []
@@ -150,10 +154,13 @@ def main(argv: list[str] | None = None) -> None:
                     shutil.rmtree(folder / "out", ignore_errors=True)
                     if variant.startswith("make+"):
                         make_pipes(folder)
-                    tool = "marinbuild" if variant == "marinbuild" else "make"
-                    command = tool_commands(tool, Path("-"), folder / "out", [], base)["execute"]
+                    tool = "marinbuild" if variant.startswith("marinbuild") else "make"
+                    env = dict(os.environ)
+                    if variant in checkouts:
+                        env["PYTHONPATH"] = str(checkouts[variant])
+                    command = tool_commands(tool, Path("-"), folder / "out", [], base if variant == "marinbuild" else None)
                     before = cpu_of_children()
-                    outcome = measure(command, folder, dict(os.environ), opts.timeout)
+                    outcome = measure(command["execute"], folder, env, opts.timeout)
                     reap_all()
                     made = count_outputs(folder / "out")
                     if outcome.rc != 0 or made != n:
@@ -170,18 +177,21 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def render(results: list[dict], shell: Shell | None = None) -> str:
-    """A Markdown table of median wall (and CPU) times and the ratios to plain make."""
+    """A Markdown table of median wall (and CPU) times and the ratios: fenced make to plain make,
+    each marinbuild to make with the sentinel."""
     name = "bash" if shell is None or shell.bash else "sh"
-    head = (f"| shape | N | make | make + sentinel ({name}) | make + sh sentinel | marinbuild "
-            "| sentinel/make | sh sentinel/make | marinbuild/(make + sentinel) |")
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    titles = {"make": "make", "make+sentinel": f"make + sentinel ({name})", "make+sh-sentinel": "make + sh sentinel"}
+    variants = list(dict.fromkeys(v for row in results for v in row["seconds"]))
+    fenced = [v for v in variants if v.startswith("make+")]
+    runners = [v for v in variants if v.startswith("marinbuild")]
+    head = ["shape", "N", *(titles.get(v, v) for v in variants), *(f"{titles[v]} / make" for v in fenced),
+            *(f"{v} / (make + sentinel)" for v in runners)]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for row in results:
         wall = {v: statistics.median(t) for v, t in row["seconds"].items()}
         cpu = {v: statistics.median(t) for v, t in row.get("cpu_seconds", {}).items()}
-        cells = [row["shape"], f"{row['n']:,}",
-                 *(_cell(wall, cpu, v) for v in ("make", "make+sentinel", "make+sh-sentinel", "marinbuild")),
-                 _ratio(wall, cpu, "make+sentinel", "make"), _ratio(wall, cpu, "make+sh-sentinel", "make"),
-                 _ratio(wall, cpu, "marinbuild", "make+sentinel")]
+        cells = [row["shape"], f"{row['n']:,}", *(_cell(wall, cpu, v) for v in variants),
+                 *(_ratio(wall, cpu, v, "make") for v in fenced), *(_ratio(wall, cpu, v, "make+sentinel") for v in runners)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
