@@ -25,8 +25,8 @@ the sentinel a run uses here, make with the portable sentinel (``--portable``, a
 machine without bash), marinbuild itself (``--marinbuild``, installed into its own venv as
 ``bench.run`` does) and marinbuild from other checkouts (``--checkout DIR``, started as
 ``python -m marinbuild`` with the checkout on ``PYTHONPATH``, for a before and after). Besides wall time, the CPU time of every process the command
-started (this process is their subreaper, so that the sentinels' and timers' time counts
-too) is kept: on a shared machine it moves less with other people's load::
+started (a small wrapper is their subreaper, so that the sentinels' and timers' time
+counts too) is kept: on a shared machine it moves less with other people's load::
 
     python -m bench.fence_floor --shapes fanout,diamonds --sizes 10000 --rounds 3 \\
         --portable --marinbuild --workdir /dev/shm/floor --json bench/results/fence-floor.json
@@ -35,7 +35,6 @@ too) is kept: on a shared machine it moves less with other people's load::
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import re
@@ -54,7 +53,6 @@ LEASE_SECONDS = "1"
 """The gate line, which arms the sentinel's timer as in a run. Short, because killing the
 portable timer's subshell alone leaves its ``sleep`` behind (marinbuild's group kill takes it)."""
 
-_PR_SET_CHILD_SUBREAPER = 36
 _TARGET = re.compile(r"^out/(s\d+)/out\.txt:", re.M)
 
 
@@ -104,18 +102,26 @@ def make_pipes(folder: Path) -> None:
         os.mkfifo(pipes / name)
 
 
-def reap_all() -> None:
-    """Wait for every process left to this subreaper (sentinels, timers), so that their CPU time counts."""
-    while True:
-        try:
-            os.wait()
-        except ChildProcessError:
-            return
+_COUNTED = """
+import ctypes, os, sys
+ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans (sentinels, timers) come here
+pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
+while True:  # reaped as they end, so that no zombie holds a pid
+    done, status = os.wait()
+    if done == pid:
+        break
+usage = os.times()
+with open(sys.argv[1], "w") as f:
+    f.write(str(usage.children_user + usage.children_system))
+sys.exit(os.waitstatus_to_exitcode(status) % 256)
+"""
+"""Runs a command as the subreaper of what it leaves behind, and writes the CPU seconds of the
+command and of every orphan that ended before it did: the sentinels' and timers' time counts."""
 
 
-def cpu_of_children() -> float:
-    times = os.times()
-    return times.children_user + times.children_system
+def counted(command: list[str], cpu_file: Path) -> list[str]:
+    """``command`` run under :data:`_COUNTED`, its CPU seconds written to ``cpu_file``."""
+    return [sys.executable, "-c", _COUNTED, str(cpu_file), *command]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -133,8 +139,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, help="write the raw times here")
     opts = parser.parse_args(argv)
 
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1)
     shell = find_shell()
     wanted = {"make", "make+sentinel", *(["make+sh-sentinel"] if opts.portable else []),
               *(["marinbuild"] if opts.marinbuild else [])}
@@ -159,14 +163,13 @@ def main(argv: list[str] | None = None) -> None:
                     if variant in checkouts:
                         env["PYTHONPATH"] = str(checkouts[variant])
                     command = tool_commands(tool, Path("-"), folder / "out", [], base if variant == "marinbuild" else None)
-                    before = cpu_of_children()
-                    outcome = measure(command["execute"], folder, env, opts.timeout)
-                    reap_all()
+                    cpu_file = folder / "cpu-seconds"
+                    outcome = measure(counted(command["execute"], cpu_file), folder, env, opts.timeout)
                     made = count_outputs(folder / "out")
                     if outcome.rc != 0 or made != n:
                         sys.exit(f"{variant} {shape} {n}: rc {outcome.rc}, {made} of {n} outputs\n{outcome.log_tail}")
                     times[variant].append(round(outcome.seconds, 3))
-                    cpu[variant].append(round(cpu_of_children() - before, 3))
+                    cpu[variant].append(round(float(cpu_file.read_text()), 3))
                     print(f"{shape} {n} {variant}: {outcome.seconds:.2f} s, CPU {cpu[variant][-1]:.2f} s",
                           file=sys.stderr, flush=True)
             results.append({"shape": shape, "n": n, "seconds": times, "cpu_seconds": cpu})
