@@ -20,13 +20,15 @@ last ``kill -KILL 0`` (here make's own process group) kills the timer's subshell
 differs. Opening the FIFO and writing the line are shell builtins, the same for both
 fenced variants.
 
-Variants, each from an empty output folder, in turns, with 2 jobs: plain make, make with
-the sentinel a run uses here, make with the portable sentinel (``--portable``, as on a
+Variants, each from an empty output folder, in turns, with 2 jobs: plain make, make running
+its plain recipes under bash (``--bash-alone``: what bash's start-up and forks cost without
+any sentinel), make with the sentinel a run uses here, make with the portable sentinel (``--portable``, as on a
 machine without bash), marinbuild itself (``--marinbuild``, installed into its own venv as
 ``bench.run`` does) and marinbuild from other checkouts (``--checkout DIR``, started as
-``python -m marinbuild`` with the checkout on ``PYTHONPATH``, for a before and after). Besides wall time, the CPU time of every process the command
-started (a small wrapper is their subreaper, so that the sentinels' and timers' time
-counts too) is kept: on a shared machine it moves less with other people's load::
+``python -m marinbuild`` with the checkout on ``PYTHONPATH``, for a before and after).
+Besides wall time, the CPU time of every process the command started is kept (a small
+wrapper is their subreaper, so that the sentinels' and timers' time counts too): on a
+shared machine it moves less with other people's load::
 
     python -m bench.fence_floor --shapes fanout,diamonds --sizes 10000 --rounds 3 \\
         --portable --marinbuild --workdir /dev/shm/floor --json bench/results/fence-floor.json
@@ -48,7 +50,7 @@ from bench.generate import generate
 from bench.run import DEFAULT_MARINBUILD_VENV, count_outputs, ensure_marinbuild, machine_info, measure, tool_commands
 from marinbuild.backends.local.fence import PORTABLE, Shell, find_shell
 
-VARIANTS = ("make", "make+sentinel", "make+sh-sentinel", "marinbuild")
+VARIANTS = ("make", "make+bash", "make+sentinel", "make+sh-sentinel", "marinbuild")
 LEASE_SECONDS = "1"
 """The gate line, which arms the sentinel's timer as in a run. Short, because killing the
 portable timer's subshell alone leaves its ``sleep`` behind (marinbuild's group kill takes it)."""
@@ -72,10 +74,14 @@ def sentinel_recipe(shell: Shell, recipe: str) -> str:
     )
 
 
+def _shell_of_make(shell: Shell) -> str:
+    # bash in its POSIX mode, as marinbuild starts it (as `sh`); nothing for /bin/sh, make's own.
+    return f"SHELL := {shell.path}\n.SHELLFLAGS := --posix -c\n" if shell.bash else ""
+
+
 def fenced_makefile(shell: Shell, plain: str) -> str:
     """The Makefile ``plain`` with every recipe carrying the sentinel, run by ``shell``."""
-    head = f"SHELL := {shell.path}\n.SHELLFLAGS := --posix -c\n" if shell.bash else ""
-    return head + "".join(
+    return _shell_of_make(shell) + "".join(
         f"\t{sentinel_recipe(shell, line[1:].rstrip(chr(10)))}\n" if line.startswith("\t") else line
         for line in plain.splitlines(keepends=True)
     )
@@ -86,7 +92,10 @@ def prepare(variant: str, shape: str, n: int, workdir: Path, shell: Shell) -> Pa
     folder = workdir / f"{shape}-{n}" / variant
     shutil.rmtree(folder, ignore_errors=True)
     generate("marinbuild" if variant.startswith("marinbuild") else "make", shape, n, folder)
-    if variant.startswith("make+"):
+    if variant == "make+bash":
+        makefile = folder / "Makefile"
+        makefile.write_text(_shell_of_make(shell) + makefile.read_text())
+    elif variant.startswith("make+"):
         makefile = folder / "Makefile"
         makefile.write_text(fenced_makefile(PORTABLE if variant == "make+sh-sentinel" else shell, makefile.read_text()))
         (folder / "gate").write_text(LEASE_SECONDS + "\n")
@@ -130,6 +139,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", default="10000")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--portable", action="store_true", help="time make with the portable sentinel too")
+    parser.add_argument("--bash-alone", action="store_true",
+                        help="time make running its plain recipes under bash too (what bash costs without a sentinel)")
     parser.add_argument("--marinbuild", action="store_true", help="time marinbuild too")
     parser.add_argument("--marinbuild-venv", type=Path, default=DEFAULT_MARINBUILD_VENV)
     parser.add_argument("--checkout", type=Path, action="append", default=[],
@@ -141,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
 
     shell = find_shell()
     wanted = {"make", "make+sentinel", *(["make+sh-sentinel"] if opts.portable else []),
+              *(["make+bash"] if opts.bash_alone and shell.bash else []),
               *(["marinbuild"] if opts.marinbuild else [])}
     variants = [v for v in VARIANTS if v in wanted] + [f"marinbuild@{c.resolve().name}" for c in opts.checkout]
     checkouts = {f"marinbuild@{c.resolve().name}": c.resolve() for c in opts.checkout}
@@ -156,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
                 for variant in variants:
                     folder = folders[variant]
                     shutil.rmtree(folder / "out", ignore_errors=True)
-                    if variant.startswith("make+"):
+                    if variant in ("make+sentinel", "make+sh-sentinel"):
                         make_pipes(folder)
                     tool = "marinbuild" if variant.startswith("marinbuild") else "make"
                     env = dict(os.environ)
@@ -183,7 +195,8 @@ def render(results: list[dict], shell: Shell | None = None) -> str:
     """A Markdown table of median wall (and CPU) times and the ratios: fenced make to plain make,
     each marinbuild to make with the sentinel."""
     name = "bash" if shell is None or shell.bash else "sh"
-    titles = {"make": "make", "make+sentinel": f"make + sentinel ({name})", "make+sh-sentinel": "make + sh sentinel"}
+    titles = {"make": "make", "make+bash": "make under bash", "make+sentinel": f"make + sentinel ({name})",
+              "make+sh-sentinel": "make + sh sentinel"}
     variants = list(dict.fromkeys(v for row in results for v in row["seconds"]))
     fenced = [v for v in variants if v.startswith("make+")]
     runners = [v for v in variants if v.startswith("marinbuild")]
