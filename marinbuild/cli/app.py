@@ -13,24 +13,36 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from importlib import import_module
 from typing import Annotated, Any
 
 import typer
 
-from marinbuild.cli import clean, env, logs, plan, report, run, show, slurm, status, tpu, why
 from marinbuild.cli.exits import ignore_ctrl_c, interrupted, interrupted_while_parsing, pipe_closed
 from marinbuild.cli.printing import err
 
-__all__ = ["COMMANDS", "app", "command_line", "console_script", "run_by_default"]
+__all__ = ["COMMANDS", "app", "build_app", "command_line", "console_script", "run_by_default"]
 
-app = typer.Typer(
-    name="marinbuild",
-    help="Build tool for ML experiments: steps with hashed configs, run in parallel, never twice.",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
+_REGISTRY = (
+    ("run", "run_command"),
+    ("plan", "plan_command"),
+    ("status", "status_command"),
+    ("why", "why_command"),
+    ("clean", "clean_command"),
+    ("env", "env_app"),
+    ("logs", "logs_command"),
+    ("report", "report_command"),
+    ("show", "show_command"),
+    ("list", "list_steps_command"),
+    ("tpu", "tpu_app"),
+    ("slurm", "slurm_app"),
 )
+"""Each command's name and what its module ``marinbuild.cli.NAME`` defines for it: a
+function, or a typer app of subcommands. Register a new command here."""
+
+COMMANDS = frozenset(name for name, _ in _REGISTRY)
+"""The names of the commands (``marinbuild.main`` puts ``run`` before arguments naming none)."""
 
 
 def _print_version(value: bool) -> None:
@@ -41,7 +53,6 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _main(
     version: Annotated[
         bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
@@ -50,33 +61,49 @@ def _main(
     """Build tool for ML experiments: steps with hashed configs, run in parallel, never twice."""
 
 
-app.command("run")(run.run_command)
-app.command("plan")(plan.plan_command)
-app.command("status")(status.status_command)
-app.command("why")(why.why_command)
-app.command("clean")(clean.clean_command)
-app.add_typer(env.env_app, name="env")
-app.command("logs")(logs.logs_command)
-app.command("report")(report.report_command)
-app.command("show")(show.show_command)
+def build_app(names: Collection[str] = COMMANDS) -> typer.Typer:
+    """The typer app with the commands ``names`` registered (all by default), in their order.
+
+    A command line naming its command gets an app of that command alone: importing the other
+    commands' modules and turning every command's signature into click's options took a
+    tenth of a no-op's start-up.
+    """
+    built = typer.Typer(
+        name="marinbuild",
+        help="Build tool for ML experiments: steps with hashed configs, run in parallel, never twice.",
+        no_args_is_help=True,
+        add_completion=True,
+        pretty_exceptions_enable=False,
+    )
+    built.callback()(_main)
+    for name, attribute in _REGISTRY:
+        if name in names:
+            target = getattr(import_module(f"marinbuild.cli.{name}"), attribute)
+            if isinstance(target, typer.Typer):
+                built.add_typer(target, name=name)
+            else:
+                built.command(name)(target)
+    return built
 
 
-def _register_list() -> None:
-    # The module is named for its command, as every other, and would shadow the builtin here.
-    from marinbuild.cli import list
-
-    app.command("list")(list.list_steps_command)
+app: typer.Typer
+"""The whole command line, every command registered (typer's test runner takes it): built
+when first asked for, since a command line naming its command builds that one alone."""
 
 
-_register_list()
-app.add_typer(tpu.tpu_app, name="tpu")
-app.add_typer(slurm.slurm_app, name="slurm")
-# (register a new command above this line: COMMANDS is read from the app once, here)
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        whole = globals()["app"] = build_app()
+        return whole
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-COMMANDS = frozenset(
-    [*(c.name for c in app.registered_commands if c.name), *(g.name for g in app.registered_groups if g.name)]
-)
-"""The names of the commands (``marinbuild.main`` puts ``run`` before arguments naming none)."""
+
+def _app_for(args: list[str]) -> typer.Typer:
+    """The app for a command line: its named command alone, or all of them (help, completion, a typo)."""
+    if args and args[0] in COMMANDS and "_MARINBUILD_COMPLETE" not in os.environ:
+        return build_app({args[0]})
+    return build_app()
+
 
 # click's UsageError, whichever click typer runs on (its own copy or the package).
 _UsageError: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
@@ -168,12 +195,12 @@ def _standard_streams_open() -> None:
         setattr(sys, name, open(fd, mode, closefd=False))  # noqa: SIM115 (the process's own stream)
 
 
-def _plain_help_off_a_terminal() -> None:
+def _plain_help_off_a_terminal(built: typer.Typer) -> None:
     """``--help`` into a pipe or a file is click's plain text: rich's panels cut long option
     names (``--lease-heartbe``) to fit 80 columns, and a script reading the help needs them whole."""
     if sys.stdout.isatty():
         return
-    for typer_app in (app, *(g.typer_instance for g in app.registered_groups if g.typer_instance is not None)):
+    for typer_app in (built, *(g.typer_instance for g in built.registered_groups if g.typer_instance is not None)):
         typer_app.rich_markup_mode = None
 
 
@@ -188,11 +215,12 @@ def command_line(argv: list[str] | None = None) -> None:
     # a sixth of its time. Collections stay, only rarer.
     gc.set_threshold(100_000, 50, 50)
     _standard_streams_open()
-    _plain_help_off_a_terminal()
     try:
         args = _bare_jobs(run_by_default(list(sys.argv[1:] if argv is None else argv)))
         args = marin_habits(args, lambda line: err.print(line, markup=False))
-        code = app(args=args, prog_name="marinbuild", standalone_mode=False)
+        built = _app_for(args)
+        _plain_help_off_a_terminal(built)
+        code = built(args=args, prog_name="marinbuild", standalone_mode=False)
     except _UsageError as error:
         e: Any = error  # click's UsageError: ctx, exit_code, format_message()
         if not e.format_message():  # bare `marinbuild`: the help was the answer

@@ -75,10 +75,6 @@ def check_fields(
     Environments are found for every step in ``names`` (``plan`` shows them); the other fields
     are checked only for the steps ``to_run``: a step that is up to date needs no disk or image.
     """
-    if engine_for is None:
-        from marinbuild.backends.container import working_engine
-
-        engine_for = working_engine
     narrowed = dict(requests)
     environments: dict[str, EnvSpec] = {}
     images: dict[str, tuple[str, str]] = {}
@@ -98,7 +94,7 @@ def check_fields(
         if rc.image is not None:
             if name in environments:
                 raise ResourceError(f"step {name!r}: image= and pip_dependency_groups= cannot be combined ({kind.name} backend)")
-            images[name] = kind.image(name, rc.image, engine_for)
+            images[name] = kind.image(name, rc.image, engine_for or _working_engine)
         if rc.disk:
             if "://" in graph.prefix:
                 note = f"disk requests are not checked: free space of {graph.prefix} cannot be asked"
@@ -113,3 +109,10 @@ def check_fields(
                         f"{format_bytes(free)} free ({kind.name} backend)"
                     )
     return FieldCheck(narrowed, environments, images, tuple(notes))
+
+
+def _working_engine(image: str) -> tuple[str | None, str]:
+    # Imported only for a step with an image to run: a run of none, or a no-op, never pays for it.
+    from marinbuild.backends.container import working_engine
+
+    return working_engine(image)

@@ -54,3 +54,25 @@ def test_a_usage_error_is_one_line_and_exit_2(tmp_path):
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("marinbuild run: error: No such option: --bogus") and line.endswith("(see --help)")
+
+
+def test_a_command_line_naming_its_command_loads_that_command_alone(tmp_path):
+    # Every other command's module, and click's options for it, would be start-up time of a no-op.
+    probe = ("import sys\nfrom marinbuild.cli.app import command_line\n"
+             "try:\n    command_line(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+             "print(sorted(m for m in sys.modules if m.startswith('marinbuild.cli.') and m[15:] in "
+             f"{sorted(COMMAND_MODULES)!r}))\n")
+    for argv, loaded in ((["status", "--help"], ["marinbuild.cli.status"]),
+                         (["--help"], sorted(f"marinbuild.cli.{name}" for name in COMMAND_MODULES))):
+        done = subprocess.run([sys.executable, "-c", probe, *argv], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=60)
+        assert done.stdout.strip().splitlines()[-1] == repr(loaded), done.stdout + done.stderr
+
+
+def test_an_app_built_for_one_command_has_that_command_and_the_version():
+    from marinbuild.cli.app import build_app
+
+    built = build_app({"status"})
+    assert [c.name for c in built.registered_commands] == ["status"] and built.registered_groups == []
+    done = subprocess.run([sys.executable, "-m", "marinbuild", "--version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("marinbuild ")
