@@ -99,10 +99,12 @@ class Conditions:
 
 @dataclass
 class Hold:
-    """One process's requests held from the first one matching ``after`` until released."""
+    """One process's requests held until released: those after the first one matching ``after``,
+    or (``at``) from the first one matching ``at`` on, that one included."""
 
     pid: int
     after: re.Pattern[str] | None
+    at: re.Pattern[str] | None = None
     holding: bool = False
     waiting: int = 0
     released: asyncio.Event = field(default_factory=asyncio.Event)
@@ -208,6 +210,8 @@ class Server:
         if request.path.startswith("/_test/"):
             return self.control(request)
         hold = self._hold_of(owner)
+        if hold is not None and not hold.holding and hold.at is not None and hold.at.search(request.line):
+            hold.holding = True
         if hold is not None and hold.holding:
             hold.waiting += 1
             await hold.released.wait()
@@ -216,7 +220,7 @@ class Server:
         line = request.line
         method_target, _, named = line.partition(" object=")
         self.log.write(f'"{method_target} HTTP/1.1" {status}' + (f" object={named}" if named else "") + "\n")
-        if hold is not None and not hold.holding and (hold.after is None or hold.after.search(request.line)):
+        if hold is not None and not hold.holding and hold.at is None and (hold.after is None or hold.after.search(request.line)):
             hold.holding = True  # this request was answered; every later one waits
         return status, headers, body
 
@@ -316,7 +320,8 @@ class Server:
             self.faults.clear()
         elif what == "hold":
             pid = int(q["pid"])
-            self.holds[pid] = Hold(pid, re.compile(q["after"]) if q.get("after") else None)
+            self.holds[pid] = Hold(pid, re.compile(q["after"]) if q.get("after") else None,
+                                   re.compile(q["at"]) if q.get("at") else None)
         elif what == "release":
             hold = self.holds.pop(int(q["pid"]), None)
             if hold is not None:

@@ -17,8 +17,6 @@ import urllib.request
 import uuid
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
 if TYPE_CHECKING:
     from .fixtures_gcs import Emulator
 

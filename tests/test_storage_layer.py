@@ -132,3 +132,20 @@ def test_write_many_writes_and_removes_together(tmp_path: Path) -> None:
         storage.write_atomic(c, "old")
         storage.write_many({a: "1", b: b"2"}, remove=[c, storage.join(storage.prefix, "d/missing")])
         assert storage.read_many([a, b, c]) == {a: "1", b: "2"}
+
+
+def test_a_mirrored_gs_source_is_retried_by_marinbuild_alone(
+    gcs_emulator: Emulator, gcs_prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from marinbuild import mirrored
+    from marinbuild.store.mirror import ensure_mirrored
+
+    source = f"{gcs_prefix}/elsewhere/vocab.json"
+    Storage.for_prefix(gcs_prefix).write_atomic(source, '{"a": 1}')
+    key = source.split("/", 3)[3].replace("/", "%2F")
+    # The source's download answers 503 twice: marinbuild's second retry gets it, one request each.
+    gcs_emulator.control("fail", pattern=f"GET /download/storage/v1/b/[^/]+/o/{key}[?]", status=503, count=2)
+    monkeypatch.setattr(retry, "DEFAULT_POLICY", RetryPolicy(base=0.001, cap=0.01))
+    copy = ensure_mirrored(mirrored(source, budget_gb=1), Storage.for_prefix(str(tmp_path / "prefix")))
+    assert Path(copy).read_text() == '{"a": 1}'
+    assert tries(gcs_emulator, rf'"GET /download/storage/v1/b/[^/]+/o/{key}[?]') == 3  # gcsfs alone: 6 a call

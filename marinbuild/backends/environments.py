@@ -115,7 +115,7 @@ class WithEnvironments:
 
 
 def _fork_unsafe() -> bool:
-    """Whether a forked copy of this runner could crash: gRPC is loaded.
+    """Whether a forked copy of this runner could crash: it opened ``gs://`` and gRPC is loaded.
 
     gcsfs's default filesystem asks the storage control API (gRPC) about each bucket; a
     process forked after gRPC started crashes in gRPC's poller as soon as it uses gRPC
@@ -123,7 +123,9 @@ def _fork_unsafe() -> bool:
     support skips a process whose threads are inside gRPC. Such a runner's function steps
     are called by name in a new interpreter instead (:mod:`marinbuild.backends.worker`).
     """
-    return "grpc" in sys.modules
+    from marinbuild.store.fsspec_store import gcs_opened
+
+    return gcs_opened() and "grpc" in sys.modules
 
 
 class _EnvRun:

@@ -32,7 +32,7 @@ from marinbuild.store.storage import Storage
 if TYPE_CHECKING:
     from marinbuild.store.conditional import ConditionalStore
 
-__all__ = ["FsspecStorage", "open_filesystem"]
+__all__ = ["FsspecStorage", "gcs_opened", "open_filesystem"]
 
 class FsspecStorage(Storage):
     """A prefix reached through an fsspec filesystem."""
@@ -272,6 +272,14 @@ class FsspecStorage(Storage):
                 out.write(chunk)
 
 
+_gcs_opened = False
+
+
+def gcs_opened() -> bool:
+    """Whether this process opened a ``gs://`` filesystem (gcsfs's default one speaks gRPC too)."""
+    return _gcs_opened
+
+
 def open_filesystem(url: str, what: str) -> tuple[Any, str]:
     """The fsspec filesystem of ``url`` (the class fsspec picks), made to try each request once, and the path in it.
 
@@ -288,6 +296,9 @@ def open_filesystem(url: str, what: str) -> tuple[Any, str]:
         raise missing_extra(cause, what) or UserError(f"{what} needs a package that is not installed: {e}") from None
     except ValueError as e:  # "Protocol not known"
         raise UserError(f"{what}: {e}") from None
+    if _is_gcs(fs):
+        global _gcs_opened
+        _gcs_opened = True
     if _is_gcs(fs) and not is_single_attempt(fs.storage_options.get("session_kwargs")):
         options = {**fs.storage_options, "session_kwargs": single_attempt_session(fs.storage_options.get("session_kwargs"))}
         fs = type(fs)(*fs.storage_args, **options)
