@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import socket
 import subprocess
 import sys
@@ -116,6 +117,44 @@ def start_proxy(upstream: str, delay: float, log: str | None = None) -> Proxy:
     raise RuntimeError("the latency proxy did not start within 30 s")
 
 
+async def _serve(upstream: str, port: int, delay: float, log: str | None) -> None:
+    """The app on a port of its own, behind a front on ``port`` that tells TLS from HTTP by the first byte.
+
+    gcsfs's default filesystem asks the storage control API (TLS gRPC) on the same host and
+    port as its HTTP requests: those connections pass through to the upstream untouched.
+    """
+    runner = web.AppRunner(make_app(upstream, delay, log), shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    app_port = int(runner.addresses[0][1])
+    up_host, _, up_port = upstream.split("://", 1)[-1].partition(":")
+
+    async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while chunk := await src.read(65536):
+                dst.write(chunk)
+                await dst.drain()
+        except ConnectionError:
+            pass
+        finally:
+            dst.close()
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        first = await reader.read(1)
+        if not first:
+            writer.close()
+            return
+        host, to = (up_host, int(up_port or 80)) if first[0] == 0x16 else ("127.0.0.1", app_port)
+        up_reader, up_writer = await asyncio.open_connection(host, to)
+        up_writer.write(first)
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    front = await asyncio.start_server(connection, "127.0.0.1", port, backlog=1024)
+    async with front:
+        await front.serve_forever()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--upstream", required=True, help="where requests go, e.g. http://127.0.0.1:9023")
@@ -124,8 +163,8 @@ def main() -> None:
     parser.add_argument("--log", help="write START END METHOD PATH here for each request")
     args = parser.parse_args()
     # Stopped (SIGTERM) means its user is done: requests still held back are not waited for.
-    web.run_app(make_app(args.upstream.rstrip("/"), args.delay, args.log), host="127.0.0.1", port=args.port, print=None,
-                shutdown_timeout=0.5)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    asyncio.run(_serve(args.upstream.rstrip("/"), args.port, args.delay, args.log))
 
 
 if __name__ == "__main__":

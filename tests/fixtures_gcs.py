@@ -1,12 +1,15 @@
-"""A real GCS endpoint for tests: ``gcp-storage-emulator`` on loopback, reached through gcsfs.
+"""A real GCS endpoint for tests: ``gcp-storage-emulator`` behind ``tests/gcs_server.py``, reached through gcsfs.
 
-The emulator runs in its own process (in-memory, a free port, one bucket) and writes one
-log line per request, which is how requests are counted. gcsfs finds it through
-``STORAGE_EMULATOR_HOST``; ``FSSPEC_GS_TOKEN=anon`` stops it from looking for credentials,
-and ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false`` keeps gcsfs from asking a gRPC control API
-the emulator does not have about each bucket. :attr:`Emulator.env` holds the three for a
-``marinbuild run`` subprocess; the fixture sets them in this process too. The plain
-functions serve the benchmark as well::
+The emulator runs in its own process (in-memory, a free port, one bucket); in front of it
+the test server (``tests/gcs_server.py``) enforces preconditions as GCS does, answers the
+storage control API that gcsfs's default filesystem asks about each bucket, and writes one
+log line per request, which is how requests are counted. gcsfs runs with its defaults: it
+finds the endpoint through ``STORAGE_EMULATOR_HOST``, ``FSSPEC_GS_TOKEN=anon`` stops it from
+looking for credentials, and ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH`` makes gRPC trust the test
+server's certificate (the control API is TLS gRPC, as on GCS). No variable changes which
+filesystem class gcsfs hands out (``tests/test_gcs_defaults.py`` checks).
+:attr:`Emulator.env` holds the three for a ``marinbuild run`` subprocess; the fixture sets
+them in this process too. The plain functions serve the benchmark as well::
 
     emulator = start_emulator(Path("/tmp/emu"))
     ...
@@ -41,14 +44,27 @@ class Emulator:
     endpoint: str
     log: Path
     bucket: str = BUCKET
+    front: subprocess.Popen[bytes] | None = None
+    """The test server in front of the emulator (``tests/gcs_server.py``)."""
+    certificate: Path | None = None
 
     @property
     def env(self) -> dict[str, str]:
-        return {
-            "STORAGE_EMULATOR_HOST": self.endpoint,
-            "FSSPEC_GS_TOKEN": "anon",
-            "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
-        }
+        env = {"STORAGE_EMULATOR_HOST": self.endpoint, "FSSPEC_GS_TOKEN": "anon"}
+        if self.certificate is not None:
+            env["GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] = str(self.certificate)
+        return env
+
+    def control(self, what: str, **query: object) -> dict[str, Any]:
+        """Ask the test server (``tests/gcs_server.py``): ``fail``, ``clear``, ``hold``, ``release``, ``held``."""
+        import json
+        import urllib.parse
+        import urllib.request
+
+        url = f"{self.endpoint}/_test/{what}?{urllib.parse.urlencode(query)}"
+        with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=30) as r:
+            answer: dict[str, Any] = json.loads(r.read() or b"{}")
+            return answer
 
     def requests(self) -> int:
         """Requests the emulator has answered so far."""
@@ -59,12 +75,15 @@ class Emulator:
         return f"gs://{self.bucket}/{uuid.uuid4().hex[:12]}"
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        for process in (self.front, self.process):
+            if process is None:
+                continue
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 _LAUNCH = (
@@ -86,12 +105,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_emulator(folder: Path, bucket: str = BUCKET) -> Emulator:
-    """Start the emulator on a free loopback port and wait until it answers."""
+def start_emulator(folder: Path, bucket: str = BUCKET, preconditions: bool = True) -> Emulator:
+    """Start the emulator and the test server in front of it on free loopback ports; wait until both answer.
+
+    ``preconditions=False``: the server ignores preconditions, as the bare emulator does
+    (for the tests of marinbuild's fallback on such a server).
+    """
+    from tests.gcs_server import make_certificate
+
     folder.mkdir(parents=True, exist_ok=True)
     port = _free_port()
-    log = folder / "emulator.log"
-    with open(log, "wb") as out:
+    with open(folder / "emulator.log", "wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-c", _LAUNCH, "start", "--host", "127.0.0.1", "--port", str(port),
              "--in-memory", "--default-bucket", bucket],
@@ -99,18 +123,36 @@ def start_emulator(folder: Path, bucket: str = BUCKET) -> Emulator:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    emulator = Emulator(process, f"http://127.0.0.1:{port}", log, bucket)
+    certificate = make_certificate(folder / "certs")
+    front_port = _free_port()
+    log = folder / "requests.log"
+    log.touch()
+    command = [sys.executable, str(Path(__file__).with_name("gcs_server.py")), "--port", str(front_port),
+               "--upstream", f"http://127.0.0.1:{port}", "--log", str(log), "--certs", str(folder / "certs")]
+    with open(folder / "server.log", "wb") as out:
+        front = subprocess.Popen(command + ([] if preconditions else ["--no-preconditions"]), stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+    emulator = Emulator(process, f"http://127.0.0.1:{front_port}", log, bucket, front, certificate)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the storage emulator exited: {log.read_text(errors='replace')[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return emulator
-        except OSError:
-            time.sleep(0.1)
-    emulator.stop()
-    raise RuntimeError("the storage emulator did not start within 30 s")
+    for p, what in ((port, process), (front_port, front)):
+        while True:
+            if what.poll() is not None:
+                emulator.stop()
+                raise RuntimeError(f"the storage emulator exited: {_tail(folder)}")
+            try:
+                with socket.create_connection(("127.0.0.1", p), timeout=0.5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    emulator.stop()
+                    raise RuntimeError("the storage emulator did not start within 30 s") from None
+                time.sleep(0.1)
+    return emulator
+
+
+def _tail(folder: Path) -> str:
+    return " | ".join(f.read_text(errors="replace")[-1000:] for f in (folder / "emulator.log", folder / "server.log")
+                      if f.exists())
 
 
 def point_gcsfs_at(emulator: Emulator) -> None:
@@ -118,20 +160,18 @@ def point_gcsfs_at(emulator: Emulator) -> None:
     os.environ.update(emulator.env)
     import fsspec
     import fsspec.config
-    import gcsfs.core
+    import gcsfs
 
     fsspec.config.conf.setdefault("gs", {})["token"] = "anon"
     fsspec.config.conf.setdefault("gcs", {})["token"] = "anon"
-    for protocol in ("gs", "gcs"):
-        fsspec.register_implementation(protocol, gcsfs.core.GCSFileSystem, clobber=True)
-    gcsfs.core.GCSFileSystem.clear_instance_cache()
+    gcsfs.GCSFileSystem.clear_instance_cache()
 
 
 def gcs_filesystem(emulator: Emulator) -> Any:
-    """A gcsfs filesystem on the emulator (no instance cache, so nothing stale)."""
-    import gcsfs.core
+    """A gcsfs filesystem on the emulator, of the class gcsfs picks (no instance cache, so nothing stale)."""
+    import gcsfs
 
-    return gcsfs.core.GCSFileSystem(endpoint_url=emulator.endpoint, token="anon", skip_instance_cache=True)
+    return gcsfs.GCSFileSystem(endpoint_url=emulator.endpoint, token="anon", skip_instance_cache=True)
 
 
 @pytest.fixture(scope="session")
@@ -149,6 +189,17 @@ def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator_without_preconditions(tmp_path_factory: pytest.TempPathFactory,
+                                       gcs_emulator: Emulator) -> Iterator[Emulator]:
+    """A second endpoint whose server ignores preconditions (marinbuild's fallback); not pointed at by default."""
+    emulator = start_emulator(tmp_path_factory.mktemp("gcs-emulator-no-preconditions"), preconditions=False)
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
 
 
 @pytest.fixture

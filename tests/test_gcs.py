@@ -1,8 +1,9 @@
-"""``gs://`` end to end through gcsfs, against ``gcp-storage-emulator`` on loopback.
+"""``gs://`` end to end through gcsfs, against the test GCS server on loopback (``tests/gcs_server.py``).
 
-The emulator ignores generation preconditions, so the race-freedom of create-if-absent
-and compare-and-swap is proven on local disk (test_concurrency.py); here the requests
-are checked to be well-formed and the whole pipeline to work on a real GCS API.
+The server holds generation preconditions as GCS does, so leases here take the path a real
+bucket takes (create with ``ifGenerationMatch=0``, swap and delete on a generation). The
+last two tests use a server that ignores preconditions, as ``gcp-storage-emulator`` alone
+does: marinbuild notices and falls back to check-write-settle-verify.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ def test_lease_lifecycle_on_gcs(gcs_emulator: Emulator, gcs_prefix: str) -> None
     assert read_leases(storage, [out])[out].beat == 1  # type: ignore[union-attr]
     theirs = Lease(conditional_store(storage), lease_path(out), Owner.current(), LeaseSettings(1, 3, 1))
     assert not theirs.try_acquire().acquired
-    # The emulator does not enforce preconditions, so an owner change is caught by reading.
+    assert isinstance(mine.store, GcsConditionalStore) and mine.store.enforced  # the precondition path
+    # An owner change by a plain write is refused by the generation of the renewal's swap.
     storage.write_atomic(lease_path(out), LeaseRecord(Owner("h", 1, "", "n"), 0, 0).to_json())
     assert not mine.renew() and not mine.held
 
@@ -114,3 +116,52 @@ def test_six_runners_on_gcs_run_every_step_exactly_once(gcs_emulator: Emulator, 
     assert all(r["lease"] is None for r in rows)
     plan = marinbuild("plan", "--json", cwd=project, env=env)
     assert {r["action"] for r in json.loads(plan.stdout)} == {"skip"}
+
+
+def _without_preconditions(server: Emulator, prefix: str) -> Storage:
+    import gcsfs
+
+    from marinbuild.store.fsspec_store import FsspecStorage
+    from marinbuild.store.gcs_session import single_attempt_session
+
+    fs = gcsfs.GCSFileSystem(endpoint_url=server.endpoint, token="anon", skip_instance_cache=True,
+                             session_kwargs=single_attempt_session())
+    return FsspecStorage(prefix, fs)
+
+
+def test_conditional_writes_fall_back_where_the_server_ignores_preconditions(
+    gcs_emulator_without_preconditions: Emulator,
+) -> None:
+    prefix = gcs_emulator_without_preconditions.prefix()
+    store = conditional_store(_without_preconditions(gcs_emulator_without_preconditions, prefix))
+    assert isinstance(store, GcsConditionalStore) and not store.enforced
+    path = lease_path(f"{prefix}/train-0123456789abcdef")
+    v1 = store.create(path, "mine")
+    assert v1 is not None and store.create(path, "theirs") is None  # checked first, then settled
+    assert store.swap(path, "1", "stale") is None
+    v2 = store.swap(path, v1, "mine again")
+    assert v2 is not None and not store.delete(path, v1) and store.delete(path, v2)
+
+
+def test_racing_leases_on_a_server_without_preconditions_leave_one_owner(
+    gcs_emulator_without_preconditions: Emulator,
+) -> None:
+    import threading
+
+    prefix = gcs_emulator_without_preconditions.prefix()
+    storage = _without_preconditions(gcs_emulator_without_preconditions, prefix)
+    path = lease_path(f"{prefix}/train-0123456789abcdef")
+    gate = threading.Barrier(4)
+    won: list[bool] = []
+
+    def race(i: int) -> None:
+        lease = Lease(conditional_store(storage), path, Owner("h", i, "", f"n{i}"), LeaseSettings(1, 3, 1))
+        gate.wait()
+        won.append(lease.try_acquire().acquired)
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(won) == [False, False, False, True]

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import socket
-import threading
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,7 +13,8 @@ import pytest
 from marinbuild.errors import StorageError
 from marinbuild.store import retry
 from marinbuild.store.conditional import conditional_store
-from marinbuild.store.fsspec_store import FsspecStorage, single_attempt
+from marinbuild.store.fsspec_store import FsspecStorage
+from marinbuild.store.gcs_session import single_attempt_session
 from marinbuild.store.local import LocalStorage
 from marinbuild.store.retry import RetryPolicy, bounded, each_request_within
 from marinbuild.store.storage import Storage
@@ -36,47 +36,11 @@ def retry_policy(policy: RetryPolicy) -> Iterator[None]:
 
 
 def gcs_storage(endpoint: str, prefix: str) -> FsspecStorage:
-    import gcsfs.core
+    import gcsfs
 
-    cls = single_attempt(gcsfs.core.GCSFileSystem)
-    return FsspecStorage(prefix, cls(endpoint_url=endpoint, token="anon", skip_instance_cache=True))
-
-
-class Dropper:
-    """An HTTP server on loopback that answers every request ``503 Service Unavailable``, counting them."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.accepted = 0
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                conn.recv(65536)  # the request (small: a GET)
-                self.accepted += 1
-                conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-@pytest.fixture
-def dropper() -> Iterator[Dropper]:
-    d = Dropper()
-    yield d
-    d.close()
+    fs = gcsfs.GCSFileSystem(endpoint_url=endpoint, token="anon", skip_instance_cache=True,
+                             session_kwargs=single_attempt_session())
+    return FsspecStorage(prefix, fs)
 
 
 def test_storage_for_prefix_picks_the_implementation(tmp_path: Path) -> None:
@@ -84,23 +48,51 @@ def test_storage_for_prefix_picks_the_implementation(tmp_path: Path) -> None:
     assert isinstance(Storage.for_prefix("memory://picked"), FsspecStorage)
 
 
+def tries(emulator: Emulator, pattern: str) -> int:
+    """Requests the test server answered whose line matches ``pattern``."""
+    return len(re.findall(pattern, emulator.log.read_text()))
+
+
 def test_gcs_requests_are_made_once_and_retried_by_marinbuild_alone(
-    dropper: Dropper, monkeypatch: pytest.MonkeyPatch
+    gcs_emulator: Emulator, gcs_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(retry, "DEFAULT_POLICY", RetryPolicy(attempts=3, base=0.001, cap=0.01))
-    storage = gcs_storage(dropper.endpoint, "gs://bucket/p")
-    with pytest.raises(StorageError, match=r"^read gs://bucket/p/x failed after 3 attempts: HttpError"):
-        storage.read_text("gs://bucket/p/x")
-    # gcsfs alone retries a 503 six times per call (18 requests here, with waits of up to 32 s).
-    assert dropper.accepted == 3
+    storage = Storage.for_prefix(gcs_prefix)
+    key = gcs_prefix.split("/", 3)[3]
+    gcs_emulator.control("fail", pattern=f"GET /[a-z/]*storage/v1/b/[^/]+/o/{key}%2Fx", status=503, count=100)
+    try:
+        monkeypatch.setattr(retry, "DEFAULT_POLICY", RetryPolicy(attempts=3, base=0.001, cap=0.01))
+        with pytest.raises(StorageError, match=rf"^read {gcs_prefix}/x failed after 3 attempts: StoreUnavailable: HTTP 503"):
+            storage.read_text(f"{gcs_prefix}/x")
+        # gcsfs alone retries a 503 six times per call (18 requests here, with waits of up to 32 s).
+        assert tries(gcs_emulator, rf'"GET /[a-z/]*storage/v1/b/[^/]+/o/{key}%2Fx[ ?]') == 3
+    finally:
+        gcs_emulator.control("clear")
+    assert tries(gcs_emulator, rf'"GET /[a-z/]*storage/v1/b/[^/]+/o/{key}%2Fx[ ?]') == 3
 
 
-def test_gcs_storage_opened_from_a_prefix_makes_requests_once(gcs_emulator: Emulator, gcs_prefix: str) -> None:
+def test_an_upload_answered_503_is_tried_once_per_marinbuild_attempt(
+    gcs_emulator: Emulator, gcs_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = Storage.for_prefix(gcs_prefix)
+    key = gcs_prefix.split("/", 3)[3]
+    gcs_emulator.control("fail", pattern=f"POST /upload/storage/v1/b/[^/]+/o.* object={key}/y$", status=503, count=4)
+    monkeypatch.setattr(retry, "DEFAULT_POLICY", RetryPolicy(base=0.001, cap=0.01))
+    storage.write_atomic(f"{gcs_prefix}/y", "at last")  # four refusals, then the fifth of six attempts lands
+    assert storage.read_text(f"{gcs_prefix}/y") == "at last"
+    assert tries(gcs_emulator, rf'"POST /upload/storage/v1/b/[^/]+/o\?.* object={key}/y\n') == 5
+
+
+def test_gcs_storage_opened_from_a_prefix_is_the_filesystem_gcsfs_picks(gcs_emulator: Emulator, gcs_prefix: str) -> None:
+    import gcsfs
+    from gcsfs.extended_gcsfs import ExtendedGcsFileSystem
+
     storage = Storage.for_prefix(gcs_prefix)
     assert isinstance(storage, FsspecStorage)
-    assert not hasattr(type(storage.fs)._request, "__wrapped__")  # gcsfs's own retry decorator is gone
+    assert type(storage.fs) is gcsfs.GCSFileSystem is ExtendedGcsFileSystem  # gcsfs's default, not a subclass
+    assert storage.fs.session_kwargs == single_attempt_session()
     storage.write_atomic(f"{gcs_prefix}/a", "hi")
     assert storage.read_text(f"{gcs_prefix}/a") == "hi"
+    assert Storage.for_prefix(gcs_prefix).fs is storage.fs  # fsspec's instance cache still finds it
 
 
 def test_lease_io_ends_at_its_deadline(gcs_emulator: Emulator, gcs_prefix: str) -> None:
@@ -140,3 +132,20 @@ def test_write_many_writes_and_removes_together(tmp_path: Path) -> None:
         storage.write_atomic(c, "old")
         storage.write_many({a: "1", b: b"2"}, remove=[c, storage.join(storage.prefix, "d/missing")])
         assert storage.read_many([a, b, c]) == {a: "1", b: "2"}
+
+
+def test_a_mirrored_gs_source_is_retried_by_marinbuild_alone(
+    gcs_emulator: Emulator, gcs_prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from marinbuild import mirrored
+    from marinbuild.store.mirror import ensure_mirrored
+
+    source = f"{gcs_prefix}/elsewhere/vocab.json"
+    Storage.for_prefix(gcs_prefix).write_atomic(source, '{"a": 1}')
+    key = source.split("/", 3)[3].replace("/", "%2F")
+    # The source's download answers 503 twice: marinbuild's second retry gets it, one request each.
+    gcs_emulator.control("fail", pattern=f"GET /download/storage/v1/b/[^/]+/o/{key}[?]", status=503, count=2)
+    monkeypatch.setattr(retry, "DEFAULT_POLICY", RetryPolicy(base=0.001, cap=0.01))
+    copy = ensure_mirrored(mirrored(source, budget_gb=1), Storage.for_prefix(str(tmp_path / "prefix")))
+    assert Path(copy).read_text() == '{"a": 1}'
+    assert tries(gcs_emulator, rf'"GET /download/storage/v1/b/[^/]+/o/{key}[?]') == 3  # gcsfs alone: 6 a call

@@ -23,6 +23,7 @@ import inspect
 import json
 import os
 import shlex
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -87,6 +88,8 @@ class WithEnvironments:
     def start(self, job: Job, on_done: Callable[[Outcome], None]) -> Any:
         spec = spec_of(job)
         if spec is None:
+            if job.fn is not None and _fork_unsafe():
+                job = self.in_fresh_interpreter(job)
             return self.inner.start(job, on_done)
         run = _EnvRun(self, job, spec, on_done)
         threading.Thread(target=run.main, name=f"env-{job.name}", daemon=True).start()
@@ -102,6 +105,27 @@ class WithEnvironments:
             "--file", self.marinfile, "--step", job.name, "--prefix", self.prefix,
         ])
         return dataclasses.replace(job, env=env, command=command, fn=None)
+
+
+    def in_fresh_interpreter(self, job: Job) -> Job:
+        """A function step rewritten to be called by name in a new interpreter (this runner cannot fork it)."""
+        command = shlex.join([sys.executable, "-m", "marinbuild.backends.worker", "--file", self.marinfile,
+                              "--step", job.name, "--prefix", self.prefix])
+        return dataclasses.replace(job, command=command, fn=None)
+
+
+def _fork_unsafe() -> bool:
+    """Whether a forked copy of this runner could crash: it opened ``gs://`` and gRPC is loaded.
+
+    gcsfs's default filesystem asks the storage control API (gRPC) about each bucket; a
+    process forked after gRPC started crashes in gRPC's poller as soon as it uses gRPC
+    itself (a function step opening ``gs://`` with gcsfs's defaults does), and gRPC's fork
+    support skips a process whose threads are inside gRPC. Such a runner's function steps
+    are called by name in a new interpreter instead (:mod:`marinbuild.backends.worker`).
+    """
+    from marinbuild.store.fsspec_store import gcs_opened
+
+    return gcs_opened() and "grpc" in sys.modules
 
 
 class _EnvRun:

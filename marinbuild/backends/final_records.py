@@ -13,6 +13,7 @@ from typing import Any
 
 from marinbuild.backends.base import Outcome
 from marinbuild.drift import drift_digest
+from marinbuild.store.fenced import StepFence
 from marinbuild.store.markers import FAILED, SUCCESS, info_path, info_text, write_status
 from marinbuild.store.retry_counts import encode_retries
 from marinbuild.store.storage import Storage
@@ -32,22 +33,32 @@ def record(
     outcome: Outcome,
     owner: str | None = None,
     beside: Mapping[str, str | bytes] | None = None,
+    fence: StepFence | None = None,
 ) -> None:
-    """Write the final info (and ``beside``: files that must precede the status), then the status.
+    """Write the final info (and ``beside``: the log, the attempt ledger), then the status.
 
-    The part of ``execution.step_records.commit`` a remote executor repeats. The info JSON and ``beside`` go
-    out together: on a remote store one round trip, not one per file.
+    The part of ``execution.step_records.commit`` a remote executor repeats. Without a
+    ``fence`` the info JSON and ``beside`` go out together (one round trip on a remote store),
+    then the status. With the ``fence`` of the step's claim, the info JSON and then the status
+    are written only if they are still what this runner wrote when it claimed the step
+    (:class:`~marinbuild.store.fenced.CommitRefused` otherwise, and nothing else is written),
+    and ``beside`` follows the accepted status.
     """
     error = None if outcome.ok else outcome.error
     info = {**info, "end_time": outcome.ended, "duration": outcome.duration}
     if error is not None:
         info["error"] = error
-    storage.write_many({info_path(output): info_text(info), **(beside or {})})
+    if fence is None:
+        storage.write_many({info_path(output): info_text(info), **(beside or {})})
+    else:
+        fence.commit(info_path(output), info_text(info))
     status = SUCCESS if outcome.ok else FAILED
     seen = info.get("dependency_status_times")
     # What the run read of each dependency: a dependency rerun since makes the step stale.
     inputs = tuple(sorted(seen.items())) if outcome.ok and isinstance(seen, dict) and seen else None
-    write_status(storage, output, status, error=error, duration=outcome.duration, owner=owner,
-                 name=info.get("name"), identity=info.get("identity"),
+    write_status(storage, output, status, put=fence.commit if fence is not None else None, error=error,
+                 duration=outcome.duration, owner=owner, name=info.get("name"), identity=info.get("identity"),
                  drift=drift_digest(info) if outcome.ok else None, inputs=inputs,
                  retries=encode_retries(outcome.retries))
+    if fence is not None and beside:
+        storage.write_many(beside)

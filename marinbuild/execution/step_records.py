@@ -64,6 +64,7 @@ from marinbuild.resources import ResourceConfig
 from marinbuild.steps import Step, find_mirrored
 from marinbuild.store.aside import ASIDE_PREFIX, asides, set_aside, step_entries
 from marinbuild.store.attempt_ledger import read_attempts
+from marinbuild.store.fenced import CommitRefused, StepFence
 from marinbuild.store.lease import LeaseRecord, LeaseSettings, Owner, Verdict, Watch, judge, observe, read_leases
 from marinbuild.store.links import stored_link_problem
 from marinbuild.store.markers import (
@@ -72,6 +73,8 @@ from marinbuild.store.markers import (
     RUNNING,
     SUCCESS,
     StatusRecord,
+    info_path,
+    info_text,
     read_status,
     read_statuses,
     status_path,
@@ -217,11 +220,21 @@ def prepare(ctx: RunContext, node: StepNode, extra_env: Mapping[str, str], cores
     if ctx.prefix:
         ctx._spans[s.name] = [time.monotonic(), math.inf]
         info[_BEFORE] = take_snapshot(storage, ctx.prefix, out, [ctx.outputs[d] for d in node.deps], ctx.layout.seen)
-    # The info JSON is written once, at the end, with both times; while the step runs its
-    # RUNNING status says who runs it and since when. The attempt ledger is read meanwhile.
+    # The claim: the RUNNING status (who runs it, since when) and the info as it stands now,
+    # each written whatever is there and its version kept: the final info and status are
+    # written only over these very versions (store/fenced.py), so that a runner that lost
+    # the step meanwhile cannot commit. The attempt ledger is read meanwhile.
+    fence = StepFence(storage)
+    started = info_text({k: v for k, v in info.items() if k != _EARLIER})
+    info[_FENCE] = fence
     previous = _while_reading_attempts(storage, out, lambda: _stored(
         f"write {status_file}",
-        lambda: write_status(storage, out, RUNNING, owner=_owner(), name=s.name, identity=node.identity),
+        lambda: overlapped(
+            storage,
+            lambda: write_status(storage, out, RUNNING, put=fence.claim, owner=_owner(), name=s.name,
+                                 identity=node.identity),
+            lambda: fence.claim(info_path(out), started),
+        ),
     ))
     job = Job(
         name=s.name,
@@ -251,6 +264,9 @@ STRICT_EXTRA = "strict_outputs"
 """A job's ``extra`` key: the step fails when it writes outside its output (``strict_outputs=True``)."""
 _BEFORE = "outside_before"
 """Info key (dropped before the info is written): what was seen outside the output before the step ran."""
+
+_FENCE = "_fence"
+"""Info key (dropped before the info is written) holding the step's :class:`~marinbuild.store.fenced.StepFence`."""
 
 
 def _prepare_output(ctx: RunContext, node: StepNode) -> tuple[str | None, list[str]]:
@@ -413,6 +429,7 @@ def commit(
     """
     earlier: list[str] = info.pop(_EARLIER, None) or []
     before: Snapshot | None = info.pop(_BEFORE, None)
+    fence: StepFence | None = info.pop(_FENCE, None)
     if isinstance(outcome, RecordedOutcome):
         # Its markers were written beside the work by the step's holder; writing them again
         # could clobber a newer run. Only what was left to write with them remains.
@@ -435,7 +452,11 @@ def commit(
         if outside:
             beside[note_path(job.output_path)] = json.dumps({"outside": outside}, indent=1)
         beside.update(staged_log(storage, job.output_path, job.log_file, _LOG_WITH_INFO))
-        record(storage, job.output_path, info, outcome, owner=_owner(), beside=beside)
+        record(storage, job.output_path, info, outcome, owner=_owner(), beside=beside, fence=fence)
+    except CommitRefused as e:
+        # Another runner claimed the step after this one's lease check: its records stand, and
+        # this attempt is reported as one that lost its lease, never as the step's result.
+        raise LeaseLost(f"step {job.name} lost its lease before its commit ({e}); nothing more recorded") from e
     except (MarinbuildError, OSError) as e:
         error = f"could not record {'SUCCESS' if outcome.ok else 'the failure'} in {job.output_path}: {_storage_problem(e)}"
         _give_up_running(storage, job.output_path, info, error)

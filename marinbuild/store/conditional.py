@@ -88,6 +88,9 @@ class ConditionalStore(Protocol):
     def delete(self, path: str, expected: str) -> bool:
         """Delete the file only if its version is still ``expected``."""
 
+    def put(self, path: str, text: str) -> str:
+        """Write the file whatever is there (atomically with the other writes here); its new version."""
+
 
 def conditional_store(storage: Storage, deadline: float | None = None) -> ConditionalStore:
     """The conditional writes of the store holding ``storage``'s prefix.
@@ -122,6 +125,10 @@ class _Bounded:
     def delete(self, path: str, expected: str) -> bool:
         with bounded(self.deadline):
             return self.inner.delete(path, expected)
+
+    def put(self, path: str, text: str) -> str:
+        with bounded(self.deadline):
+            return self.inner.put(path, text)
 
 
 def content_version(text: str) -> str:
@@ -230,6 +237,21 @@ class LocalConditionalStore:
                 raise
         return content_version(text)
 
+    def put(self, path: str, text: str) -> str:
+        return call_with_retries(lambda: self._put(path, text), f"write {path}")
+
+    def _put(self, path: str, text: str) -> str:
+        # Under the lock a swap holds: a put cannot land between a swap's comparison and its rename.
+        os.makedirs(os.path.dirname(path), exist_ok=True)  # as a plain write makes the marker folder
+        with _path_locked(path):
+            tmp = self._temporary(path, text)
+            try:
+                os.rename(tmp, path)
+            except BaseException:
+                unlink_quietly(tmp)
+                raise
+        return content_version(text)
+
     def delete(self, path: str, expected: str) -> bool:
         return call_with_retries(lambda: self._delete(path, expected), f"delete {path}")
 
@@ -288,6 +310,14 @@ class SerializedConditionalStore:
             self.storage.call("pipe_file", self.storage._p(path), text.encode("utf-8"))
         return content_version(text)
 
+    def put(self, path: str, text: str) -> str:
+        def once() -> str:
+            with _serial:
+                self.storage.call("pipe_file", self.storage._p(path), text.encode("utf-8"))
+            return content_version(text)
+
+        return call_with_retries(once, f"write {path}")
+
     def delete(self, path: str, expected: str) -> bool:
         def once() -> bool:
             with _serial:
@@ -303,6 +333,16 @@ class SerializedConditionalStore:
 # -- Google Cloud Storage -----------------------------------------------------------------
 
 
+def _endpoint(fs: Any) -> str:
+    """The scheme and host gcsfs sends requests to (``fs.base`` is ``ENDPOINT/storage/v1/``)."""
+    return str(fs.base).rstrip("/").removesuffix("/storage/v1")
+
+
+_enforced: dict[tuple[str, str], bool] = {}
+"""Whether each (endpoint, bucket) honours preconditions, as its probe found."""
+_probing = threading.Lock()
+
+
 class GcsConditionalStore:
     """Generation preconditions, sent through gcsfs's request helper.
 
@@ -312,27 +352,29 @@ class GcsConditionalStore:
     metadata request returns the text and its generation together.
     """
 
-    def __init__(self, storage: FsspecStorage) -> None:
+    def __init__(self, storage: FsspecStorage, text_in_metadata: bool = True) -> None:
         self.storage = storage
         self.fs: Any = storage.fs
-        self._enforced: bool | None = None
-        self._probing = threading.Lock()
+        self.text_in_metadata = text_in_metadata
+        """Keep the text in the object's metadata too (leases); a step's records are too large for it."""
 
     @property
     def enforced(self) -> bool:
-        """Whether the server honours generation preconditions (asked once, with a probe object)."""
-        with self._probing:  # steps take their leases on several threads at once: one probe
-            return self._probe()
+        """Whether the server honours generation preconditions (asked once per endpoint and bucket, with a probe object)."""
+        where = (str(self.fs.base), self._split(self.storage.prefix + "/x")[0])
+        with _probing:  # steps take their leases on several threads at once: one probe
+            if where not in _enforced:
+                _enforced[where] = self._probe()
+            return _enforced[where]
 
     def _probe(self) -> bool:
-        if self._enforced is None:
-            probe = Storage.join(self.storage.prefix, ".marinbuild", f"precondition-probe-{os.urandom(6).hex()}")
-            first = self._post(probe, "0", "probe")
-            self._enforced = first is not None and self._post(probe, "0", "probe again") is None
-            bucket, key = self._split(probe)
-            with contextlib.suppress(FileNotFoundError):
-                self.storage.call("call", "DELETE", "b/{}/o/{}", bucket, key)
-        return self._enforced
+        probe = Storage.join(self.storage.prefix, ".marinbuild", f"precondition-probe-{os.urandom(6).hex()}")
+        first = self._post(probe, "0", "probe")
+        enforced = first is not None and self._post(probe, "0", "probe again") is None
+        bucket, key = self._split(probe)
+        with contextlib.suppress(FileNotFoundError):
+            self.storage.call("call", "DELETE", "b/{}/o/{}", bucket, key)
+        return enforced
 
     def _split(self, path: str) -> tuple[str, str]:
         bucket, key, _ = self.fs.split_path(self.storage._p(path))
@@ -369,9 +411,10 @@ class GcsConditionalStore:
         now = self._read(path)
         return now.version if now is not None and now.text == text else None
 
-    def _post(self, path: str, expected: str, text: str) -> str | None:
+    def _post(self, path: str, expected: str | None, text: str) -> str | None:
         bucket, key = self._split(path)
-        meta = json.dumps({"name": key, "metadata": {"lease": text}})
+        meta = json.dumps({"name": key, "metadata": {"lease": text}} if self.text_in_metadata else {"name": key})
+        precondition = {} if expected is None else {"ifGenerationMatch": expected}
         body = (
             f"--==0==\nContent-Type: application/json; charset=UTF-8\n\n{meta}\n"
             f"--==0==\nContent-Type: application/json\n\n"
@@ -380,9 +423,9 @@ class GcsConditionalStore:
             out = self.storage.call(
                 "call",
                 "POST",
-                f"{self.fs._location}/upload/storage/v1/b/{bucket}/o",
+                f"{_endpoint(self.fs)}/upload/storage/v1/b/{bucket}/o",
                 uploadType="multipart",
-                ifGenerationMatch=expected,
+                **precondition,
                 headers={"Content-Type": 'multipart/related; boundary="==0=="'},
                 data=body,
                 json_out=True,
@@ -398,6 +441,14 @@ class GcsConditionalStore:
 
     def swap(self, path: str, expected: str, text: str) -> str | None:
         return _settle(lambda: self._upload(path, expected, text), lambda: self._read(path), text, f"replace {path}")
+
+    def put(self, path: str, text: str) -> str:
+        def once() -> str:
+            version = self._post(path, None, text)
+            assert version is not None  # only a precondition refuses an upload
+            return version
+
+        return call_with_retries(once, f"write {path}")
 
     def delete(self, path: str, expected: str) -> bool:
         bucket, key = self._split(path)

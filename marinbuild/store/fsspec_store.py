@@ -5,9 +5,10 @@ rules keep a remote store fast and bounded:
 
 * **One retry loop.** gcsfs retries every request up to six times with waits of up to
   32 s on its own; under marinbuild's six attempts that nested into about three minutes
-  for one call, longer than a lease's fence time. A ``gs://`` prefix therefore gets a
-  gcsfs filesystem whose requests are made once (:func:`single_attempt`), and
-  :mod:`marinbuild.store.retry` is the only place that retries, with one backoff.
+  for one call, longer than a lease's fence time. A ``gs://`` prefix therefore gets the
+  filesystem gcsfs picks, with an HTTP session whose requests are made once
+  (:mod:`marinbuild.store.gcs_session`), and :mod:`marinbuild.store.retry` is the only
+  place that retries, with one backoff.
 * **Bounded when asked.** Inside :func:`marinbuild.store.retry.bounded` (every lease read
   and write) an asynchronous filesystem's call is cancelled at the deadline.
 * **Overlapped.** Reads, writes and deletes of many files go out together
@@ -24,63 +25,14 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from marinbuild.store.errors import UserError, missing_extra
+from marinbuild.store.gcs_session import is_single_attempt, single_attempt_session
 from marinbuild.store.retry import call_with_retries, is_transient, per_request, remaining, retrying
 from marinbuild.store.storage import Storage
 
 if TYPE_CHECKING:
     from marinbuild.store.conditional import ConditionalStore
 
-__all__ = ["FsspecStorage", "check_gcsfs_retries", "single_attempt"]
-
-_single_attempt_classes: dict[type, type] = {}
-_RETRIED = ("_request", "_get_file_request", "_get_file_concurrent")
-"""The gcsfs methods wrapped in its own retry loop (``gcsfs.retry.retry_request``)."""
-
-
-def check_gcsfs_retries(cls: type) -> None:
-    """Refuse, when a GCS store is opened, a gcsfs whose request retries are not what
-    :func:`single_attempt` removes: one line naming what changed, never a silent double retry.
-
-    marinbuild retries each store request itself, within the deadlines of :mod:`marinbuild.store.retry`;
-    gcsfs wraps these methods in a retry loop of its own, which would multiply every wait. Undoing
-    that reaches into gcsfs's private methods, so their shape is checked before use.
-    """
-    problems = [f"{cls.__name__}.{name}" for name in _RETRIED if not _retried_by_gcsfs(getattr(cls, name, None))]
-    if problems:
-        import gcsfs
-
-        raise UserError(
-            f"gcsfs {getattr(gcsfs, '__version__', '?')} no longer retries requests in the way marinbuild turns off "
-            f"({', '.join(problems)} not wrapped by gcsfs.retry.retry_request); install the gcsfs version of "
-            "marinbuild's gcs extra: pip install 'marinbuild[gcs]'"
-        )
-
-
-def _retried_by_gcsfs(method: object) -> bool:
-    """Whether ``method`` is a function wrapped (by the ``decorator`` package) in gcsfs's retry_request."""
-    if method is None or not callable(getattr(method, "__wrapped__", None)):
-        return False
-    for cell in getattr(method, "__closure__", None) or ():
-        try:
-            held = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        if getattr(held, "__name__", None) == "retry_request" and str(getattr(held, "__module__", "")).startswith("gcsfs"):
-            return True
-    return False
-
-
-def single_attempt(cls: type) -> type:
-    """A subclass of a gcsfs filesystem class whose requests are made once, never retried inside."""
-    if cls not in _single_attempt_classes:
-        undecorated = {
-            name: getattr(cls, name).__wrapped__
-            for name in ("_request", "_get_file_request", "_get_file_concurrent")
-            if hasattr(getattr(cls, name, None), "__wrapped__")
-        }
-        _single_attempt_classes[cls] = type(f"SingleAttempt{cls.__name__}", (cls,), undecorated)
-    return _single_attempt_classes[cls]
-
+__all__ = ["FsspecStorage", "gcs_opened", "open_filesystem"]
 
 class FsspecStorage(Storage):
     """A prefix reached through an fsspec filesystem."""
@@ -95,21 +47,7 @@ class FsspecStorage(Storage):
     @classmethod
     def open(cls, prefix: str) -> FsspecStorage:
         """The storage of a URL prefix; a missing package or unknown protocol is a :class:`UserError`."""
-        import fsspec
-
-        try:
-            fs, _ = fsspec.core.url_to_fs(prefix)
-        except ImportError as e:
-            cause = e.__cause__ if isinstance(e.__cause__, ImportError) else e  # fsspec rewords gcsfs's
-            raise missing_extra(cause, f"prefix {prefix!r}") or UserError(
-                f"prefix {prefix!r} needs a package that is not installed: {e}"
-            ) from None
-        except ValueError as e:  # "Protocol not known"
-            raise UserError(f"prefix {prefix!r}: {e}") from None
-        if _is_gcs(fs):
-            check_gcsfs_retries(type(fs))
-            fs = single_attempt(type(fs))(*fs.storage_args, **fs.storage_options)
-        return cls(prefix, fs)
+        return cls(prefix, open_filesystem(prefix, f"prefix {prefix!r}")[0])
 
     @property
     def is_local(self) -> bool:
@@ -332,6 +270,39 @@ class FsspecStorage(Storage):
         with self.fs.open(self._p(path), "wb") as out:  # one object appears when it closes
             while chunk := source.read(1 << 20):
                 out.write(chunk)
+
+
+_gcs_opened = False
+
+
+def gcs_opened() -> bool:
+    """Whether this process opened a ``gs://`` filesystem (gcsfs's default one speaks gRPC too)."""
+    return _gcs_opened
+
+
+def open_filesystem(url: str, what: str) -> tuple[Any, str]:
+    """The fsspec filesystem of ``url`` (the class fsspec picks), made to try each request once, and the path in it.
+
+    A missing package or an unknown protocol is a :class:`UserError` naming ``what``. For
+    ``gs://`` the filesystem is gcsfs's own choice (``ExtendedGcsFileSystem`` by default),
+    opened with its settings plus a single-attempt HTTP session.
+    """
+    import fsspec
+
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+    except ImportError as e:
+        cause = e.__cause__ if isinstance(e.__cause__, ImportError) else e  # fsspec rewords gcsfs's
+        raise missing_extra(cause, what) or UserError(f"{what} needs a package that is not installed: {e}") from None
+    except ValueError as e:  # "Protocol not known"
+        raise UserError(f"{what}: {e}") from None
+    if _is_gcs(fs):
+        global _gcs_opened
+        _gcs_opened = True
+    if _is_gcs(fs) and not is_single_attempt(fs.storage_options.get("session_kwargs")):
+        options = {**fs.storage_options, "session_kwargs": single_attempt_session(fs.storage_options.get("session_kwargs"))}
+        fs = type(fs)(*fs.storage_args, **options)
+    return fs, path
 
 
 def _rm_quietly(fs: Any, path: str) -> None:

@@ -50,14 +50,14 @@ import math
 import threading
 import urllib.parse
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import xxhash
 
 from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, StatusRecord, inputs_digest
 from marinbuild.store.retry_counts import valid_retries_code
-from marinbuild.store.storage import Storage
+from marinbuild.store.storage import Storage, overlapped
 
 __all__ = ["INDEX_DIR", "Entry", "StatusIndex", "entry_names", "forget", "index_of", "write_marker"]
 
@@ -220,12 +220,18 @@ class StatusIndex:
             if self._seen is not None:
                 self._seen[key] = [entry]
 
-    def write(self, marker: str, output: str, record: StatusRecord) -> None:
-        """Write a status marker and keep the summary true to it (see the module docstring)."""
+    def write(self, marker: str, output: str, record: StatusRecord,
+              put: Callable[[str, str], None] | None = None) -> None:
+        """Write a status marker and keep the summary true to it (see the module docstring).
+
+        ``put(path, text)`` writes the marker itself (a fenced write, see :mod:`marinbuild.store.fenced`);
+        when it raises, no summary entry of the new status is written.
+        """
         text = record.to_json()
         key = self.key(output)
+        put_marker = put or self.storage.write_atomic
         if key is None or not record.identity or not self.storage.keeps_summary:
-            self.storage.write_atomic(marker, text)
+            put_marker(marker, text)
             return
         known = self._known(key)
         stale = [self.path(e) for e in known or ()]
@@ -234,10 +240,14 @@ class StatusIndex:
             stale = [p for p in stale if p != self.path(entry)]
             if known is not None and all(e.status != SUCCESS for e in known):
                 # No SUCCESS entry to retire first: marker and entry go out together.
-                self.storage.write_many({marker: text, self.path(entry): ""}, remove=stale)
+                if put is None:
+                    self.storage.write_many({marker: text, self.path(entry): ""}, remove=stale)
+                else:
+                    overlapped(self.storage, lambda: put(marker, text),
+                               lambda: self.storage.write_many({self.path(entry): ""}, remove=stale))
             else:
                 self.storage.write_many({self.path(entry): ""}, remove=stale)
-                self.storage.write_atomic(marker, text)
+                put_marker(marker, text)
         else:
             if record.status == SUCCESS:
                 entry = Entry.success(key, record.identity, record.time, record.duration, record.drift,
@@ -246,7 +256,7 @@ class StatusIndex:
                 entry = Entry(key, record.identity, FAILED)
             running = self.path(Entry(key, record.identity, RUNNING))
             retire = sorted({running, *stale} - {self.path(entry)})
-            self.storage.write_atomic(marker, text)
+            put_marker(marker, text)
             if record.status == SUCCESS or known is not None:
                 # Any order of these is safe: a lone SUCCESS entry appears only with its marker
                 # written, and a SUCCESS entry this process does not know of cannot exist
@@ -271,9 +281,10 @@ def index_of(storage: Storage) -> StatusIndex:
         return index
 
 
-def write_marker(storage: Storage, marker: str, output: str, record: StatusRecord) -> None:
+def write_marker(storage: Storage, marker: str, output: str, record: StatusRecord,
+                 put: Callable[[str, str], None] | None = None) -> None:
     """Write a step's status marker together with its summary entry (what ``write_status`` calls)."""
-    index_of(storage).write(marker, output, record)
+    index_of(storage).write(marker, output, record, put)
 
 
 def forget(storage: Storage, outputs: Iterable[str]) -> int:

@@ -358,12 +358,17 @@ def read_status(storage: Storage, output: str, identity: str | None = None) -> S
     return read_statuses(storage, [output], {output: identity} if identity is not None else None).get(output)
 
 
-def write_status(storage: Storage, output: str, status: str, **fields: Any) -> StatusRecord:
-    """Write a status marker whole; ``fields`` are the other :class:`StatusRecord` fields."""
+def write_status(storage: Storage, output: str, status: str, put: Callable[[str, str], None] | None = None,
+                 **fields: Any) -> StatusRecord:
+    """Write a status marker whole; ``fields`` are the other :class:`StatusRecord` fields.
+
+    ``put(path, text)`` writes the marker file instead of a plain atomic write: a step's
+    claim and commit pass their fence's (:class:`marinbuild.store.fenced.StepFence`).
+    """
     record = StatusRecord(status=status, time=time.time(), **fields)
     from marinbuild.store.index import write_marker  # the status summary beside the markers
 
-    write_marker(storage, status_path(output), output, record)
+    write_marker(storage, status_path(output), output, record, put)
     return record
 
 

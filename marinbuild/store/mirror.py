@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import xxhash
 
 from marinbuild.store.errors import UserError
+from marinbuild.store.fsspec_store import open_filesystem
 from marinbuild.store.retry import call_with_retries
 from marinbuild.store.storage import Storage
 
@@ -91,9 +92,8 @@ def _mirror(m: MirrorRequest, storage: Storage, target: str) -> str:
     marker = target + ".mirrored.json"
     if storage.read_text(marker) is not None:
         return target
-    import fsspec
-
-    src_fs, src = fsspec.core.url_to_fs(m.source)
+    # The source's own filesystem, with each request made once: the retries below are the only ones.
+    src_fs, src = open_filesystem(m.source, f"mirrored({m.source!r})")
     files = call_with_retries(lambda: _listing(src_fs, src), f"list {m.source}")
     if files is None:
         raise MirrorError(f"mirrored({m.source!r}): no such file or directory")

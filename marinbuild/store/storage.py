@@ -20,6 +20,7 @@ import errno
 import itertools
 import os
 import posixpath
+import re
 import stat
 from collections.abc import Callable, Iterable, Mapping
 from typing import BinaryIO, Protocol, TypeVar, runtime_checkable
@@ -59,16 +60,49 @@ def resolve_prefix(prefix: str | None) -> str:
     raw = given = prefix or os.environ.get("MARIN_PREFIX") or DEFAULT_PREFIX
     if raw.startswith("file://"):
         raw = raw[len("file://") :]
+    check_url_shape(raw)
     if "://" in raw:
         scheme, _, rest = raw.partition("://")
         if not rest.strip("/"):
             raise UserError(f"prefix {raw!r} names no bucket or folder (e.g. {scheme}://bucket/experiments)")
+        if scheme in _BUCKET_SCHEMES and not rest.split("/", 1)[0]:
+            raise UserError(f"prefix {raw!r} names no bucket (e.g. {scheme}://bucket{rest.rstrip('/')})")
         return raw.rstrip("/")
     path = os.path.abspath(os.path.expanduser(raw))
     if os.path.dirname(path) == path or os.path.realpath(path) == "/":
         raise UserError(f"prefix {given!r} is a filesystem root; give a folder for the outputs (e.g. /data/experiments)")
     check_local_prefix(path, given, writable=False)  # whoever writes checks that it can
     return path
+
+
+_URL_SCHEMES = frozenset({"gs", "gcs", "s3", "s3a", "az", "abfs", "abfss", "adl", "hdfs", "http", "https", "memory",
+                          "ftp", "sftp", "ssh", "oci", "r2"})
+"""Schemes a prefix that is a URL starts with: ``gs:/b`` is a mistyped URL, never a local folder named ``gs:``."""
+
+_BUCKET_SCHEMES = frozenset({"gs", "s3", "s3a", "az", "abfs", "abfss"})
+
+
+def check_url_shape(raw: str) -> None:
+    """Refuse, in one line naming the fix, a prefix that is a URL typed wrong.
+
+    ``gs:/b/x`` or ``gs:b/x`` (slashes missing) would otherwise be a local folder named
+    ``gs:``, filled without a word; ``gcs://`` is gcsfs's other name for ``gs://``, refused
+    so that one bucket has one name in every marker, lease and summary entry.
+
+    >>> check_url_shape("gs://bucket/x")
+    >>> try:
+    ...     check_url_shape("gs:/bucket/x")
+    ... except UserError as e:
+    ...     print(e)
+    prefix 'gs:/bucket/x' is not a URL (one slash missing?): write gs://bucket/x
+    """
+    match = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):(?!//)(.*)", raw, re.DOTALL)
+    if match is not None and match.group(1).lower() in _URL_SCHEMES:
+        scheme, rest = match.group(1).lower(), match.group(2).lstrip("/")
+        slashes = "one slash" if match.group(2).startswith("/") else "two slashes"
+        raise UserError(f"prefix {raw!r} is not a URL ({slashes} missing?): write {scheme}://{rest or 'bucket/experiments'}")
+    if raw.lower().startswith("gcs://"):
+        raise UserError(f"prefix {raw!r}: marinbuild names GCS prefixes gs://; write gs://{raw[len('gcs://'):]}")
 
 
 def check_local_prefix(path: str, given: str | None = None, create: bool = False, writable: bool = True) -> None:

@@ -14,7 +14,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 from marinbuild.errors import StorageError, UserError
 from marinbuild.store.conditional import SerializedConditionalStore
-from marinbuild.store.fsspec_store import FsspecStorage, _glob_literal, _is_gcs, single_attempt
+from marinbuild.store.fsspec_store import FsspecStorage, _glob_literal, _is_gcs, open_filesystem
 from marinbuild.store.retry import RetryPolicy
 
 
@@ -102,28 +102,6 @@ def test_makedirs_creates_nothing_on_an_object_store() -> None:
     assert s.list_names(prefix) == []
 
 
-def test_single_attempt_unwraps_retried_methods() -> None:
-    def retried(fn):  # type: ignore[no-untyped-def]
-        def wrapper(*a, **k):  # type: ignore[no-untyped-def]
-            return ("retried", fn(*a, **k))
-
-        wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
-        return wrapper
-
-    class Client:
-        @retried
-        def _request(self) -> str:
-            return "once"
-
-        def other(self) -> str:
-            return "plain"
-
-    single = single_attempt(Client)
-    assert single is single_attempt(Client)  # made once per class
-    assert single()._request() == "once" and Client()._request() == ("retried", "once")
-    assert single().other() == "plain"
-
-
 def test_is_gcs_by_protocol() -> None:
     class P:
         def __init__(self, protocol: object) -> None:
@@ -148,27 +126,20 @@ def test_glob_literal_puts_each_special_character_in_a_class() -> None:
     assert _glob_literal("a*b?c[d{e\\f") == "a[*]b[?]c[[]d[{]e[\\]f"
 
 
-def test_the_installed_gcsfs_retries_as_single_attempt_undoes() -> None:
-    from gcsfs.core import GCSFileSystem
+def test_a_gs_url_opens_the_class_gcsfs_picks_with_a_single_attempt_session() -> None:
+    import gcsfs
 
-    from marinbuild.store.fsspec_store import check_gcsfs_retries
+    from marinbuild.store.gcs_session import is_single_attempt
 
-    check_gcsfs_retries(GCSFileSystem)  # the gcsfs of the gcs extra: nothing to refuse
-    single = single_attempt(GCSFileSystem)
-    assert single._request is GCSFileSystem._request.__wrapped__  # type: ignore[attr-defined]
+    fs, path = open_filesystem("gs://some-bucket/some/path", "prefix")
+    assert type(fs) is gcsfs.GCSFileSystem  # no subclass of marinbuild's: gcsfs's own choice
+    assert path == "some-bucket/some/path"
+    assert is_single_attempt(fs.session_kwargs)
+    assert open_filesystem("gs://some-bucket/other", "prefix")[0] is fs  # one instance, as fsspec caches it
 
 
-def test_a_gcsfs_that_changed_its_retries_is_refused_in_one_line() -> None:
-    from gcsfs.core import GCSFileSystem
-
+def test_an_unknown_protocol_is_one_line() -> None:
     from marinbuild.errors import UserError
-    from marinbuild.store.fsspec_store import check_gcsfs_retries
 
-    class Changed(GCSFileSystem):  # type: ignore[misc]
-        async def _request(self, *args, **kwargs):  # type: ignore[no-untyped-def]  # retried some other way now
-            return None
-
-    with pytest.raises(UserError) as refused:
-        check_gcsfs_retries(Changed)
-    assert "Changed._request" in str(refused.value) and "\n" not in str(refused.value)
-    assert "_get_file_request" not in str(refused.value)  # only what changed is named
+    with pytest.raises(UserError, match=r"^mirrored"):
+        open_filesystem("nosuchproto://x/y", "mirrored('nosuchproto://x/y')")
