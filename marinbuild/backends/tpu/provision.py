@@ -347,6 +347,7 @@ class SliceProvider:
                     raise
                 gone = ()  # the API is busy, not the slice gone: the gang finds out if it is
             if not gone:
+                self.started = None  # no wait for hosts: the next one's provision_timeout starts afresh
                 return self.current
             self.discard("lost" if self.unwell else "preempted")
         spec = QueuedResourceSpec(
