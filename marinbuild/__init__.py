@@ -17,9 +17,14 @@ from typing import TYPE_CHECKING, Any
 # submodule's import, the command line's included: kept empty, it lets the command line catch a
 # Ctrl-C while its modules load (see __main__.py) and lets `import marinbuild.steps` cost only that.
 _HOMES = {
+    "clean": "marinbuild.api",
     "main": "marinbuild.api",
     "plan": "marinbuild.api",
     "run": "marinbuild.api",
+    "status": "marinbuild.api",
+    "CleanResult": "marinbuild.cleanup",
+    "StatusReport": "marinbuild.report.status",
+    "StepStatus": "marinbuild.report.status",
     "MarinbuildError": "marinbuild.errors",
     "UserError": "marinbuild.errors",
     "RunSummary": "marinbuild.execution.session",
@@ -49,10 +54,12 @@ _HOMES = {
 }
 
 if TYPE_CHECKING:
-    from marinbuild.api import main, plan, run
+    from marinbuild.api import clean, main, plan, run, status
+    from marinbuild.cleanup import CleanResult
     from marinbuild.errors import MarinbuildError, UserError
     from marinbuild.execution.session import RunSummary, StepOutcome, StepResult
     from marinbuild.planner import Plan
+    from marinbuild.report.status import StatusReport, StepStatus
     from marinbuild.resources import (
         ZERO,
         Cores,
@@ -73,6 +80,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ZERO",
+    "CleanResult",
     "Cores",
     "CpuConfig",
     "Custom",
@@ -85,18 +93,22 @@ __all__ = [
     "ResourceConfig",
     "RunSummary",
     "Slices",
+    "StatusReport",
     "Step",
     "StepOutcome",
     "StepResult",
+    "StepStatus",
     "Token",
     "TpuConfig",
     "UserError",
     "WTime",
+    "clean",
     "main",
     "mirrored",
     "output_path_of",
     "plan",
     "run",
+    "status",
     "step",
     "this_output_path",
     "tpu_topology",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from marinbuild.execution.invocation import RunParameters, RunVoice, invoke
 from marinbuild.execution.reporting import JsonReporter, NullReporter, PlainReporter, Reporter, json_step_lines
@@ -26,7 +27,11 @@ from marinbuild.execution.session import Machine, RunSummary, load, plan_run
 from marinbuild.planner import Plan
 from marinbuild.steps import Step, declaring
 
-__all__ = ["main", "plan", "run"]
+if TYPE_CHECKING:
+    from marinbuild.cleanup import CleanResult
+    from marinbuild.report.status import StatusReport
+
+__all__ = ["clean", "main", "plan", "run", "status"]
 
 
 def _targets(targets: str | Sequence[str] | None) -> list[str]:
@@ -65,6 +70,68 @@ def plan(
     machine = Machine(cores=cores, mem=mem, resources=tuple(resources), tokens=tuple(tokens))
     planned = plan_run(project, _targets(targets), force=force, force_all=force_all, machine=machine, cluster=cluster)
     return planned.plan
+
+
+def status(
+    targets: str | Sequence[str] | None = None,
+    *,
+    file: str = "Marinfile.py",
+    steps: Sequence[Step] | None = None,
+    prefix: str | None = None,
+) -> StatusReport:
+    """Each step's stored status, as ``marinbuild status`` prints it; reads the store, writes nothing.
+
+    ``targets`` are step names, globs or output paths (none: every step); the report has a row
+    per target and per step it needs, in graph order (see
+    :class:`~marinbuild.report.status.StepStatus`; ``to_json()`` is what ``status --json`` prints).
+
+    >>> import marinbuild, tempfile
+    >>> s = marinbuild.step("hello", cmd="echo hi > {output}/hi.txt")
+    >>> [(r.name, r.status) for r in marinbuild.status(steps=[s], prefix=tempfile.mkdtemp()).rows]
+    [('hello', 'NONE')]
+    """
+    from marinbuild.project import step_targets
+    from marinbuild.report.status import status_rows
+
+    project = load(file, steps, prefix)
+    return status_rows(project, step_targets(project, _targets(targets)))
+
+
+def clean(
+    targets: str | Sequence[str] | None = None,
+    *,
+    file: str = "Marinfile.py",
+    steps: Sequence[Step] | None = None,
+    prefix: str | None = None,
+    orphans: bool = False,
+    any_orphans: bool = False,
+    force: bool = False,
+    outside_prefix: bool = False,
+    dry: bool = False,
+) -> CleanResult:
+    """Remove the targets' current outputs, or (``orphans``) outputs of old identities, without asking.
+
+    Like ``marinbuild clean --yes``, with its options as keywords of the same name: running
+    steps' outputs are left alone unless ``force``; ``dry`` removes nothing and returns the
+    outputs it would remove in ``would_remove``. What was left alone is in ``skipped``, with why.
+
+    >>> import marinbuild, tempfile
+    >>> s = marinbuild.step("hello", cmd="echo hi > {output}/hi.txt")
+    >>> prefix = tempfile.mkdtemp()
+    >>> _ = marinbuild.run(steps=[s], prefix=prefix, quiet=True)
+    >>> len(marinbuild.clean(steps=[s], prefix=prefix, dry=True).would_remove)
+    1
+    """
+    from marinbuild.cleanup import clean_project
+    from marinbuild.project import step_targets
+
+    if not dry:
+        from marinbuild.store.storage import check_writable_prefix
+
+        check_writable_prefix(prefix)  # a read-only prefix: one line, before anything is read
+    project = load(file, steps, prefix)
+    return clean_project(project, step_targets(project, _targets(targets)), orphans=orphans, any_orphans=any_orphans,
+                         force=force, outside_prefix=outside_prefix, dry=dry)
 
 
 def run(

@@ -105,19 +105,17 @@ def plan_command(
     elif dag is DagFormat.mermaid:
         sys.stdout.write(dag_text.to_mermaid(the_plan))
     elif as_json:
+        from marinbuild.plan_review import plan_rows
+
         rows = [
             {
-                "name": n,
-                "identity": the_plan.node(n).identity,
-                "output_path": the_plan.node(n).output_path,
-                "action": the_plan.decisions[n].action.value,
-                "reason": the_plan.decisions[n].reason,
-                "dependencies": list(the_plan.node(n).deps),
-                "resources": describe_request(requests[n]),
-                "environment": environments[n].to_json() if n in environments else None,
-                "estimate": _estimate_json(estimates, n),
+                **row.to_json(),
+                "dependencies": list(the_plan.node(row.name).deps),
+                "resources": describe_request(requests[row.name]),
+                "environment": environments[row.name].to_json() if row.name in environments else None,
+                "estimate": _estimate_json(estimates, row.name),
             }
-            for n in the_plan.order
+            for row in plan_rows(the_plan)
         ]
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
     else:

@@ -1,4 +1,4 @@
-"""Unit tests of marinbuild.clean: what ``clean`` removes, and what it leaves alone and why."""
+"""Unit tests of marinbuild.removal: what ``clean`` removes, and what it leaves alone and why."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild.clean import (
+from marinbuild.removal import (
     check_prefix,
     containment_problem,
     find_orphans,
