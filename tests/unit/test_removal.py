@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from marinbuild.errors import UserError
+from marinbuild.graph import StepGraph, build_graph
 from marinbuild.removal import (
     check_prefix,
     containment_problem,
@@ -18,8 +20,6 @@ from marinbuild.removal import (
     plan_clean,
     remove_output,
 )
-from marinbuild.errors import UserError
-from marinbuild.graph import StepGraph, build_graph
 from marinbuild.steps import step, versioned
 from marinbuild.store.lease import LeaseRecord, Owner, lease_path
 from marinbuild.store.markers import SUCCESS, info_path, info_text, write_status
