@@ -37,7 +37,7 @@ from marinbuild.backends.tpu.provision import (
 )
 from marinbuild.backends.tpu.provision_plan import is_created_slice
 from marinbuild.backends.tpu.readiness import Probe
-from marinbuild.backends.tpu.retry_loop import TpuAttempt, TpuStep, cut_short
+from marinbuild.backends.tpu.attempts import TpuAttempt, TpuStep, cut_short
 from marinbuild.backends.tpu.ssh import resolve_target
 from marinbuild.backends.tpu.tpu_api import TpuApi, TpuApiError
 from marinbuild.store.provisioning_note import write_provisioning_note

@@ -14,7 +14,7 @@ from marinbuild.backends.base import Cause, Job, Outcome
 from marinbuild.backends.retrying import RetryBudgets, Retrying
 from marinbuild.backends.tpu.cluster import parse_cluster
 from marinbuild.backends.tpu.gang import HostOutcome
-from marinbuild.backends.tpu.retry_loop import (
+from marinbuild.backends.tpu.attempts import (
     AttemptCancel,
     ProvisioningFailed,
     TpuAttempt,
