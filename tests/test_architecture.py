@@ -373,3 +373,33 @@ class K:
     # 1 + if + (and, or) + two comprehension ifs + for + except; the nested function's `if` is its own
     assert _complexity(method) == 8 and _complexity(inner) == 2
     assert method.end_lineno - method.body[0].lineno + 1 == 11
+
+
+ARCHITECTURE_DOC = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def _documented_modules() -> set[str]:
+    """The modules the file list of docs/architecture.md names, as paths under marinbuild/.
+
+    Each row is a folder (``facade`` and ``core`` are the top level) and its modules in
+    backquotes; what stands in parentheses is a note, not a module.
+    """
+    text = ARCHITECTURE_DOC.read_text()
+    section = text.split("## The file list", 1)[1].split("\n## ", 1)[0]
+    named: set[str] = set()
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 2 or cells[0] in ("folder", "---") or not line.startswith("|"):
+            continue
+        folder = "" if cells[0] in ("facade", "core") else cells[0].rstrip("/") + "/"
+        without_notes = re.sub(r"\([^()]*\)", "", cells[1])
+        named.update(f"{folder}{name}.py" for name in re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", without_notes))
+    return named
+
+
+def test_the_architecture_docs_file_list_names_every_module_and_no_other():
+    present = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+               if p.name != "__init__.py" or p.parent == PACKAGE}
+    documented = _documented_modules()
+    assert sorted(present - documented) == [], "modules missing from docs/architecture.md's file list"
+    assert sorted(documented - present) == [], "docs/architecture.md's file list names modules that do not exist"
