@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild.backends.tpu.cluster import load_cluster
 from marinbuild.backends.tpu.attempts import TpuJob, run_tpu_step
+from marinbuild.backends.tpu.cluster import load_cluster
 from marinbuild.backends.tpu.workdir_sync import list_project_files, pack_workdir
 from tests.fixtures_ssh import FakeFleet, live_processes_matching, pids_with_env, run_job, wait_for
 

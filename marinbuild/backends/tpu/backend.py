@@ -21,9 +21,9 @@ from typing import Any
 
 from marinbuild.backends.base import Job, Outcome
 from marinbuild.backends.environments import DECLARED_ENV_EXTRA, remote_prefix, spec_of
+from marinbuild.backends.tpu.attempts import TpuAttempts, TpuJob, TpuStep
 from marinbuild.backends.tpu.cluster import Cluster, SshSettings
 from marinbuild.backends.tpu.on_demand import CreatedSlices, uses_created_slices
-from marinbuild.backends.tpu.attempts import TpuAttempts, TpuJob, TpuStep
 from marinbuild.backends.tpu.workdir_sync import PackedWorkdir, pack_workdir
 from marinbuild.store.step_logs import append_note
 
