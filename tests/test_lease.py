@@ -31,16 +31,9 @@ from marinbuild.store.lease import (
 )
 from marinbuild.store.markers import SUCCESS, StatusRecord, write_status
 from marinbuild.store.storage import Storage
+from tests.fakes import FakeClock
 
 SETTINGS = LeaseSettings(heartbeat=10, expiry=60, poll=5)
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def elsewhere(nonce: str = "n-elsewhere") -> Owner:

@@ -7,7 +7,6 @@ a scheduler that serialised them would fail the test instead of slowing it down.
 
 from __future__ import annotations
 
-import inspect
 import threading
 import time
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from marinbuild import step
-from marinbuild.backends.base import Grant, Job, Outcome
+from marinbuild.backends.base import Grant
 from marinbuild.execution.reporting import NullReporter
 from marinbuild.execution.scheduler import RunOptions, Scheduler
 from marinbuild.execution.step_records import RunContext
@@ -25,6 +24,7 @@ from marinbuild.graph import StepNode, build_graph
 from marinbuild.planner import make_plan, select
 from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, read_statuses
 from marinbuild.store.storage import Storage
+from tests.fakes import FunctionBackend
 
 WAIT = 10.0  # seconds a barrier or event may wait before the test calls it broken
 
@@ -52,45 +52,6 @@ class Recorder:
     def before(self, a: str, b: str) -> bool:
         """``a`` ended before ``b`` started."""
         return self.times[a][1] <= self.times[b][0]
-
-
-class _Handle:
-    def __init__(self, cancelled: threading.Event) -> None:
-        self.cancelled = cancelled
-
-    def cancel(self, reason: str) -> None:
-        self.cancelled.set()
-
-
-class FunctionBackend:
-    """Runs ``job.fn(job.config)`` on a thread; a step function may take ``cancelled=`` too."""
-
-    def __init__(self, refuse: frozenset[str] = frozenset()) -> None:
-        self.refuse = refuse
-        self.started: list[str] = []
-
-    def start(self, job: Job, on_done: Callable[[Outcome], None]) -> _Handle:
-        if job.name in self.refuse:
-            raise RuntimeError(f"no worker will take {job.name}")
-        self.started.append(job.name)
-        cancelled = threading.Event()
-
-        def body() -> None:
-            t0 = time.time()
-            try:
-                assert job.fn is not None
-                if "cancelled" in inspect.signature(job.fn).parameters:
-                    job.fn(job.config, cancelled=cancelled)
-                else:
-                    job.fn(job.config)
-            except Exception as e:
-                on_done(Outcome(False, t0, time.time(), error=f"{type(e).__name__}: {e}", cancelled=cancelled.is_set()))
-                return
-            on_done(Outcome(not cancelled.is_set(), t0, time.time(), cancelled=cancelled.is_set(),
-                            error="cancelled" if cancelled.is_set() else None))
-
-        threading.Thread(target=body, daemon=True).start()
-        return _Handle(cancelled)
 
 
 def recorded(rec: Recorder, name: str, then: Callable[[], None] | None = None) -> Callable[[Any], None]:

@@ -22,40 +22,11 @@ from marinbuild.graph import StepGraph, StepNode, build_graph
 from marinbuild.planner import make_plan
 from marinbuild.steps import Step, step
 from marinbuild.store.markers import FAILED, SUCCESS, read_status
+from tests.fakes import ThreadBackend
 
 
 def _noop(cfg: Any) -> None:
     pass
-
-
-class ThreadBackend:
-    """Ends every job at once: failed when its config says ``{"fail": True}``."""
-
-    def __init__(self) -> None:
-        self.started: list[str] = []
-        self.lock = threading.Lock()
-        self.most = 0
-        self.now = 0
-
-    def start(self, job: Job, on_done: Callable[[Outcome], None]) -> Any:
-        with self.lock:
-            self.started.append(job.name)
-            self.now += 1
-            self.most = max(self.most, self.now)
-
-        def body() -> None:
-            t = time.time()
-            time.sleep(0.01)  # long enough for a second start to overlap if the gates allow it
-            with self.lock:
-                self.now -= 1
-            fail = isinstance(job.config, dict) and job.config.get("fail")
-            on_done(Outcome(not fail, t, time.time(), error="failed on purpose" if fail else None))
-
-        threading.Thread(target=body, daemon=True).start()
-        return self
-
-    def cancel(self, reason: str) -> None:
-        pass
 
 
 def _run(steps: list[Step], tmp_path: Path, backend: ThreadBackend, **kw: Any) -> tuple[Summary, StepGraph]:

@@ -34,23 +34,16 @@ from marinbuild.store.lease import (
     waiting_reason,
 )
 from marinbuild.store.storage import Storage
+from tests.fakes import FakeClock
 
 SETTINGS = LeaseSettings(heartbeat=1.0, expiry=10.0, poll=0.5)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _owner(nonce: str, pid: int = 1234, host: str = "elsewhere") -> Owner:
     return Owner(host=host, pid=pid, started="1", nonce=nonce, machine="")
 
 
-def _lease(path: Path, me: Owner, clock: Clock, alive=lambda o: None) -> Lease:  # type: ignore[no-untyped-def]
+def _lease(path: Path, me: Owner, clock: FakeClock, alive=lambda o: None) -> Lease:  # type: ignore[no-untyped-def]
     return Lease(LocalConditionalStore(), str(path), me, SETTINGS, clock=clock, wall=lambda: 1.7e9, alive=alive)
 
 
@@ -158,7 +151,7 @@ def test_waiting_reason_says_when_takeover_comes() -> None:
 
 
 def test_acquire_renew_verify_release(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     lease = _lease(tmp_path / "lease", _owner("me"), clock)
     attempt = lease.try_acquire()
     assert attempt.acquired and attempt.why == "acquired"
@@ -172,7 +165,7 @@ def test_acquire_renew_verify_release(tmp_path: Path) -> None:
 
 
 def test_a_held_lease_makes_others_wait_until_it_expires_unrenewed(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     holder = _lease(tmp_path / "lease", _owner("a"), clock)
     waiter = _lease(tmp_path / "lease", _owner("b"), clock)
     assert holder.try_acquire().acquired
@@ -192,7 +185,7 @@ def test_a_held_lease_makes_others_wait_until_it_expires_unrenewed(tmp_path: Pat
 
 
 def test_an_orphaned_lease_is_taken_over_at_once(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     assert _lease(tmp_path / "lease", _owner("dead"), clock).try_acquire().acquired
     waiter = _lease(tmp_path / "lease", _owner("b"), clock, alive=lambda o: False)
     attempt = waiter.try_acquire()
@@ -200,7 +193,7 @@ def test_an_orphaned_lease_is_taken_over_at_once(tmp_path: Path) -> None:
 
 
 def test_survivors_of_the_previous_holder_block_the_takeover(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     assert _lease(tmp_path / "lease", _owner("dead"), clock).try_acquire().acquired
     waiter = Lease(LocalConditionalStore(), str(tmp_path / "lease"), _owner("b"), SETTINGS, clock=clock,
                    alive=lambda o: False, clear_previous=lambda r: "2 processes survived")
@@ -209,7 +202,7 @@ def test_survivors_of_the_previous_holder_block_the_takeover(tmp_path: Path) -> 
 
 
 def test_a_lease_naming_this_runner_is_adopted(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     me = _owner("me")
     assert _lease(tmp_path / "lease", me, clock).try_acquire().acquired
     again = _lease(tmp_path / "lease", me, clock).try_acquire()
@@ -217,7 +210,7 @@ def test_a_lease_naming_this_runner_is_adopted(tmp_path: Path) -> None:
 
 
 def test_fenced_after_failed_renewals(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     lease = _lease(tmp_path / "lease", _owner("me"), clock)
     lease.try_acquire()
     assert not lease.fenced()
@@ -226,7 +219,7 @@ def test_fenced_after_failed_renewals(tmp_path: Path) -> None:
 
 
 def test_release_leaves_another_runners_lease_alone(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     mine = _lease(tmp_path / "lease", _owner("me"), clock)
     mine.try_acquire()
     (tmp_path / "lease").write_text(LeaseRecord(_owner("other"), 1.0, 1.0).to_json())
