@@ -38,7 +38,7 @@ LONGEST_FIRST = (
     "tests/test_storage_layer.py::test_lease_io_ends_at_its_deadline",
     "tests/test_never_twice.py::",
     "tests/test_concurrency.py::",
-    "tests/test_markers.py::",
+    "tests/unit/store/test_markers.py::",
 )
 """Node-id prefixes of the tests that take longest, started before the rest (in this order)."""
 
