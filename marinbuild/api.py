@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from marinbuild.backends.retrying import RetryBudgets
 from marinbuild.execution.invocation import RunParameters, RunVoice, invoke
 from marinbuild.execution.reporting import JsonReporter, NullReporter, PlainReporter, Reporter, json_step_lines
 from marinbuild.execution.session import Machine, RunSummary, load, plan_run
@@ -159,9 +160,9 @@ def run(
     fresh_output: bool = False,
     keep_output: bool = False,
     cluster: str | None = None,
-    max_retries_preemption: int = 100,
-    max_retries_failure: int = 0,
-    max_retries_hang: int = 2,
+    max_retries_preemption: int = RetryBudgets.preemption,
+    max_retries_failure: int = RetryBudgets.failure,
+    max_retries_hang: int = RetryBudgets.hang,
     no_sync: bool = False,
     allow_cross_region: bool = False,
     plan: str | None = None,

@@ -403,3 +403,64 @@ def test_the_architecture_docs_file_list_names_every_module_and_no_other():
     documented = _documented_modules()
     assert sorted(present - documented) == [], "modules missing from docs/architecture.md's file list"
     assert sorted(documented - present) == [], "docs/architecture.md's file list names modules that do not exist"
+
+
+DEFAULTS_STILL_COPIED = {
+    # Run options whose default is still written as a number outside its one home (the retry
+    # budgets' in backends/retrying.py:RetryBudgets, the lease's in store/lease.py); only shrinks.
+    "execution/session.py:RunSettings.max_retries_preemption",
+    "execution/session.py:RunSettings.max_retries_failure",
+    "execution/session.py:RunSettings.max_retries_hang",
+    "backends/tpu/attempts.py:TpuJob.max_retries_preemption",
+    "backends/tpu/attempts.py:TpuJob.max_retries_failure",
+    "backends/tpu/attempts.py:TpuJob.max_retries_hang",
+}
+
+
+def _run_options() -> set[str]:
+    """The fields of ``RunParameters``: every option of ``marinbuild run`` and ``marinbuild.run``."""
+    tree = ast.parse((PACKAGE / "execution" / "invocation.py").read_text())
+    (params,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "RunParameters"]
+    return {s.target.id for s in params.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+
+
+def _number_defaults() -> dict[str, str]:
+    """Every parameter or dataclass field whose default is a number written out, as ``where:owner.name`` -> name."""
+    found: dict[str, str] = {}
+
+    def number(node: ast.AST | None) -> bool:
+        return isinstance(node, ast.Constant) and type(node.value) in (int, float)
+
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), where)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = node.args
+                positional = args.posonlyargs + args.args
+                pairs = [*zip(positional[len(positional) - len(args.defaults):], args.defaults),
+                         *zip(args.kwonlyargs, args.kw_defaults)]
+                found.update({f"{where}:{node.name}.{a.arg}": a.arg for a, d in pairs if number(d)})
+            elif isinstance(node, ast.ClassDef):
+                found.update({f"{where}:{node.name}.{s.target.id}": s.target.id for s in node.body
+                              if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and number(s.value)})
+    return found
+
+
+def test_each_run_options_default_is_written_once():
+    """The command line, ``marinbuild.run`` and ``RunParameters`` read a number default from its home
+    (``RetryBudgets.failure``, ``DEFAULT_HEARTBEAT``), never write it again."""
+    options = _run_options()
+    assert {"max_retries_failure", "lease_heartbeat", "jobs"} <= options
+    copies = {where for where, name in _number_defaults().items() if name in options}
+    assert sorted(copies - DEFAULTS_STILL_COPIED) == []
+    assert sorted(DEFAULTS_STILL_COPIED - copies) == [], "no longer copied: strike it out of DEFAULTS_STILL_COPIED"
+
+
+def test_no_help_text_writes_a_default_out():
+    """A help text prints the default it describes from where the default lives (an f-string), not a copy."""
+    written = []
+    for path in sorted((PACKAGE / "cli").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.search(r"default: \d", node.value):
+                written.append(f"cli/{path.name}:{node.lineno}: {node.value[:60]!r}")
+    assert written == []
