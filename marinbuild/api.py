@@ -194,9 +194,16 @@ def run(
     >>> summary.ok, summary.steps["hello"].outcome.value
     (True, 'ran')
     """
-    keywords = dict(locals())
-    del keywords["steps"], keywords["reporter"]
-    params = RunParameters.of(**keywords)
+    params = RunParameters.of(
+        targets=targets, file=file, prefix=prefix, jobs=jobs, keep_going=keep_going, force=force,
+        force_all=force_all, dry=dry, print_output=print_output, json=json, cores=cores, mem=mem,
+        resources=resources, token=token, walltime=walltime, backend=backend, ray_address=ray_address,
+        lease_heartbeat=lease_heartbeat, lease_expiry=lease_expiry, fresh_output=fresh_output,
+        keep_output=keep_output, cluster=cluster, max_retries_preemption=max_retries_preemption,
+        max_retries_failure=max_retries_failure, max_retries_hang=max_retries_hang, no_sync=no_sync,
+        allow_cross_region=allow_cross_region, plan=plan, print_commands=print_commands, wide=wide,
+        strict_outputs=strict_outputs, list=list, quiet=quiet, verbose=verbose,
+    )
     return invoke(params, _voice(params, reporter), steps)
 
 
