@@ -464,3 +464,26 @@ def test_no_help_text_writes_a_default_out():
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.search(r"default: \d", node.value):
                 written.append(f"cli/{path.name}:{node.lineno}: {node.value[:60]!r}")
     assert written == []
+
+
+SIGNAL_OWNERS = {
+    "__main__.py", "cli/app.py", "cli/ctrl_c.py", "cli/exits.py",  # the command line's start-up and exit
+    "cli/run.py", "execution/scheduler.py", "backends/held_signals.py",  # a run's handlers and its safe points
+    "backends/local/backend.py",  # a step's forked child resets the handlers it inherited
+    "backends/slurm/node.py",  # the program inside a Slurm job, a process of its own
+}
+"""The modules that own signals: only they catch ``KeyboardInterrupt`` or call ``signal.signal``."""
+SIGNALS_ELSEWHERE = {"backends/tpu/provision.py"}
+"""Modules that still name ``KeyboardInterrupt`` outside the owners; the set only shrinks."""
+
+
+def test_only_the_modules_that_own_signals_handle_them():
+    handling = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), where)):
+            if (isinstance(node, ast.Name) and node.id == "KeyboardInterrupt") or (
+                    isinstance(node, ast.Call) and ast.unparse(node.func) == "signal.signal"):
+                handling.add(where)
+    assert sorted(handling - SIGNAL_OWNERS - SIGNALS_ELSEWHERE) == []
+    assert sorted(SIGNALS_ELSEWHERE - handling) == [], "no longer handles signals: strike it out of SIGNALS_ELSEWHERE"
