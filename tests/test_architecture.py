@@ -437,8 +437,8 @@ def _number_defaults() -> dict[str, str]:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 args = node.args
                 positional = args.posonlyargs + args.args
-                pairs = [*zip(positional[len(positional) - len(args.defaults):], args.defaults),
-                         *zip(args.kwonlyargs, args.kw_defaults)]
+                pairs = [*zip(positional[len(positional) - len(args.defaults):], args.defaults, strict=True),
+                         *zip(args.kwonlyargs, args.kw_defaults, strict=True)]
                 found.update({f"{where}:{node.name}.{a.arg}": a.arg for a, d in pairs if number(d)})
             elif isinstance(node, ast.ClassDef):
                 found.update({f"{where}:{node.name}.{s.target.id}": s.target.id for s in node.body

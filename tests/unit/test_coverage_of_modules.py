@@ -69,7 +69,7 @@ def test_every_unit_test_folder_is_a_package() -> None:
 NAMED_AFTER_A_MODULE = {
     # Scenario suites in tests/ still named after a module, to be merged into the module's unit
     # file or named for the behaviour they test; the list only shrinks.
-    "test_cluster.py", "test_logs.py", "test_plan.py", "test_report.py", "test_run.py", "test_show.py",
+    "test_logs.py", "test_run.py",
     "test_slurm.py",
 }
 
