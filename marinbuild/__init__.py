@@ -32,18 +32,18 @@ _HOMES = {
     "StepResult": "marinbuild.execution.session",
     "Plan": "marinbuild.planner",
     "ZERO": "marinbuild.resources",
-    "Cores": "marinbuild.resources",
+    "Cores": "marinbuild.resource_parts",
     "CpuConfig": "marinbuild.resources",
-    "Custom": "marinbuild.resources",
+    "Custom": "marinbuild.resource_parts",
     "GpuConfig": "marinbuild.resources",
-    "Gpus": "marinbuild.resources",
-    "Memory": "marinbuild.resources",
+    "Gpus": "marinbuild.resource_parts",
+    "Memory": "marinbuild.resource_parts",
     "Node": "marinbuild.resources",
     "ResourceConfig": "marinbuild.resources",
-    "Slices": "marinbuild.resources",
-    "Token": "marinbuild.resources",
+    "Slices": "marinbuild.resource_parts",
+    "Token": "marinbuild.resource_parts",
     "TpuConfig": "marinbuild.resources",
-    "WTime": "marinbuild.resources",
+    "WTime": "marinbuild.resource_parts",
     "Step": "marinbuild.steps",
     "mirrored": "marinbuild.steps",
     "output_path_of": "marinbuild.steps",
@@ -60,21 +60,8 @@ if TYPE_CHECKING:
     from marinbuild.execution.session import RunSummary, StepOutcome, StepResult
     from marinbuild.planner import Plan
     from marinbuild.report.status import StatusReport, StepStatus
-    from marinbuild.resources import (
-        ZERO,
-        Cores,
-        CpuConfig,
-        Custom,
-        GpuConfig,
-        Gpus,
-        Memory,
-        Node,
-        ResourceConfig,
-        Slices,
-        Token,
-        TpuConfig,
-        WTime,
-    )
+    from marinbuild.resource_parts import Cores, Custom, Gpus, Memory, Slices, Token, WTime
+    from marinbuild.resources import ZERO, CpuConfig, GpuConfig, Node, ResourceConfig, TpuConfig
     from marinbuild.steps import Step, mirrored, output_path_of, step, this_output_path, versioned
     from marinbuild.tpu_types import tpu_topology
 
