@@ -25,8 +25,8 @@ import threading
 import time
 from pathlib import Path
 
+from marinbuild.backends.tpu.attempts import TpuJob, run_tpu_step
 from marinbuild.backends.tpu.cluster import load_cluster
-from marinbuild.backends.tpu.retry_loop import TpuJob, run_tpu_step
 from tests.fixtures_ssh import FakeFleet, start_fleet, stop_fleet
 
 # tpu types whose VM count matches the host counts measured here

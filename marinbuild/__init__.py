@@ -17,9 +17,14 @@ from typing import TYPE_CHECKING, Any
 # submodule's import, the command line's included: kept empty, it lets the command line catch a
 # Ctrl-C while its modules load (see __main__.py) and lets `import marinbuild.steps` cost only that.
 _HOMES = {
+    "clean": "marinbuild.api",
     "main": "marinbuild.api",
     "plan": "marinbuild.api",
     "run": "marinbuild.api",
+    "status": "marinbuild.api",
+    "CleanResult": "marinbuild.cleanup",
+    "StatusReport": "marinbuild.report.status",
+    "StepStatus": "marinbuild.report.status",
     "MarinbuildError": "marinbuild.errors",
     "UserError": "marinbuild.errors",
     "RunSummary": "marinbuild.execution.session",
@@ -27,18 +32,18 @@ _HOMES = {
     "StepResult": "marinbuild.execution.session",
     "Plan": "marinbuild.planner",
     "ZERO": "marinbuild.resources",
-    "Cores": "marinbuild.resources",
+    "Cores": "marinbuild.resource_parts",
     "CpuConfig": "marinbuild.resources",
-    "Custom": "marinbuild.resources",
+    "Custom": "marinbuild.resource_parts",
     "GpuConfig": "marinbuild.resources",
-    "Gpus": "marinbuild.resources",
-    "Memory": "marinbuild.resources",
+    "Gpus": "marinbuild.resource_parts",
+    "Memory": "marinbuild.resource_parts",
     "Node": "marinbuild.resources",
     "ResourceConfig": "marinbuild.resources",
-    "Slices": "marinbuild.resources",
-    "Token": "marinbuild.resources",
+    "Slices": "marinbuild.resource_parts",
+    "Token": "marinbuild.resource_parts",
     "TpuConfig": "marinbuild.resources",
-    "WTime": "marinbuild.resources",
+    "WTime": "marinbuild.resource_parts",
     "Step": "marinbuild.steps",
     "mirrored": "marinbuild.steps",
     "output_path_of": "marinbuild.steps",
@@ -49,30 +54,20 @@ _HOMES = {
 }
 
 if TYPE_CHECKING:
-    from marinbuild.api import main, plan, run
+    from marinbuild.api import clean, main, plan, run, status
+    from marinbuild.cleanup import CleanResult
     from marinbuild.errors import MarinbuildError, UserError
     from marinbuild.execution.session import RunSummary, StepOutcome, StepResult
     from marinbuild.planner import Plan
-    from marinbuild.resources import (
-        ZERO,
-        Cores,
-        CpuConfig,
-        Custom,
-        GpuConfig,
-        Gpus,
-        Memory,
-        Node,
-        ResourceConfig,
-        Slices,
-        Token,
-        TpuConfig,
-        WTime,
-    )
+    from marinbuild.report.status import StatusReport, StepStatus
+    from marinbuild.resource_parts import Cores, Custom, Gpus, Memory, Slices, Token, WTime
+    from marinbuild.resources import ZERO, CpuConfig, GpuConfig, Node, ResourceConfig, TpuConfig
     from marinbuild.steps import Step, mirrored, output_path_of, step, this_output_path, versioned
     from marinbuild.tpu_types import tpu_topology
 
 __all__ = [
     "ZERO",
+    "CleanResult",
     "Cores",
     "CpuConfig",
     "Custom",
@@ -85,18 +80,22 @@ __all__ = [
     "ResourceConfig",
     "RunSummary",
     "Slices",
+    "StatusReport",
     "Step",
     "StepOutcome",
     "StepResult",
+    "StepStatus",
     "Token",
     "TpuConfig",
     "UserError",
     "WTime",
+    "clean",
     "main",
     "mirrored",
     "output_path_of",
     "plan",
     "run",
+    "status",
     "step",
     "this_output_path",
     "tpu_topology",

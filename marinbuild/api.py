@@ -19,14 +19,20 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
+from marinbuild.backends.retrying import RetryBudgets
 from marinbuild.execution.invocation import RunParameters, RunVoice, invoke
 from marinbuild.execution.reporting import JsonReporter, NullReporter, PlainReporter, Reporter, json_step_lines
 from marinbuild.execution.session import Machine, RunSummary, load, plan_run
 from marinbuild.planner import Plan
 from marinbuild.steps import Step, declaring
 
-__all__ = ["main", "plan", "run"]
+if TYPE_CHECKING:
+    from marinbuild.cleanup import CleanResult
+    from marinbuild.report.status import StatusReport
+
+__all__ = ["clean", "main", "plan", "run", "status"]
 
 
 def _targets(targets: str | Sequence[str] | None) -> list[str]:
@@ -67,6 +73,68 @@ def plan(
     return planned.plan
 
 
+def status(
+    targets: str | Sequence[str] | None = None,
+    *,
+    file: str = "Marinfile.py",
+    steps: Sequence[Step] | None = None,
+    prefix: str | None = None,
+) -> StatusReport:
+    """Each step's stored status, as ``marinbuild status`` prints it; reads the store, writes nothing.
+
+    ``targets`` are step names, globs or output paths (none: every step); the report has a row
+    per target and per step it needs, in graph order (see
+    :class:`~marinbuild.report.status.StepStatus`; ``to_json()`` is what ``status --json`` prints).
+
+    >>> import marinbuild, tempfile
+    >>> s = marinbuild.step("hello", cmd="echo hi > {output}/hi.txt")
+    >>> [(r.name, r.status) for r in marinbuild.status(steps=[s], prefix=tempfile.mkdtemp()).rows]
+    [('hello', 'NONE')]
+    """
+    from marinbuild.project import step_targets
+    from marinbuild.report.status import status_rows
+
+    project = load(file, steps, prefix)
+    return status_rows(project, step_targets(project, _targets(targets)))
+
+
+def clean(
+    targets: str | Sequence[str] | None = None,
+    *,
+    file: str = "Marinfile.py",
+    steps: Sequence[Step] | None = None,
+    prefix: str | None = None,
+    orphans: bool = False,
+    any_orphans: bool = False,
+    force: bool = False,
+    outside_prefix: bool = False,
+    dry: bool = False,
+) -> CleanResult:
+    """Remove the targets' current outputs, or (``orphans``) outputs of old identities, without asking.
+
+    Like ``marinbuild clean --yes``, with its options as keywords of the same name: running
+    steps' outputs are left alone unless ``force``; ``dry`` removes nothing and returns the
+    outputs it would remove in ``would_remove``. What was left alone is in ``skipped``, with why.
+
+    >>> import marinbuild, tempfile
+    >>> s = marinbuild.step("hello", cmd="echo hi > {output}/hi.txt")
+    >>> prefix = tempfile.mkdtemp()
+    >>> _ = marinbuild.run(steps=[s], prefix=prefix, quiet=True)
+    >>> len(marinbuild.clean(steps=[s], prefix=prefix, dry=True).would_remove)
+    1
+    """
+    from marinbuild.cleanup import clean_project
+    from marinbuild.project import step_targets
+
+    if not dry:
+        from marinbuild.store.storage import check_writable_prefix
+
+        check_writable_prefix(prefix)  # a read-only prefix: one line, before anything is read
+    project = load(file, steps, prefix)
+    return clean_project(project, step_targets(project, _targets(targets)), orphans=orphans, any_orphans=any_orphans,
+                         force=force, outside_prefix=outside_prefix, dry=dry)
+
+
 def run(
     targets: str | Sequence[str] | None = None,
     *,
@@ -92,9 +160,9 @@ def run(
     fresh_output: bool = False,
     keep_output: bool = False,
     cluster: str | None = None,
-    max_retries_preemption: int = 100,
-    max_retries_failure: int = 0,
-    max_retries_hang: int = 2,
+    max_retries_preemption: int = RetryBudgets.preemption,
+    max_retries_failure: int = RetryBudgets.failure,
+    max_retries_hang: int = RetryBudgets.hang,
     no_sync: bool = False,
     allow_cross_region: bool = False,
     plan: str | None = None,
@@ -126,9 +194,16 @@ def run(
     >>> summary.ok, summary.steps["hello"].outcome.value
     (True, 'ran')
     """
-    keywords = dict(locals())
-    del keywords["steps"], keywords["reporter"]
-    params = RunParameters.of(**keywords)
+    params = RunParameters.of(
+        targets=targets, file=file, prefix=prefix, jobs=jobs, keep_going=keep_going, force=force,
+        force_all=force_all, dry=dry, print_output=print_output, json=json, cores=cores, mem=mem,
+        resources=resources, token=token, walltime=walltime, backend=backend, ray_address=ray_address,
+        lease_heartbeat=lease_heartbeat, lease_expiry=lease_expiry, fresh_output=fresh_output,
+        keep_output=keep_output, cluster=cluster, max_retries_preemption=max_retries_preemption,
+        max_retries_failure=max_retries_failure, max_retries_hang=max_retries_hang, no_sync=no_sync,
+        allow_cross_region=allow_cross_region, plan=plan, print_commands=print_commands, wide=wide,
+        strict_outputs=strict_outputs, list=list, quiet=quiet, verbose=verbose,
+    )
     return invoke(params, _voice(params, reporter), steps)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from marinbuild.errors import UserError
@@ -31,9 +31,42 @@ from marinbuild.identity import hash_payload
 from marinbuild.planner import Plan
 from marinbuild.staleness import Action, diff_payloads
 
-__all__ = ["FORMAT", "Reviewed", "differences", "finished_meanwhile", "plan_document", "read_plan_file", "write_plan_file"]
+__all__ = [
+    "FORMAT",
+    "PlanRow",
+    "Reviewed",
+    "differences",
+    "finished_meanwhile",
+    "plan_document",
+    "plan_rows",
+    "read_plan_file",
+    "write_plan_file",
+]
 
 FORMAT = "marinbuild-plan/1"
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One step of a plan as ``plan --json`` and ``plan -o`` list it: what it is, and what a run would do."""
+
+    name: str
+    identity: str
+    output_path: str
+    action: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def plan_rows(plan: Plan) -> tuple[PlanRow, ...]:
+    """The plan's steps in plan order, each with its action and the reason for it."""
+    return tuple(
+        PlanRow(n, plan.node(n).identity, plan.node(n).output_path, plan.decisions[n].action.value,
+                plan.decisions[n].reason)
+        for n in plan.order
+    )
 
 
 def plan_document(
@@ -47,17 +80,7 @@ def plan_document(
         "targets": list(plan.targets),
         "force": list(force),
         "force_all": force_all,
-        "steps": [
-            {
-                "name": n,
-                "identity": plan.node(n).identity,
-                "output_path": plan.node(n).output_path,
-                "action": plan.decisions[n].action.value,
-                "reason": plan.decisions[n].reason,
-                "payload": dict(plan.node(n).payload),
-            }
-            for n in plan.order
-        ],
+        "steps": [{**row.to_json(), "payload": dict(plan.node(row.name).payload)} for row in plan_rows(plan)],
     }
 
 

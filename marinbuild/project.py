@@ -29,7 +29,7 @@ from marinbuild.store.storage import Storage, resolve_prefix
 if TYPE_CHECKING:
     from marinbuild.store.lease import LeaseRecord
 
-__all__ = ["Project", "open_project", "plan_targets", "probe", "project_of_steps", "steps_instead_of_marinfile"]
+__all__ = ["Project", "open_project", "plan_targets", "probe", "project_of_steps", "step_targets", "steps_instead_of_marinfile"]
 
 
 @dataclass(frozen=True)
@@ -216,3 +216,23 @@ def plan_targets(
     for name, reason in changes.items():
         decisions[name] = Decision(decisions[name].action, reason)
     return replace(plan, decisions=decisions)
+
+
+def step_targets(project: Project, targets: Sequence[str] | None) -> list[str]:
+    """The targets as step names or globs: an output path (``marinbuild-out/data-1f0e…``, or a
+    file inside one) stands for the step writing it; anything else is left for ``select``."""
+    wanted = list(targets or [])
+    nodes = project.graph.nodes
+    looks_like_path = [t for t in wanted if t not in nodes and ("/" in t or os.sep in t) and not any(c in t for c in "*?[")]
+    if not looks_like_path:
+        return wanted
+    by_output = {node.output_path.rstrip("/"): name for name, node in nodes.items()}
+    out: list[str] = []
+    for t in wanted:
+        if t in looks_like_path:
+            path = project.storage.user_path(t)
+            while path and path not in by_output and os.path.dirname(path) != path:
+                path = os.path.dirname(path)  # a file inside an output names its step too
+            t = by_output.get(path, t)
+        out.append(t)
+    return out

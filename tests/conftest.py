@@ -39,7 +39,7 @@ LONGEST_FIRST = (
     "tests/test_storage_layer.py::test_lease_io_ends_at_its_deadline",
     "tests/test_never_twice.py::",
     "tests/test_concurrency.py::",
-    "tests/test_markers.py::",
+    "tests/unit/store/test_markers.py::",
 )
 """Node-id prefixes of the tests that take longest, started before the rest (in this order)."""
 
@@ -54,6 +54,18 @@ def project(tmp_path, monkeypatch):
     return folder
 
 
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """With ``-p no:xdist`` (or xdist not installed), pyproject's ``-n auto --dist loadgroup`` still parse:
+    the suite then runs in this one process."""
+    if pluginmanager.has_plugin("xdist"):
+        return
+    group = parser.getgroup("xdist", "distributed testing (pytest-xdist not loaded: one process)")
+    # `_addoption`, as xdist itself registers `-n`: pytest keeps lowercase short options to its own plugins.
+    group._addoption("-n", "--numprocesses", dest="numprocesses", default=None, help="Ignored without pytest-xdist.")
+    group.addoption("--dist", dest="dist", default="no", help="Ignored without pytest-xdist.")
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: unknown, and harmless, without it
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: :data:`WORKERS` for the suite or a folder, none when only files or node ids are named."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
@@ -101,6 +113,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin("xdist"):  # its marker, known without it (see pytest_addoption)
+        config.addinivalue_line("markers", "xdist_group(name): tests run on one worker, one after another")
     # Started as a background job (`nohup … &`, a CI script), this process may have SIGINT
     # ignored, and every child would inherit that: a test's `kill -INT` would then do
     # nothing. The tests send SIGINT to their children, so their children get the default

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from marinbuild.backends.tpu.attempts import TpuJob, TpuResult, run_tpu_step
 from marinbuild.backends.tpu.cluster import load_cluster
-from marinbuild.backends.tpu.retry_loop import TpuJob, TpuResult, run_tpu_step
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 METADATA_PATH = "/computeMetadata/v1/instance/preempted"

@@ -29,7 +29,7 @@ CONFINED = {
 
 # The planning core decides; it never reaches into running steps or the terminal. (It may read
 # stored records through store/: staleness is decided from status markers.)
-CORE = ["steps.py", "config_walk.py", "identity.py", "graph.py", "staleness.py", "planner.py", "resources.py",
+CORE = ["steps.py", "config_walk.py", "identity.py", "graph.py", "staleness.py", "planner.py", "resources.py", "resource_parts.py",
         "units.py", "tpu_types.py", "slice_fit.py", "accounting.py", "errors.py"]
 EDGES = ("marinbuild.execution", "marinbuild.backends", "marinbuild.cli")
 
@@ -238,3 +238,251 @@ def test_the_retry_loop_finds_no_hook_by_name():
 def test_the_backend_word_finder_finds_what_it_must():
     assert {"ray", "tpu", "gcp", "slurm"} <= set(_words("ray_address TpuDispatch 'on GCP' SLURM_JOB_ID"))
     assert not BACKEND_WORDS.intersection(_words("array stray output_path arrays Gray"))
+
+
+# The size gate. A function's length is its body's, from the first statement (a docstring
+# counts) to its last line; a nested function counts in its own right and in the function
+# around it. Cyclomatic complexity is 1, plus 1 for each branch (`if`, a conditional
+# expression, `for`, `while`, `except`, a `case`), for each `and`/`or` beyond the first operand,
+# and for each `if` of a comprehension; a nested function or lambda is counted on its own. A
+# module's size is its line count.
+MAX_FUNCTION_LINES = 60
+MAX_COMPLEXITY = 20
+MAX_MODULE_LINES = 600
+
+OVERSIZED = {
+    # What exceeded a limit when the gate came, at its size then: each may shrink, never grow,
+    # and leaves this list once it is within the limit (the gate fails until it is struck out).
+    "lines": {
+        "backends/tpu/on_demand.py:CreatedSlices.run_attempt": 87,
+        "backends/tpu/provision.py:SliceProvider.acquire": 69,
+        "execution/invocation.py:invoke": 65,
+        "execution/session.py:execute": 84,
+        "execution/step_records.py:prepare": 81,
+        "project.py:probe": 74,
+        "report/records.py:collect": 66,
+        "report/records.py:collect_earlier": 70,
+        "steps.py:step": 80,
+    },
+    "complexity": {
+        "backends/slurm/backend.py:_SlurmRun._end": 28,
+        "backends/tpu/cluster.py:_parse_gcp": 33,
+        "execution/session.py:execute": 21,
+        "identity.py:_Encoder.encode": 22,
+        "project.py:probe": 25,
+        "removal.py:find_orphans": 25,
+        "report/records.py:collect": 34,
+        "report/records.py:collect_earlier": 28,
+        "report/sweep.py:_one_plot": 21,
+        "steps.py:step": 27,
+        "store/markers.py:_plain_record": 25,
+    },
+    "module lines": {
+        "backends/ray/backend.py": 656,
+        "backends/tpu/gang.py": 728,
+        "backends/tpu/provision.py": 708,
+        "execution/step_records.py": 645,
+        "store/lease.py": 730,
+    },
+}
+
+_BRANCHES = (ast.If, ast.IfExp, ast.For, ast.AsyncFor, ast.While, ast.ExceptHandler, ast.match_case)
+_OWN_SCOPE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _complexity(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    count = 1
+    todo = list(ast.iter_child_nodes(function))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, _OWN_SCOPE):
+            continue
+        if isinstance(node, _BRANCHES):
+            count += 1
+        elif isinstance(node, ast.BoolOp):
+            count += len(node.values) - 1
+        elif isinstance(node, ast.comprehension):
+            count += len(node.ifs)
+        todo.extend(ast.iter_child_nodes(node))
+    return count
+
+
+def _functions(tree: ast.AST, prefix: str = "") -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """Every function and method by its qualified name (``Class.method``, ``outer.inner``)."""
+    found: list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]] = []
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            found.append((prefix + node.name, node))
+            found += _functions(node, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.ClassDef):
+            found += _functions(node, f"{prefix}{node.name}.")
+        elif not isinstance(node, ast.Lambda | ast.expr):
+            found += _functions(node, prefix)  # under an `if`, a `try`, a `with`
+    return found
+
+
+def _sizes() -> dict[str, dict[str, int]]:
+    sizes: dict[str, dict[str, int]] = {"lines": {}, "complexity": {}, "module lines": {}}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        text = path.read_text()
+        sizes["module lines"][where] = len(text.splitlines())
+        for name, function in _functions(ast.parse(text, where)):
+            assert function.end_lineno is not None
+            sizes["lines"][f"{where}:{name}"] = function.end_lineno - function.body[0].lineno + 1
+            sizes["complexity"][f"{where}:{name}"] = _complexity(function)
+    return sizes
+
+
+def test_no_function_or_module_grows_past_the_size_gate():
+    limits = {"lines": MAX_FUNCTION_LINES, "complexity": MAX_COMPLEXITY, "module lines": MAX_MODULE_LINES}
+    sizes = _sizes()
+    problems = []
+    for measure, limit in limits.items():
+        allowed = OVERSIZED[measure]
+        for where, size in sorted(sizes[measure].items()):
+            if size > allowed.get(where, limit):
+                problems.append(f"{where}: {measure} {size} > {allowed.get(where, limit)}")
+        for where in sorted(allowed):
+            if where not in sizes[measure]:
+                problems.append(f"{where}: gone or renamed: strike it out of OVERSIZED")
+            elif sizes[measure][where] <= limit:
+                problems.append(f"{where}: {measure} {sizes[measure][where]} is within {limit}: strike it out of OVERSIZED")
+    assert problems == []
+
+
+def test_the_size_gate_measures_what_it_must():
+    source = '''
+class K:
+    def m(self, xs):
+        """Doc."""
+        if xs and xs[0] or not xs:
+            return [x for x in xs if x if x > 1]
+        for x in xs:
+            try:
+                pass
+            except ValueError:
+                pass
+        def inner():
+            return 1 if xs else 2
+        return inner
+'''
+    ((name, method), (inner_name, inner)) = _functions(ast.parse(source))
+    assert (name, inner_name) == ("K.m", "K.m.inner")
+    # 1 + if + (and, or) + two comprehension ifs + for + except; the nested function's `if` is its own
+    assert _complexity(method) == 8 and _complexity(inner) == 2
+    assert method.end_lineno - method.body[0].lineno + 1 == 11
+
+
+ARCHITECTURE_DOC = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def _documented_modules() -> set[str]:
+    """The modules the file list of docs/architecture.md names, as paths under marinbuild/.
+
+    Each row is a folder (``facade`` and ``core`` are the top level) and its modules in
+    backquotes; what stands in parentheses is a note, not a module.
+    """
+    text = ARCHITECTURE_DOC.read_text()
+    section = text.split("## The file list", 1)[1].split("\n## ", 1)[0]
+    named: set[str] = set()
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 2 or cells[0] in ("folder", "---") or not line.startswith("|"):
+            continue
+        folder = "" if cells[0] in ("facade", "core") else cells[0].rstrip("/") + "/"
+        without_notes = re.sub(r"\([^()]*\)", "", cells[1])
+        named.update(f"{folder}{name}.py" for name in re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", without_notes))
+    return named
+
+
+def test_the_architecture_docs_file_list_names_every_module_and_no_other():
+    present = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+               if p.name != "__init__.py" or p.parent == PACKAGE}
+    documented = _documented_modules()
+    assert sorted(present - documented) == [], "modules missing from docs/architecture.md's file list"
+    assert sorted(documented - present) == [], "docs/architecture.md's file list names modules that do not exist"
+
+
+DEFAULTS_STILL_COPIED = {
+    # Run options whose default is still written as a number outside its one home (the retry
+    # budgets' in backends/retrying.py:RetryBudgets, the lease's in store/lease.py); only shrinks.
+    "execution/session.py:RunSettings.max_retries_preemption",
+    "execution/session.py:RunSettings.max_retries_failure",
+    "execution/session.py:RunSettings.max_retries_hang",
+    "backends/tpu/attempts.py:TpuJob.max_retries_preemption",
+    "backends/tpu/attempts.py:TpuJob.max_retries_failure",
+    "backends/tpu/attempts.py:TpuJob.max_retries_hang",
+}
+
+
+def _run_options() -> set[str]:
+    """The fields of ``RunParameters``: every option of ``marinbuild run`` and ``marinbuild.run``."""
+    tree = ast.parse((PACKAGE / "execution" / "invocation.py").read_text())
+    (params,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "RunParameters"]
+    return {s.target.id for s in params.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+
+
+def _number_defaults() -> dict[str, str]:
+    """Every parameter or dataclass field whose default is a number written out, as ``where:owner.name`` -> name."""
+    found: dict[str, str] = {}
+
+    def number(node: ast.AST | None) -> bool:
+        return isinstance(node, ast.Constant) and type(node.value) in (int, float)
+
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), where)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = node.args
+                positional = args.posonlyargs + args.args
+                pairs = [*zip(positional[len(positional) - len(args.defaults):], args.defaults, strict=True),
+                         *zip(args.kwonlyargs, args.kw_defaults, strict=True)]
+                found.update({f"{where}:{node.name}.{a.arg}": a.arg for a, d in pairs if number(d)})
+            elif isinstance(node, ast.ClassDef):
+                found.update({f"{where}:{node.name}.{s.target.id}": s.target.id for s in node.body
+                              if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and number(s.value)})
+    return found
+
+
+def test_each_run_options_default_is_written_once():
+    """The command line, ``marinbuild.run`` and ``RunParameters`` read a number default from its home
+    (``RetryBudgets.failure``, ``DEFAULT_HEARTBEAT``), never write it again."""
+    options = _run_options()
+    assert {"max_retries_failure", "lease_heartbeat", "jobs"} <= options
+    copies = {where for where, name in _number_defaults().items() if name in options}
+    assert sorted(copies - DEFAULTS_STILL_COPIED) == []
+    assert sorted(DEFAULTS_STILL_COPIED - copies) == [], "no longer copied: strike it out of DEFAULTS_STILL_COPIED"
+
+
+def test_no_help_text_writes_a_default_out():
+    """A help text prints the default it describes from where the default lives (an f-string), not a copy."""
+    written = []
+    for path in sorted((PACKAGE / "cli").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.search(r"default: \d", node.value):
+                written.append(f"cli/{path.name}:{node.lineno}: {node.value[:60]!r}")
+    assert written == []
+
+
+SIGNAL_OWNERS = {
+    "__main__.py", "cli/app.py", "cli/ctrl_c.py", "cli/exits.py",  # the command line's start-up and exit
+    "cli/run.py", "execution/scheduler.py", "backends/held_signals.py",  # a run's handlers and its safe points
+    "backends/local/backend.py",  # a step's forked child resets the handlers it inherited
+    "backends/slurm/node.py",  # the program inside a Slurm job, a process of its own
+}
+"""The modules that own signals: only they catch ``KeyboardInterrupt`` or call ``signal.signal``."""
+SIGNALS_ELSEWHERE = {"backends/tpu/provision.py"}
+"""Modules that still name ``KeyboardInterrupt`` outside the owners; the set only shrinks."""
+
+
+def test_only_the_modules_that_own_signals_handle_them():
+    handling = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), where)):
+            if (isinstance(node, ast.Name) and node.id == "KeyboardInterrupt") or (
+                    isinstance(node, ast.Call) and ast.unparse(node.func) == "signal.signal"):
+                handling.add(where)
+    assert sorted(handling - SIGNAL_OWNERS - SIGNALS_ELSEWHERE) == []
+    assert sorted(SIGNALS_ELSEWHERE - handling) == [], "no longer handles signals: strike it out of SIGNALS_ELSEWHERE"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import textwrap
+from pathlib import Path
+
 import pytest
 
 from .helpers import marinbuild, snapshot, write_marinfile
@@ -163,3 +166,22 @@ def test_a_read_only_prefix_is_one_line_naming_it(project):
     assert stderr[0].startswith("marinbuild: error: ") and str(project / "small-prefix") in stderr[0], out
     assert "internal error" not in out and "Traceback" not in out
     assert out.strip().endswith("unchanged")  # still the earlier SUCCESS: nothing half-written
+
+
+def test_two_partials_of_one_function_with_different_arguments_under_one_name_are_an_error(tmp_path: Path) -> None:
+    write_marinfile(tmp_path, """
+        import functools
+        from marinbuild import step, versioned, this_output_path
+
+        def write(cfg, word):
+            open(cfg["output"] + "/" + word, "w").write(word)
+
+        step("a", functools.partial(write, word="first"), {"n": versioned(1), "output": this_output_path()})
+        step("a", functools.partial(write, word="second"), {"n": versioned(1), "output": this_output_path()})
+    """)
+    done = marinbuild("run", "--prefix", str(tmp_path / "out"), cwd=tmp_path)
+    # One of them silently never ran: only "first" was written.
+    assert done.returncode == 2, done.stdout + done.stderr + textwrap.shorten(str(list((tmp_path / "out").rglob("*"))), 300)
+    assert done.stderr.startswith("marinbuild: error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert "'a'" in done.stderr
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("first"))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild.clean import containment_problem
+from marinbuild.removal import containment_problem
 
 from .helpers import marinbuild, snapshot, start_marinbuild, status_of, wait_dead, wait_for_text, write_marinfile
 

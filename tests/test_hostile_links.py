@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from marinbuild.clean import containment_problem
+from marinbuild.removal import containment_problem
 from marinbuild.store.links import link_problem
 
 from .helpers import marinbuild, snapshot, write_marinfile

@@ -105,3 +105,49 @@ def test_library_errors_raise_instead_of_exiting(tmp_path):
     )
     out = _python(code, cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.startswith("error: no Marinfile at")
+
+
+def test_status_and_clean_from_python_read_and_empty_a_real_prefix(tmp_path):
+    ok = step("lib/made", cmd="echo made > {output}/x.txt", config={"v": versioned(1)})
+    bad = step("lib/broke", cmd="echo broken >&2; exit 3")
+    never = step("lib/after", cmd="cat {bad}/x.txt", config={"bad": bad})
+    prefix, steps = str(tmp_path), [ok, bad, never]
+    marinbuild.run(steps=steps, prefix=prefix, keep_going=True, quiet=True)
+
+    report = marinbuild.status(steps=steps, prefix=prefix)
+    assert isinstance(report, marinbuild.StatusReport) and report.prefix == prefix
+    by_name = {row.name: row for row in report.rows}
+    assert [row.name for row in report.rows] == ["lib/made", "lib/broke", "lib/after"]
+    assert by_name["lib/made"].status == "SUCCESS" and by_name["lib/made"].duration is not None
+    assert by_name["lib/broke"].status == "FAILED" and "3" in (by_name["lib/broke"].error or "")
+    assert by_name["lib/after"].status == "NONE" and by_name["lib/after"].lease is None
+    # The rows are the objects `status --json` prints, key for key.
+    shown = cli("status", "--json", "--prefix", prefix, "-f", _script_of(tmp_path), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    printed = json.loads(shown.stdout)
+    assert printed == report.to_json()
+    assert set(printed[0]) >= {"slurm", "provisioning", "outside_writes", "lease", "retries"}
+    assert marinbuild.status("lib/made", steps=steps, prefix=prefix).rows == (by_name["lib/made"],)
+
+    made = by_name["lib/made"].output_path
+    dry = marinbuild.clean("lib/made", steps=steps, prefix=prefix, dry=True)
+    assert dry.would_remove == (made,) and dry.removed == () and Path(made, "x.txt").exists()
+    done = marinbuild.clean(steps=steps, prefix=prefix)
+    assert set(done.removed) == {made, by_name["lib/broke"].output_path} and done.would_remove == ()
+    assert not Path(made).exists()
+    after = marinbuild.status(steps=steps, prefix=prefix)
+    assert {row.status for row in after.rows} == {"NONE"}
+    assert marinbuild.clean(steps=steps, prefix=prefix, dry=True).would_remove == ()
+
+
+def _script_of(tmp_path: Path) -> str:
+    """A Marinfile declaring the steps of the test above, for the command line to read."""
+    path = tmp_path.parent / f"{tmp_path.name}-Marinfile.py"
+    path.write_text(textwrap.dedent("""
+        from marinbuild import step, versioned
+
+        ok = step("lib/made", cmd="echo made > {output}/x.txt", config={"v": versioned(1)})
+        bad = step("lib/broke", cmd="echo broken >&2; exit 3")
+        never = step("lib/after", cmd="cat {bad}/x.txt", config={"bad": bad})
+    """))
+    return str(path)

@@ -333,7 +333,7 @@ def _tpu_driver(cluster: Path, out: Path, command: str, renew: bool) -> str:
         import threading, time
         from marinbuild.backends.deadlines import Deadline, deadlines
         from marinbuild.backends.tpu.cluster import load_cluster
-        from marinbuild.backends.tpu.retry_loop import TpuJob, run_tpu_step
+        from marinbuild.backends.tpu.attempts import TpuJob, run_tpu_step
         out = {str(out)!r}
         deadlines.publish(out, Deadline.within(1.5))
         def renew():

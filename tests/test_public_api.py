@@ -14,6 +14,7 @@ EXPECTED = {
     "ResourceConfig", "Slices", "Step", "Token", "TpuConfig", "UserError", "WTime", "ZERO",
     "mirrored", "output_path_of", "step", "this_output_path", "tpu_topology", "versioned",
     "main", "plan", "run", "Plan", "RunSummary", "StepOutcome", "StepResult",
+    "status", "clean", "StatusReport", "StepStatus", "CleanResult",
 }
 
 

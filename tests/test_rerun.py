@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from .helpers import cli_env, marinbuild, plan_json, start_marinbuild, status_of, write_marinfile
+from .helpers import cli_env, marinbuild, plan_json, python_code, start_marinbuild, status_of, write_marinfile
 
 SWEEP = '''
 from marinbuild import step, versioned
@@ -212,3 +212,36 @@ def test_a_runner_killed_right_after_setting_the_output_aside_leaves_the_step_to
     assert lines(project) == 3
     assert not list((out / ".marinbuild").glob("aside-*"))  # dropped once the new run succeeded
     assert {r["action"] for r in plan_json(project).values()} == {"skip"}
+
+
+def test_keep_output_resumes_in_place_after_a_forced_rerun_killed_before_its_move(tmp_path: Path) -> None:
+    write_marinfile(tmp_path, """
+        from marinbuild import step, versioned
+        step("a", cmd="echo attempt $MARINBUILD_ATTEMPT >> {output}/done", config={"n": versioned(1)})
+    """)
+    prefix = str(tmp_path / "out")
+    first = marinbuild("run", "--prefix", prefix, cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    out = next((tmp_path / "out").glob("a-*"))
+    # `run -R a` killed (SIGKILL) right after its RUNNING status, before its output is set aside.
+    killed = python_code(f"""
+        import os, signal, sys
+        import marinbuild.execution.step_records as records
+        def killed(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGKILL)
+        records.set_aside = killed
+        os.chdir({str(tmp_path)!r})
+        sys.argv = ["marinbuild", "run", "-R", "a", "--prefix", {prefix!r}]
+        from marinbuild.__main__ import entry_point
+        entry_point()
+    """)
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    status = json.loads((out / ".marinbuild" / "status").read_text())
+    assert status["status"] == "RUNNING" and status["starting_over"] is True
+    # The next run asks to keep the output: as `run -R a --keep-output` would, it resumes in place.
+    again = marinbuild("run", "--keep-output", "--prefix", prefix, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    # Resumed in place: the first run's line is still there. The killed run's attempt keeps its
+    # number (2) although it never began, so this one is 3.
+    assert (out / "done").read_text() == "attempt 1\nattempt 3\n", again.stdout
+    assert not list((out / ".marinbuild").glob("aside-*"))

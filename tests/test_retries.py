@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from marinbuild.backends.base import Job, Outcome
 from marinbuild.backends.retrying import Retrying
 from marinbuild.store.attempt_ledger import AttemptLedger
 
+from .fakes import ScriptedBackend
 from .helpers import marinbuild, plan_json, status_of, write_marinfile
 
 FLAKY = """
@@ -89,27 +89,9 @@ step("always", cmd="exit 4", max_retries_failure=2)
     assert status_of(out)["error"] == "exit status 4"
 
 
-class _Scripted:
-    """A backend whose jobs end as scripted, one outcome per attempt (for the cancel race)."""
-
-    def __init__(self, results: list[bool]) -> None:
-        self.results = results
-        self.jobs: list[Job] = []
-
-    def start(self, job, on_done):  # type: ignore[no-untyped-def]
-        self.jobs.append(job)
-        ok = self.results[len(self.jobs) - 1]
-        now = time.time()
-        on_done(Outcome(ok=ok, started=now, ended=now, error=None if ok else "boom", returncode=0 if ok else 1))
-        return self
-
-    def cancel(self, reason: str) -> None:
-        pass
-
-
 def test_cancelling_during_the_back_off_ends_the_step_without_another_attempt(tmp_path, monkeypatch):
     monkeypatch.setenv("MARINBUILD_RETRY_BASE_DELAY", "30")
-    inner = _Scripted([False, True])
+    inner = ScriptedBackend([False, True])
     job = Job(name="s", output_path=str(tmp_path / "out"), log_file=str(tmp_path / "log"), workdir=str(tmp_path),
               env={}, command="true")
     done: list[Outcome] = []

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from marinbuild.backends.tpu.attempts import TpuJob, run_tpu_step
 from marinbuild.backends.tpu.cluster import load_cluster
-from marinbuild.backends.tpu.retry_loop import TpuJob, run_tpu_step
 from marinbuild.backends.tpu.workdir_sync import list_project_files, pack_workdir
 from tests.fixtures_ssh import FakeFleet, live_processes_matching, pids_with_env, run_job, wait_for
 
@@ -325,7 +325,7 @@ def test_killing_marinbuild_stops_the_remote_processes(fleet: FakeFleet, tmp_pat
     driver = textwrap.dedent(f"""
         import threading
         from marinbuild.backends.tpu.cluster import load_cluster
-        from marinbuild.backends.tpu.retry_loop import TpuJob, run_tpu_step
+        from marinbuild.backends.tpu.attempts import TpuJob, run_tpu_step
         job = TpuJob(name="step", output_path={str(out)!r}, slices=("pair",),
                      command='touch "$MARINBUILD_OUTPUT/started_$FAKE_HOST_ID"; exec sleep 3041')
         run_tpu_step(job, load_cluster({str(cluster)!r}), workdir=None, cancel=threading.Event(), console=print)

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from marinbuild.backends.tpu.attempts import backoff_delay, host_env
 from marinbuild.backends.tpu.preemption import (
     AttemptClass,
     HostObservation,
     classify_attempt,
     parse_metadata_answer,
 )
-from marinbuild.backends.tpu.retry_loop import backoff_delay, host_env
 from tests.fixtures_ssh import FakeFleet, live_processes_matching, pids_with_env, run_job, wait_for
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tpu"

@@ -12,7 +12,6 @@ from marinbuild.cli.exits import handles_errors
 from marinbuild.cli.options import FileOpt, PrefixOpt, TargetsArg, VerboseOpt, step_targets
 from marinbuild.cli.printing import err, out
 from marinbuild.errors import UserError
-from marinbuild.planner import select
 from marinbuild.project import open_project
 
 __all__ = ["clean_command"]
@@ -32,25 +31,15 @@ def clean_command(
     verbose: VerboseOpt = False,
 ) -> None:
     """Delete the targets' current outputs, or (--orphans) outputs of old identities; running ones are left alone."""
-    from marinbuild.clean import plan_clean, remove_output
-    from marinbuild.store.index import forget
+    from marinbuild.cleanup import choose_outputs, remove_outputs
 
     if not dry:
         from marinbuild.store.storage import check_writable_prefix
 
         check_writable_prefix(prefix)  # a read-only prefix: one line, before anything is listed
     project = open_project(file, prefix)
-    storage = project.storage
-    wanted = step_targets(project, targets)
-    names = None if orphans or any_orphans else select(project.graph, wanted)
-    outside: set[str] = set()
-    if outside_prefix:
-        # Outside the prefix only what the user named, never what a glob or no target reaches.
-        outside = {t for t in wanted if t in project.graph.nodes}
-        if names is None or not outside:
-            raise UserError("--outside-prefix removes the outputs of steps named exactly: name them (no glob, no --orphans)")
-    chosen = plan_clean(storage, project.graph, names, project.marinfile.path, any_shape=any_orphans, force=force,
-                        outside=outside)
+    chosen = choose_outputs(project, step_targets(project, targets), orphans=orphans, any_orphans=any_orphans,
+                            force=force, outside_prefix=outside_prefix)
     for skipped in chosen.skipped:
         err.print(f"marinbuild: {skipped.line()}", markup=False)
     victims = chosen.remove
@@ -69,18 +58,12 @@ def clean_command(
     if not yes and not typer.confirm(f"Remove {len(victims)} output(s)?"):
         err.print("marinbuild: nothing removed", markup=False)
         raise typer.Exit(1)
-    # Their status summary entries go first (store/index.py): an entry outliving its folder
-    # could be believed again if a runner re-created the folder and stopped at once. One
-    # forgotten for a folder then left alone costs a marker read, never a wrong answer.
     ctrl_c.raise_if_swallowed()  # a Ctrl-C lost while the Marinfile loaded: nothing is deleted
-    forget(storage, victims)
-    removed = 0
-    for p in victims:
-        why = remove_output(storage, p, force=force)
-        if why is None:
-            removed += 1
-            if yes:
-                out.print(f"remove {p}", markup=False)
-        else:
-            err.print(f"marinbuild: leaving {p} alone: {why}", markup=False)
-    out.print(f"removed {removed} output(s)")
+    done = remove_outputs(
+        project.storage,
+        victims,
+        force=force,
+        on_removed=(lambda p: out.print(f"remove {p}", markup=False)) if yes else None,
+        on_left=lambda left: err.print(f"marinbuild: {left.line()}", markup=False),
+    )
+    out.print(f"removed {len(done.removed)} output(s)")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from marinbuild.errors import UserError
+from marinbuild.project import step_targets  # what a target on the command line names
 
 if TYPE_CHECKING:
     from marinbuild.execution.session import Machine
@@ -77,26 +76,6 @@ def machine_of(cores: int | None, mem: str | None, resources: list[str] | None, 
     from marinbuild.execution.session import Machine
 
     return Machine(cores=cores, mem=mem, resources=tuple(resources or ()), tokens=tuple(tokens or ()))
-
-
-def step_targets(project: Project, targets: Sequence[str] | None) -> list[str]:
-    """The targets as step names or globs: an output path (``marinbuild-out/data-1f0e…``, or a
-    file inside one) stands for the step writing it; anything else is left for ``select``."""
-    wanted = list(targets or [])
-    nodes = project.graph.nodes
-    looks_like_path = [t for t in wanted if t not in nodes and ("/" in t or os.sep in t) and not any(c in t for c in "*?[")]
-    if not looks_like_path:
-        return wanted
-    by_output = {node.output_path.rstrip("/"): name for name, node in nodes.items()}
-    out: list[str] = []
-    for t in wanted:
-        if t in looks_like_path:
-            path = project.storage.user_path(t)
-            while path and path not in by_output and os.path.dirname(path) != path:
-                path = os.path.dirname(path)  # a file inside an output names its step too
-            t = by_output.get(path, t)
-        out.append(t)
-    return out
 
 
 def metrics_of(project: Project) -> str | None:

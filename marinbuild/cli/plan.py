@@ -105,35 +105,44 @@ def plan_command(
     elif dag is DagFormat.mermaid:
         sys.stdout.write(dag_text.to_mermaid(the_plan))
     elif as_json:
-        rows = [
-            {
-                "name": n,
-                "identity": the_plan.node(n).identity,
-                "output_path": the_plan.node(n).output_path,
-                "action": the_plan.decisions[n].action.value,
-                "reason": the_plan.decisions[n].reason,
-                "dependencies": list(the_plan.node(n).deps),
-                "resources": describe_request(requests[n]),
-                "environment": environments[n].to_json() if n in environments else None,
-                "estimate": _estimate_json(estimates, n),
-            }
-            for n in the_plan.order
-        ]
-        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+        sys.stdout.write(json.dumps(_json_rows(the_plan, requests, environments, estimates), indent=1) + "\n")
     else:
         print_plan(the_plan, with_environments(planned), wide)
-        from marinbuild.cli.plan_view import TERMINAL_WIDTH, columns_text, columns_within
-
-        columns = columns_text
-        if sys.stdout.isatty() and not wide:  # within the terminal: a longer line would wrap
-            import shutil
-
-            room = min(shutil.get_terminal_size().columns, TERMINAL_WIDTH) - 2  # the lines are indented by two
-            columns = lambda rows: columns_text(columns_within(rows, room))  # noqa: E731
-        for line in plan_notes.estimate_lines(estimates, columns):
-            sys.stdout.write(line + "\n")  # plain lines: a plan into a pipe never imports rich
+        _print_estimates(estimates, wide)
     if output is not None:
         err.print(f"marinbuild: plan written to {output}; run exactly it with: marinbuild run --plan {output}", markup=False)
+
+
+def _json_rows(the_plan: Any, requests: Mapping[str, Any], environments: Mapping[str, Any],
+               estimates: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``plan --json``: the plan's rows, each with its dependencies, resources, environment and estimate."""
+    from marinbuild.plan_review import plan_rows
+
+    return [
+        {
+            **row.to_json(),
+            "dependencies": list(the_plan.node(row.name).deps),
+            "resources": describe_request(requests[row.name]),
+            "environment": environments[row.name].to_json() if row.name in environments else None,
+            "estimate": _estimate_json(estimates, row.name),
+        }
+        for row in plan_rows(the_plan)
+    ]
+
+
+def _print_estimates(estimates: Mapping[str, Any], wide: bool) -> None:
+    """The estimates below the plan's table, as plain lines: a plan into a pipe never imports rich."""
+    from marinbuild.cli import plan_notes
+    from marinbuild.cli.plan_view import TERMINAL_WIDTH, columns_text, columns_within
+
+    columns = columns_text
+    if sys.stdout.isatty() and not wide:  # within the terminal: a longer line would wrap
+        import shutil
+
+        room = min(shutil.get_terminal_size().columns, TERMINAL_WIDTH) - 2  # the lines are indented by two
+        columns = lambda rows: columns_text(columns_within(rows, room))  # noqa: E731
+    for line in plan_notes.estimate_lines(estimates, columns):
+        sys.stdout.write(line + "\n")
 
 
 def _estimate_json(estimates: Mapping[str, Any], name: str) -> dict[str, Any] | None:

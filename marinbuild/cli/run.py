@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from marinbuild.backends.registry import kind_names, kinds
+from marinbuild.backends.retrying import RetryBudgets
 from marinbuild.cli import ctrl_c
 from marinbuild.cli.exits import handles_errors
 from marinbuild.cli.options import (
@@ -28,6 +29,7 @@ from marinbuild.cli.options import (
 )
 from marinbuild.cli.printing import err, out, print_plan, step_line_printer, terminal_safe, with_environments
 from marinbuild.execution.invocation import RunParameters, RunVoice, invoke
+from marinbuild.store.lease import DEFAULT_EXPIRY, DEFAULT_HEARTBEAT
 
 if TYPE_CHECKING:
     from marinbuild.execution.reporting import Reporter
@@ -48,7 +50,7 @@ def _lease_flag(ctx: typer.Context, param: typer.CallbackParam, value: float | N
         given[other] = ctx.params[other]
     if all(v is None for v in given.values()):
         return value
-    from marinbuild.store.lease import DEFAULT_EXPIRY, DEFAULT_HEARTBEAT, lease_flag_problem
+    from marinbuild.store.lease import lease_flag_problem
     if other in given:
         beat = given["lease_heartbeat"] if given["lease_heartbeat"] is not None else DEFAULT_HEARTBEAT
         expiry = given["lease_expiry"] if given["lease_expiry"] is not None else DEFAULT_EXPIRY
@@ -84,14 +86,14 @@ def run_command(
     walltime: Annotated[str | None, typer.Option("--walltime", help="Time budget of the whole run, e.g. 2:00:00; steps whose soft limit exceeds what is left are not started.")] = None,
     backend: Annotated[BackendName | None, typer.Option("--backend", case_sensitive=False, help=f"Where steps run: {_BACKENDS_HELP} (default: the Marinfile's DEFAULT_BACKEND, else local).")] = None,
     ray_address: Annotated[str | None, typer.Option("--ray-address", envvar="RAY_ADDRESS", help="The Ray cluster for --backend ray (default: a Ray started for this run).")] = None,
-    lease_heartbeat: Annotated[float | None, typer.Option("--lease-heartbeat", envvar="MARINBUILD_LEASE_HEARTBEAT", callback=_lease_flag, help="Seconds between lease renewals (default: 10; at least 0.1).")] = None,
-    lease_expiry: Annotated[float | None, typer.Option("--lease-expiry", envvar="MARINBUILD_LEASE_EXPIRY", callback=_lease_flag, help="Seconds a lease must stay unrenewed before another runner takes it over (default: 60; 1 to 3600, at least twice the heartbeat).")] = None,
+    lease_heartbeat: Annotated[float | None, typer.Option("--lease-heartbeat", envvar="MARINBUILD_LEASE_HEARTBEAT", callback=_lease_flag, help=f"Seconds between lease renewals (default: {DEFAULT_HEARTBEAT:g}; at least 0.1).")] = None,
+    lease_expiry: Annotated[float | None, typer.Option("--lease-expiry", envvar="MARINBUILD_LEASE_EXPIRY", callback=_lease_flag, help=f"Seconds a lease must stay unrenewed before another runner takes it over (default: {DEFAULT_EXPIRY:g}; 1 to 3600, at least twice the heartbeat).")] = None,
     fresh_output: Annotated[bool, typer.Option("--fresh-output", help="A failed or interrupted step starts over: its partial output is cleared first instead of resumed from.")] = False,
     keep_output: Annotated[bool, typer.Option("--keep-output", help="A step rerun over its finished output (forced, or a dependency rerun) resumes in place instead of starting from an empty folder.")] = False,
     cluster: ClusterOpt = None,
-    max_retries_preemption: Annotated[int, typer.Option("--max-retries-preemption", min=0, help="Retries of a preempted TPU step (a step's own setting wins).")] = 100,
-    max_retries_failure: Annotated[int, typer.Option("--max-retries-failure", "--retries", min=0, help="Retries of a failed step, on every backend (a step's own max_retries_failure wins).")] = 0,
-    max_retries_hang: Annotated[int, typer.Option("--max-retries-hang", min=0, help="Retries of an attempt killed for making no progress within its progress_timeout (a step's own max_retries_hang wins).")] = 2,
+    max_retries_preemption: Annotated[int, typer.Option("--max-retries-preemption", min=0, help="Retries of a preempted TPU step (a step's own setting wins).")] = RetryBudgets.preemption,
+    max_retries_failure: Annotated[int, typer.Option("--max-retries-failure", "--retries", min=0, help="Retries of a failed step, on every backend (a step's own max_retries_failure wins).")] = RetryBudgets.failure,
+    max_retries_hang: Annotated[int, typer.Option("--max-retries-hang", min=0, help="Retries of an attempt killed for making no progress within its progress_timeout (a step's own max_retries_hang wins).")] = RetryBudgets.hang,
     no_sync: Annotated[bool, typer.Option("--no-sync", help="Do not copy the project directory to TPU hosts.")] = False,
     allow_cross_region: Annotated[bool, typer.Option("--allow-cross-region", help="Run TPU steps whose prefix or gs:// inputs lie outside the [gcp] zone's region (billed egress).")] = False,
     plan: Annotated[str | None, typer.Option("--plan", help="Run exactly the plan `marinbuild plan -o FILE` wrote; refuse when it no longer holds.")] = None,

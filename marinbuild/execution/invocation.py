@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from marinbuild.backends.retrying import RetryBudgets
 from marinbuild.errors import UserError
 from marinbuild.execution.reporting import NullReporter, Reporter
 from marinbuild.execution.session import (
@@ -76,9 +77,9 @@ class RunParameters:
     keep_output: bool = False
     """A step rerun over its finished output resumes in place instead of starting from an empty folder."""
     cluster: str | None = None
-    max_retries_preemption: int = 100
-    max_retries_failure: int = 0
-    max_retries_hang: int = 2
+    max_retries_preemption: int = RetryBudgets.preemption
+    max_retries_failure: int = RetryBudgets.failure
+    max_retries_hang: int = RetryBudgets.hang
     """Retries of an attempt killed for making no progress (a step's own ``max_retries_hang`` wins)."""
     no_sync: bool = False
     """Do not copy the project directory to remote hosts."""

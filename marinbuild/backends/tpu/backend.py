@@ -2,7 +2,7 @@
 
 A TPU step is admitted like any other (its allocation names the slices it got), then the one
 retry loop (:mod:`marinbuild.backends.retrying`) starts its attempts on :class:`TpuDispatch`,
-which runs each on every host of those slices (:class:`~marinbuild.backends.tpu.retry_loop.TpuAttempts`)
+which runs each on every host of those slices (:class:`~marinbuild.backends.tpu.attempts.TpuAttempts`)
 and says how it ended. A shell step runs its command on every host; a function step runs
 ``python3 -m marinbuild.backends.worker`` there, which loads the synced Marinfile and calls the step
 by name (the hosts need marinbuild installed, as they need the step's own libraries).
@@ -21,9 +21,9 @@ from typing import Any
 
 from marinbuild.backends.base import Job, Outcome
 from marinbuild.backends.environments import DECLARED_ENV_EXTRA, remote_prefix, spec_of
+from marinbuild.backends.tpu.attempts import TpuAttempts, TpuJob, TpuStep
 from marinbuild.backends.tpu.cluster import Cluster, SshSettings
 from marinbuild.backends.tpu.on_demand import CreatedSlices, uses_created_slices
-from marinbuild.backends.tpu.retry_loop import TpuAttempts, TpuJob, TpuStep
 from marinbuild.backends.tpu.workdir_sync import PackedWorkdir, pack_workdir
 from marinbuild.store.step_logs import append_note
 

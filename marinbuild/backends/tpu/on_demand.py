@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marinbuild.backends.base import Cause, Job, Outcome
+from marinbuild.backends.tpu.attempts import TpuAttempt, TpuStep, cut_short
 from marinbuild.backends.tpu.cluster import Cluster
 from marinbuild.backends.tpu.leftovers import delete_unheld, left_for
 from marinbuild.backends.tpu.polling import ZoneBoard
@@ -37,7 +38,6 @@ from marinbuild.backends.tpu.provision import (
 )
 from marinbuild.backends.tpu.provision_plan import is_created_slice
 from marinbuild.backends.tpu.readiness import Probe
-from marinbuild.backends.tpu.retry_loop import TpuAttempt, TpuStep, cut_short
 from marinbuild.backends.tpu.ssh import resolve_target
 from marinbuild.backends.tpu.tpu_api import TpuApi, TpuApiError
 from marinbuild.store.provisioning_note import write_provisioning_note

@@ -32,10 +32,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from marinbuild.backends.tpu.attempts import cut_short
 from marinbuild.backends.tpu.cluster import Cluster, GcpSettings, SliceSpec, SshSettings
 from marinbuild.backends.tpu.polling import ZoneBoard
 from marinbuild.backends.tpu.readiness import Probe, ReadyProbe, ssh_login, wait_reachable
-from marinbuild.backends.tpu.retry_loop import cut_short
 from marinbuild.backends.tpu.tpu_api import (
     LABEL_PREFIX,
     NodeInfo,

@@ -6,13 +6,12 @@ import json
 import os
 import queue
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from marinbuild.backends.base import Job, Outcome
+from marinbuild.backends.base import Job
 from marinbuild.backends.environments import (
     ENV_EXTRA,
     EnvFailure,
@@ -24,6 +23,7 @@ from marinbuild.backends.environments import (
 )
 from marinbuild.pyenv.builder import CACHE_ENV, env_key
 from marinbuild.pyenv.spec import EnvSpec
+from tests.fakes import ScriptedBackend
 
 
 def _spec(requirements: tuple[str, ...] = ()) -> EnvSpec:
@@ -36,18 +36,6 @@ def _job(tmp_path: Path, spec: EnvSpec | None, **kw: Any) -> Job:
                workdir=str(tmp_path), env={"PATH": "/usr/bin"}, extra=extra, **kw)
 
 
-class Recording:
-    """The inner backend: records each job it is given and ends it at once."""
-
-    def __init__(self) -> None:
-        self.jobs: list[Job] = []
-
-    def start(self, job: Job, on_done: Callable[[Outcome], None]) -> Any:
-        self.jobs.append(job)
-        on_done(Outcome(ok=True, started=0.0, ended=1.0))
-        return self
-
-
 def test_spec_of_and_env_variables(tmp_path: Path) -> None:
     spec = _spec()
     assert spec_of(_job(tmp_path, spec)) is spec and spec_of(_job(tmp_path, None)) is None
@@ -56,14 +44,14 @@ def test_spec_of_and_env_variables(tmp_path: Path) -> None:
 
 
 def test_jobs_without_an_environment_pass_straight_through(tmp_path: Path) -> None:
-    inner = Recording()
+    inner = ScriptedBackend()
     job = _job(tmp_path, None, command="true")
     WithEnvironments(inner, "/m/Marinfile.py", "/p", root=tmp_path / "cache").start(job, lambda o: None)
     assert inner.jobs == [job]
 
 
 def test_a_shell_step_runs_with_its_environment_first_on_path(tmp_path: Path) -> None:
-    inner, done = Recording(), queue.Queue()  # type: ignore[var-annotated]
+    inner, done = ScriptedBackend(), queue.Queue()  # type: ignore[var-annotated]
     WithEnvironments(inner, "/m/Marinfile.py", "/p", root=tmp_path / "cache").start(
         _job(tmp_path, _spec(), command="true"), done.put)
     assert done.get(timeout=60).ok
@@ -74,14 +62,14 @@ def test_a_shell_step_runs_with_its_environment_first_on_path(tmp_path: Path) ->
 
 
 def test_a_function_step_runs_under_the_environments_interpreter(tmp_path: Path) -> None:
-    backend = WithEnvironments(Recording(), "/m/Marinfile.py", "/p")
+    backend = WithEnvironments(ScriptedBackend(), "/m/Marinfile.py", "/p")
     job = backend.job_in(_job(tmp_path, _spec(), fn=print), Path("/env"))
     assert job.fn is None and job.command is not None
     assert job.command.startswith("/env/bin/python -m marinbuild.backends.worker --file /m/Marinfile.py --step s")
 
 
 def test_an_environment_that_cannot_be_built_fails_the_step_for_good(tmp_path: Path) -> None:
-    inner, done = Recording(), queue.Queue()  # type: ignore[var-annotated]
+    inner, done = ScriptedBackend(), queue.Queue()  # type: ignore[var-annotated]
     missing = f"nothing @ file://{tmp_path}/nothing-1.0-py3-none-any.whl"
     job = _job(tmp_path, _spec((missing,)), command="true")
     WithEnvironments(inner, "/m/Marinfile.py", "/p", root=tmp_path / "cache").start(job, done.put)

@@ -8,12 +8,14 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 import typer.main
 
 import marinbuild
+import marinbuild.api
 from marinbuild import StepOutcome, step, versioned
 from marinbuild.backends.registry import kind_options
 from marinbuild.cli.app import app
@@ -109,3 +111,16 @@ def test_run_then_nothing_to_do_said_once(tmp_path):
 def test_a_plan_file_takes_no_targets_beside_it(tmp_path):
     with pytest.raises(UserError, match="give no targets"):
         load_review(str(tmp_path / "plan.json"), ["a"], None, False)
+
+
+def test_library_run_passes_each_of_its_keywords_on_by_name():
+    """``marinbuild.run`` calls ``RunParameters.of`` with every keyword written out: one it forgot is caught here."""
+    import ast
+
+    source = inspect.getsource(marinbuild.api.run)
+    calls = [n for n in ast.walk(ast.parse(textwrap.dedent(source))) if isinstance(n, ast.Call)
+             and ast.unparse(n.func) == "RunParameters.of"]
+    assert len(calls) == 1 and not any(k.arg is None for k in calls[0].keywords)  # no **keywords
+    passed = {k.arg: ast.unparse(k.value) for k in calls[0].keywords}
+    keywords = set(inspect.signature(marinbuild.run).parameters) - {"steps", "reporter"}
+    assert passed == {name: name for name in keywords}

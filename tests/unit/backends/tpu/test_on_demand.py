@@ -13,8 +13,8 @@ import pytest
 
 from marinbuild.backends.base import Cause, Job
 from marinbuild.backends.tpu import tpu_api
+from marinbuild.backends.tpu.attempts import TpuJob, TpuStep
 from marinbuild.backends.tpu.on_demand import PROVISIONED_EXTRA, CreatedSlices, uses_created_slices
-from marinbuild.backends.tpu.retry_loop import TpuJob, TpuStep
 from tests.tpu_api_emulator import TpuApiEmulator
 
 from .emulated import cluster_for, no_sshd

@@ -259,7 +259,7 @@ def test_the_exit_handler_names_a_queued_resource_whose_create_is_unanswered(
 @pytest.mark.parametrize("timed_out", [False, True])
 def test_a_runner_stopping_while_capacity_is_awaited_deletes_in_a_hurry_a_timeout_does_not(
         emulator: TpuApiEmulator, tmp_path: Path, timed_out: bool) -> None:
-    from marinbuild.backends.tpu.retry_loop import AttemptCancel
+    from marinbuild.backends.tpu.attempts import AttemptCancel
 
     emulator.waiting_s = 60
     p = provider(emulator, tmp_path)

@@ -1,4 +1,4 @@
-"""Unit tests of marinbuild.clean: what ``clean`` removes, and what it leaves alone and why."""
+"""Unit tests of marinbuild.removal: what ``clean`` removes, and what it leaves alone and why."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild.clean import (
+from marinbuild.errors import UserError
+from marinbuild.graph import StepGraph, build_graph
+from marinbuild.removal import (
     check_prefix,
     containment_problem,
     find_orphans,
@@ -18,8 +20,6 @@ from marinbuild.clean import (
     plan_clean,
     remove_output,
 )
-from marinbuild.errors import UserError
-from marinbuild.graph import StepGraph, build_graph
 from marinbuild.steps import step, versioned
 from marinbuild.store.lease import LeaseRecord, Owner, lease_path
 from marinbuild.store.markers import SUCCESS, info_path, info_text, write_status

@@ -12,9 +12,7 @@ import pytest
 
 from marinbuild.backends.base import Cause, Job, Outcome
 from marinbuild.backends.retrying import RetryBudgets, Retrying
-from marinbuild.backends.tpu.cluster import parse_cluster
-from marinbuild.backends.tpu.gang import HostOutcome
-from marinbuild.backends.tpu.retry_loop import (
+from marinbuild.backends.tpu.attempts import (
     AttemptCancel,
     ProvisioningFailed,
     TpuAttempt,
@@ -24,6 +22,8 @@ from marinbuild.backends.tpu.retry_loop import (
     cut_short,
     run_tpu_step,
 )
+from marinbuild.backends.tpu.cluster import parse_cluster
+from marinbuild.backends.tpu.gang import HostOutcome
 from marinbuild.errors import ClusterConfigError, StepDefinitionError
 
 CLUSTER = parse_cluster({

@@ -1,4 +1,4 @@
-"""Ctrl-C reaching a real runner of many short steps, now that steps start on the run loop's thread.
+"""Ctrl-C reaching a real runner of many short steps, which start on the run loop's thread.
 
 Real runners, real steps, real signals. A single SIGINT must stop the run as the docs say
 (running steps marked FAILED, exit 130): no step may be left with a RUNNING marker whose

@@ -130,3 +130,22 @@ def test_tpu_attempts_record_chip_hours_and_plan_estimates_them(project, fleet):
     assert estimate["runs"] == 1
     assert estimate["tpu_chip_hours"] == pytest.approx(chip_hours, abs=1e-6)
     assert estimate["accelerator_hours"] == pytest.approx(chip_hours, abs=1e-6)
+
+
+def test_a_metric_named_step_beside_one_named_metrics_step_keeps_both_values(tmp_path: Path) -> None:
+    write_marinfile(tmp_path, """
+        from marinbuild import step, versioned
+        step("s", cmd="printf '%s' {m} > {output}/metrics.json",
+             config={"i": versioned(0), "m": '{"step": 7, "metrics.step": 100}'})
+    """)
+    prefix = str(tmp_path / "out")
+    built = marinbuild("run", "--prefix", prefix, cwd=tmp_path)
+    assert built.returncode == 0, built.stdout + built.stderr
+    shown = marinbuild("show", "--metrics", "metrics.json", "--json", "--prefix", prefix, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)[0]["metrics"] == {"step": 7, "metrics.step": 100}
+    table = marinbuild("show", "--metrics", "metrics.json", "--prefix", prefix, cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    header, row = table.stdout.splitlines()[:2]
+    assert len(header.split()) == len(set(header.split())), header  # no two columns of one name
+    assert "7" in row.split(), table.stdout  # the metric `step` is shown, not lost

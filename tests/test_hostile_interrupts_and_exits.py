@@ -1,5 +1,5 @@
-"""Hostile checks of the startup and exit changes: the Ctrl-C storm, hand-edited status markers,
-lease flags refused before loading, and the console script's end with stdout closed.
+"""How the command line ends under attack: a Ctrl-C storm, hand-edited status markers, lease
+flags refused before loading, and stdout closed or its reader gone.
 
 Every test runs the real command line in a fresh interpreter (real signals, real files).
 """
