@@ -91,7 +91,7 @@ def status_rows(project: Project, targets: Sequence[str] = ()) -> StatusReport:
 def _notes(project: Project, records: dict[str, Any], running: list[str], leases: dict[str, Any],
            kinds: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """What the other readers say, by kind of note and output path."""
-    from marinbuild.backends.slurm.backend import read_slurm_markers
+    from marinbuild.backends.slurm.backend import read_slurm_markers, slurm_named
     from marinbuild.report.records import outside_writes_of
     from marinbuild.store.attempt_ledger import read_progress_notes
     from marinbuild.store.provisioning_note import read_provisioning_notes
@@ -110,7 +110,10 @@ def _notes(project: Project, records: dict[str, Any], running: list[str], leases
     on_tpu = [p for p in running if p in kinds and _on_tpu(kinds[p]) and leases.get(p)]
     waiting = read_provisioning_notes(storage, on_tpu) if on_tpu else {}  # TPU slices still to come
     # Where a running step's Slurm job stands (its id and why it pends), for the few that run.
+    # On a store where each read is a round trip, only for a project that names Slurm.
     held = [p for p in running if leases.get(p)][:_RUNNING_LEDGERS]
+    if held and storage.keeps_summary and not slurm_named(project):
+        held = []
     queued = read_slurm_markers(storage, held) if held else {}
     # What a step wrote outside its output, noted beside it by the run (local prefixes only).
     outside = outside_writes_of(storage, [p for p, rec in records.items() if rec.status in ("SUCCESS", "FAILED")])

@@ -43,6 +43,7 @@ from marinbuild.backends.slurm.commands import JobState, SlurmError
 from marinbuild.backends.slurm.node import STALE_PREFIXES, NodeSpec
 from marinbuild.backends.slurm.settings import SlurmSettings
 from marinbuild.backends.slurm.submission import comment_of, job_name, sbatch_args
+from marinbuild.errors import MarinbuildError
 from marinbuild.resources import Request
 from marinbuild.store.attempt_ledger import iso_time
 from marinbuild.store.lease import LeaseRecord, LeaseSettings, lease_path
@@ -80,6 +81,23 @@ def read_slurm_markers(storage: Storage, outputs: list[str]) -> dict[str, dict[s
         if isinstance(record, dict):
             found[paths[path]] = record
     return found
+
+
+def slurm_named(project: Any) -> bool:
+    """Whether the project points at Slurm: ``DEFAULT_BACKEND = "slurm"``, or a ``[slurm]`` table in
+    its default cluster file. Where a read costs a round trip (``gs://``), ``status`` asks for
+    Slurm job notes only then; on local disk it reads them for every running step."""
+    from marinbuild.backends.cluster_file import cluster_path, read_toml
+
+    if project.marinfile.default("DEFAULT_BACKEND") == "slurm":
+        return True
+    path = cluster_path(project.workdir, project.marinfile.default("DEFAULT_CLUSTER"), None)
+    if path is None:
+        return False
+    try:
+        return "slurm" in read_toml(path)
+    except MarinbuildError:
+        return False
 
 
 def slurm_wait_text(record: Mapping[str, Any] | None) -> str:

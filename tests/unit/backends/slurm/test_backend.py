@@ -77,3 +77,22 @@ def test_the_job_gets_no_stale_variables_of_the_submitting_shell() -> None:
                            "SLURM_CONF": "/etc/slurm.conf"})
     assert env == {"PATH": "/bin", "SLURM_CONF": "/etc/slurm.conf"}
     assert json.dumps(env)
+
+
+def test_a_project_names_slurm_by_its_default_backend_or_its_cluster_files_table(tmp_path: Path) -> None:
+    from marinbuild.backends.slurm.backend import slurm_named
+    from marinbuild.project import open_project
+
+    def project(head: str, cluster: str | None) -> object:
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        folder.mkdir()
+        (folder / "Marinfile.py").write_text(head + 'from marinbuild import step\nstep("s", cmd="true")\n')
+        if cluster is not None:
+            (folder / "cluster.toml").write_text(cluster)
+        return open_project(str(folder / "Marinfile.py"), str(folder / "out"))
+
+    assert slurm_named(project('DEFAULT_BACKEND = "slurm"\n', None))
+    assert slurm_named(project('DEFAULT_CLUSTER = "cluster.toml"\n', '[slurm]\npartition = "main"\n'))
+    assert not slurm_named(project('DEFAULT_CLUSTER = "cluster.toml"\n', '[ssh]\nuser = "me"\n'))
+    assert not slurm_named(project('DEFAULT_CLUSTER = "cluster.toml"\n', 'not = [toml\n'))  # unreadable: no
+    assert not slurm_named(project("", None))
