@@ -117,8 +117,6 @@ def main(argv: list[str] | None = None) -> int:
         fence = sorted((p for p in members
                         if p != step and _safe_pgid(p) == step and b"MARINBUILD_STEP_TOKEN=" in _environ(p)),
                        key=lambda p: _cmdline(p).startswith(b"sleep"))
-        if os.environ.get("UNFENCED_DEBUG"):
-            print([(p, _cmdline(p)[:80]) for p in fence], runner, guardian)
         # Stopped first, all of them, then killed: none of them may act on another's end.
         for sig in (signal.SIGSTOP, signal.SIGKILL):
             for pid in (guardian, *fence, runner):

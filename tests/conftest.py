@@ -30,6 +30,7 @@ LONGEST_FIRST = (
     "tests/test_torture.py::",
     "tests/test_gcs_runners_under_fire.py::",
     "tests/test_gcs_torture.py::",
+    "tests/test_slurm.py::",
     "tests/test_run.py::test_sigkill_of_the_tool_mid_step",
     "tests/test_gcs_scale.py::",
     "tests/test_tpu_provisioning.py::",

@@ -172,15 +172,16 @@ def test_a_lost_node_is_a_preemption(project: Path, slurm_cluster: SlurmCluster)
     _project(project, LONG_FIRST.replace("{extra}", ""))
     out = plan_json(project)["long"]["output_path"]
     runner = _start(project, slurm_cluster)
+    node = None
     try:
         seen = _wait_state(out, "RUNNING")
         node = seen["nodes"]
         slurm_cluster.kill_node(node, seen["job_id"])
-        _wait(lambda: len(_ledger_or_empty(out)) or (_marker(out) or {}).get("attempt") == 2, 90, "a second attempt")
-        slurm_cluster.start_node(node)
-        text, _ = runner.communicate(timeout=120)
+        text, _ = runner.communicate(timeout=120)  # attempt 2 runs on the node still up
     finally:
         runner.kill()
+        if node is not None:
+            slurm_cluster.start_node(node)
     assert runner.returncode == 0, text
     attempts = _ledger(out)["attempts"]
     assert [a["class"] for a in attempts] == ["PREEMPTED", "SUCCESS"] and attempts[0]["slurm_state"] == "NODE_FAIL"
@@ -202,16 +203,19 @@ step("again", cmd='if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then sleep 120; fi;
 """, CLUSTER_FILE + "requeue = true\n")
     out = plan_json(project)["again"]["output_path"]
     runner = _start(project, slurm_cluster)
+    seen = None
     try:
         seen = _wait_state(out, "RUNNING")
         slurm_cluster.kill_node(seen["nodes"], seen["job_id"])
         _wait(lambda: "Slurm requeued job" in Path(out, "logs", "step.log").read_text(), 90, "the requeue noted")
-        slurm_cluster.start_node(seen["nodes"])
         # Slurm holds a requeued job back for two minutes (reason BeginTime); an operator may let it go now.
+        # It runs on the node still up (the lost one comes back only afterwards).
         slurm_cluster.run("scontrol", "update", f"JobId={seen['job_id']}", "StartTime=now")
         text, _ = runner.communicate(timeout=120)
     finally:
         runner.kill()
+        if seen is not None:
+            slurm_cluster.start_node(seen["nodes"])
     assert runner.returncode == 0, text
     attempts = _ledger(out)["attempts"]
     assert [a["class"] for a in attempts] == ["SUCCESS"] and attempts[0]["slurm_requeues"] == 1  # one attempt, going on

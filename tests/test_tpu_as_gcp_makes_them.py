@@ -34,12 +34,13 @@ def _step_log(out: Path) -> str:
     return (out / "logs" / "step.log").read_text()
 
 
+@pytest.mark.parametrize("key_style", ["joined", "typed"])
 def test_sshd_logins_and_host_keys_arriving_after_active_are_waited_for(
-        project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
+        project: Path, emulator: TpuApiEmulator, hosts: FakeFleet, key_style: str) -> None:
     emulator.sshd_after_s = 1.0      # connection refused at first
     emulator.logins_after_s = 2.0    # then sshd up but the key not authorized
     emulator.keys_after_s = 1.5      # guest attributes empty at first
-    emulator.key_style = "joined"    # several keys in one entry, an unreadable one first
+    emulator.key_style = key_style   # several keys in one entry (an unreadable one first), or TYPE BASE64 values
     cluster = train_step(project, emulator, hosts, "echo ok > {output}/out")
     rc, text = _run(project, cluster)
     assert rc == 0, text

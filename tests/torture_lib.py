@@ -8,7 +8,9 @@ an event log outside the prefix (``KIND IDENTITY EXECUTION TIME [DETAIL]``):
 
 Some grandchildren run with an empty environment in the step's group (``envless``: no step
 token, found only through the group or the step's cgroup); some signals hit a runner and its
-guardian together (SIGKILL, SIGSTOP), which leaves only each step's own sentinel to fence it.
+guardian together (SIGKILL, SIGSTOP), which leaves only each step's own sentinel to fence it,
+and half of those SIGKILLs kill the steps' sentinels too, which leaves only a runner taking
+a step over on this machine to kill what is left of it (its cgroup, its group).
 
 Each execution truncates its output file, writes ``lines`` lines naming itself, then a line
 ``sum SHA256`` of what precedes it, so a complete output can be told from a half-written
@@ -409,6 +411,9 @@ class TortureSettings:
     """Relative odds of SIGKILL, SIGSTOP, SIGTERM."""
     together_share: float = 0.3
     """The share of SIGKILLs and SIGSTOPs that hit the runner's guardian too, at once."""
+    sentinel_share: float = 0.5
+    """Of those SIGKILLs, the share that also kill the sentinels of the runner's steps: then
+    only a runner taking a step over on this machine can kill what is left of it."""
     heartbeat: float = 0.5
     expiry: float = 3.0
     tmpfs_size: str = "8m"
@@ -435,6 +440,8 @@ class Figures:
     events: Counter[str] = field(default_factory=Counter)
     with_guardian: Counter[str] = field(default_factory=Counter)
     """Of the events, those that hit the runner's guardian at the same time."""
+    with_sentinels: int = 0
+    """Of the SIGKILLs with the guardian, those that killed the steps' sentinels too."""
     mid_step: int = 0
     """Signals that hit a runner while it had a step running."""
     runner_starts: int = 0
@@ -472,6 +479,7 @@ class Figures:
             f"rounds x steps:       {self.rounds} x {self.steps}",
             f"signals to runners:   {self.signals} ({events}; {self.mid_step} while it ran steps)",
             f"  with the guardian:  {', '.join(f'{k} {v}' for k, v in sorted(self.with_guardian.items())) or 'none'}",
+            f"  and the sentinels:  SIGKILL {self.with_sentinels}",
             f"disk filled:          {self.disk_fills} times",
             f"runner processes:     {self.runner_starts} started; exits: {exits}",
             f"step executions:      {self.executions} ({self.reexecutions} beyond one per step)",
@@ -672,8 +680,18 @@ class Torture:
         # `pkill -9 -f marinbuild`, a laptop lid: the guardian goes with its runner.
         together = kind != "SIGTERM" and not r.stopped_until and self.rng.random() < self.settings.together_share
         guardians = _guardians_of(r.proc.pid) if together else []
+        s_share = self.settings.sentinel_share
         try:
             if kind == "SIGKILL":
+                sentinels = _sentinels_of(r.proc.pid) if guardians and self.rng.random() < s_share else []
+                if sentinels:
+                    # All stopped first, then all killed: a sentinel whose timer dies, or that
+                    # sees its runner end, kills its step, which is what is being taken away.
+                    for pid in (r.proc.pid, *guardians, *sentinels):
+                        _signal(pid, signal.SIGSTOP)
+                    for pid in (*guardians, *sentinels):
+                        _signal(pid, signal.SIGKILL)
+                    self.figures.with_sentinels += 1
                 r.proc.kill()
                 for pid in guardians:
                     _signal(pid, signal.SIGKILL)
@@ -804,6 +822,30 @@ def _guardians_of(runner: int) -> list[int]:
                 if b"marinbuild-guardian" in f.read():
                     found.append(int(entry))
         except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _sentinels_of(runner: int) -> list[int]:
+    """The sentinels of ``runner``'s steps and their timers: processes carrying one of its
+    step tokens with the step's heartbeat pipe on descriptor 9 (the step itself let go of it)."""
+    try:
+        with open(f"/proc/{runner}/stat") as f:
+            started = f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return []
+    needle = f"\0MARINBUILD_STEP_TOKEN={runner}.{started}.".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if not os.readlink(f"/proc/{entry}/fd/9").startswith("pipe:"):
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in b"\0" + f.read():
+                    found.append(int(entry))
+        except (OSError, ValueError):
             continue
     return found
 

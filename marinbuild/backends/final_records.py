@@ -56,9 +56,7 @@ def record(
     seen = info.get("dependency_status_times")
     # What the run read of each dependency: a dependency rerun since makes the step stale.
     inputs = tuple(sorted(seen.items())) if outcome.ok and isinstance(seen, dict) and seen else None
-    write_status(storage, output, status, put=fence.commit if fence is not None else None, error=error,
-                 duration=outcome.duration, owner=owner, name=info.get("name"), identity=info.get("identity"),
-                 drift=drift_digest(info) if outcome.ok else None, inputs=inputs,
-                 retries=encode_retries(outcome.retries))
-    if fence is not None and beside:
-        storage.write_many(beside)
+    write_status(storage, output, status, put=fence.commit if fence is not None else None,
+                 after=beside if fence is not None else None, error=error, duration=outcome.duration, owner=owner,
+                 name=info.get("name"), identity=info.get("identity"), drift=drift_digest(info) if outcome.ok else None,
+                 inputs=inputs, retries=encode_retries(outcome.retries))

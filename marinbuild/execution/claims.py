@@ -226,13 +226,13 @@ class LeaseClaims:
     def _record_step(self, lease: Lease, process: StepProcess) -> None:
         """Write the step's process into its lease before the step passes its gate."""
         try:
-            renewed = lease.renew(process)
+            # Not a renewal: the step's deadline and this runner's fence keep their times.
+            renewed = lease.renew(process, extend=False)
         except Exception as e:
             why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             raise StorageError(f"its lease {lease.path} could not record the step's process ({why})") from e
         if not renewed:
             raise LeaseLost(f"another runner holds its lease {lease.path} now")
-        self._publish(lease_output(lease), lease)
 
     def _publish(self, output: str, lease: Lease) -> None:
         left = lease.time_left()

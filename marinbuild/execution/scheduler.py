@@ -490,6 +490,14 @@ class Scheduler:
         try:
             backend = self.backend_for(node)
             handle = backend.start(job, lambda outcome: self.events.put((name, outcome)))
+        except LeaseLost as e:
+            # Its lease went to another runner before the step passed its gate: nothing ran,
+            # and the markers are the new holder's to write.
+            self.admission.release(grant)
+            self.claims.release(node)
+            self.reporter.step_waiting(name, f"lease lost before it started: {e}")
+            self._waiting[name] = time.monotonic() + self.options.poll_interval
+            return
         except Exception as e:
             self._not_started(node, grant, f"could not start: {_describe(e)}")
             return

@@ -3,13 +3,15 @@
 Before: the step's dependencies are checked once more (each must still hold the
 ``SUCCESS`` it was planned on, with no other runner's lease on it: a dependency being
 redone elsewhere makes the step wait, see docs/leases.md), the output directory is
-prepared (cleared first for a fresh output), mirrored inputs are copied, a ``RUNNING``
-status is written and the config is resolved into a :class:`~marinbuild.backends.base.Job`.
-After: the dependencies are checked again (one redone while the step ran makes it
-``FAILED``), the info JSON is written with both times, then a ``SUCCESS`` status only when
-the step returned successfully and this runner still holds its lease, otherwise
-``FAILED`` with the error; a remote store receives the log at the end. Every status names
-the step and its identity.
+prepared (cleared first for a fresh output), mirrored inputs are copied, the claim is
+written (a ``RUNNING`` status and the info as it starts, their versions kept by a
+:class:`~marinbuild.store.fenced.StepFence`) and the config is resolved into a
+:class:`~marinbuild.backends.base.Job`. After: the dependencies are checked again (one redone
+while the step ran makes it ``FAILED``), the info JSON is written with both times, then a
+``SUCCESS`` status only when the step returned successfully and this runner still holds its
+lease, otherwise ``FAILED`` with the error, each only over the version the claim wrote (a
+runner that took the step over meanwhile makes it :class:`~marinbuild.errors.LeaseLost`);
+the log and the attempt ledger follow the status. Every status names the step and its identity.
 
 A store that refuses a write (full, read-only, a folder where a marker should be) fails
 the step with one line naming the path; a step that finished is never left ``RUNNING``

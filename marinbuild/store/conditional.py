@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import xxhash
 
+from marinbuild.store.markers import STATUS_IN_OUTPUT
 from marinbuild.store.retry import bounded, call_with_retries
 from marinbuild.store.storage import Storage, open_regular, retire, unlink_quietly, write_temporary
 
@@ -186,6 +187,20 @@ def _path_locked(path: str) -> Iterator[None]:
 
 
 class LocalConditionalStore:
+    def __init__(self, records: bool = False) -> None:
+        self.records = records
+        """A step's records, not a lease: the file replaced is moved away first, as
+        ``LocalStorage.write_atomic`` does (a status kept as ``status.previous``): renaming over
+        it makes ext4 flush synchronously. Never for a lease, which a reader must always find."""
+
+    def _make_room(self, path: str) -> None:
+        if not self.records:
+            return
+        if path.endswith(f"/{STATUS_IN_OUTPUT}"):
+            retire(path)
+        else:
+            unlink_quietly(path)
+
     def read(self, path: str) -> Versioned | None:
         return call_with_retries(lambda: self._read(path), f"read {path}")
 
@@ -231,6 +246,7 @@ class LocalConditionalStore:
                 return None
             tmp = self._temporary(path, text)
             try:
+                self._make_room(path)
                 os.rename(tmp, path)
             except BaseException:
                 unlink_quietly(tmp)
@@ -246,6 +262,7 @@ class LocalConditionalStore:
         with _path_locked(path):
             tmp = self._temporary(path, text)
             try:
+                self._make_room(path)
                 os.rename(tmp, path)
             except BaseException:
                 unlink_quietly(tmp)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import threading
 import weakref
 
-from marinbuild.store.conditional import ConditionalStore, GcsConditionalStore
+from marinbuild.store.conditional import ConditionalStore, GcsConditionalStore, LocalConditionalStore
 from marinbuild.store.errors import LeaseLost
 from marinbuild.store.storage import Storage
 
@@ -47,7 +47,8 @@ def records_store(storage: Storage) -> ConditionalStore:
     """The conditional writes for a step's records under ``storage`` (one per storage object).
 
     As the leases' own, except that on GCS the text is not kept in the object's metadata
-    too (a record can be larger than the 8 KiB metadata allows, and is read as a file).
+    too (a record can be larger than the 8 KiB metadata allows, and is read as a file), and
+    on local disk the file replaced is moved away first, as every marker write does.
     """
     with _stores_guard:
         store = _stores.get(storage)
@@ -55,6 +56,8 @@ def records_store(storage: Storage) -> ConditionalStore:
             store = storage.conditional()  # type: ignore[attr-defined]
             if isinstance(store, GcsConditionalStore):
                 store = GcsConditionalStore(store.storage, text_in_metadata=False)
+            elif isinstance(store, LocalConditionalStore):
+                store = LocalConditionalStore(records=True)
             _stores[storage] = store
         return store
 

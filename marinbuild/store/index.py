@@ -221,21 +221,26 @@ class StatusIndex:
                 self._seen[key] = [entry]
 
     def write(self, marker: str, output: str, record: StatusRecord,
-              put: Callable[[str, str], None] | None = None) -> None:
+              put: Callable[[str, str], None] | None = None, after: Mapping[str, str | bytes] | None = None) -> None:
         """Write a status marker and keep the summary true to it (see the module docstring).
 
         ``put(path, text)`` writes the marker itself (a fenced write, see :mod:`marinbuild.store.fenced`);
-        when it raises, no summary entry of the new status is written.
+        when it raises, nothing else is written. ``after``: files written once the marker is,
+        together with its summary entry.
         """
         text = record.to_json()
         key = self.key(output)
         put_marker = put or self.storage.write_atomic
         if key is None or not record.identity or not self.storage.keeps_summary:
             put_marker(marker, text)
+            if after:
+                self.storage.write_many(after)
             return
         known = self._known(key)
         stale = [self.path(e) for e in known or ()]
         if record.status == RUNNING:
+            if after:
+                raise ValueError("files written after a RUNNING marker: none are")
             entry = Entry(key, record.identity, RUNNING)
             stale = [p for p in stale if p != self.path(entry)]
             if known is not None and all(e.status != SUCCESS for e in known):
@@ -261,9 +266,9 @@ class StatusIndex:
                 # Any order of these is safe: a lone SUCCESS entry appears only with its marker
                 # written, and a SUCCESS entry this process does not know of cannot exist
                 # while it holds the step's lease.
-                self.storage.write_many({self.path(entry): ""}, remove=retire)
+                self.storage.write_many({self.path(entry): "", **(after or {})}, remove=retire)
             else:
-                self.storage.write_many({self.path(entry): ""})
+                self.storage.write_many({self.path(entry): "", **(after or {})})
                 self.storage.remove_many(retire)
         self._remember(key, entry)
 
@@ -282,9 +287,9 @@ def index_of(storage: Storage) -> StatusIndex:
 
 
 def write_marker(storage: Storage, marker: str, output: str, record: StatusRecord,
-                 put: Callable[[str, str], None] | None = None) -> None:
+                 put: Callable[[str, str], None] | None = None, after: Mapping[str, str | bytes] | None = None) -> None:
     """Write a step's status marker together with its summary entry (what ``write_status`` calls)."""
-    index_of(storage).write(marker, output, record, put)
+    index_of(storage).write(marker, output, record, put, after)
 
 
 def forget(storage: Storage, outputs: Iterable[str]) -> int:

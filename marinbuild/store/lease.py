@@ -627,18 +627,20 @@ class Lease:
         self._watch = None
         return Attempt(True, why)
 
-    def renew(self, step: StepProcess | None = None) -> bool:
+    def renew(self, step: StepProcess | None = None, extend: bool = True) -> bool:
         """Write the next beat if the lease is still ours; False once it is not.
 
         ``step``, when given, is the process now running the step, recorded from this beat on.
+        ``extend=False`` writes it without counting as a renewal: the fence and the step's
+        deadline keep running from the last renewal (a step's start records its process).
         Reads first, so that an owner change is noticed even on a store that ignores
         preconditions; the swap then catches a change between the read and the write.
         Raises :class:`~marinbuild.errors.StorageError` when the store cannot be reached.
         """
         with self._renewing:
-            return self._renew(step)
+            return self._renew(step, extend)
 
-    def _renew(self, step: StepProcess | None) -> bool:
+    def _renew(self, step: StepProcess | None, extend: bool) -> bool:
         held = self._held
         if held is None:
             return False
@@ -651,7 +653,7 @@ class Lease:
         with self._lock:
             if self._held is not held:
                 return self._held is not None  # released meanwhile: release cleans up
-            self._held = _Held(version, record, sent) if version is not None else None
+            self._held = _Held(version, record, sent if extend else held.renewed_at) if version is not None else None
             return version is not None
 
     def time_left(self) -> float | None:

@@ -359,16 +359,17 @@ def read_status(storage: Storage, output: str, identity: str | None = None) -> S
 
 
 def write_status(storage: Storage, output: str, status: str, put: Callable[[str, str], None] | None = None,
-                 **fields: Any) -> StatusRecord:
+                 after: Mapping[str, str | bytes] | None = None, **fields: Any) -> StatusRecord:
     """Write a status marker whole; ``fields`` are the other :class:`StatusRecord` fields.
 
     ``put(path, text)`` writes the marker file instead of a plain atomic write: a step's
     claim and commit pass their fence's (:class:`marinbuild.store.fenced.StepFence`).
+    ``after``: files written once the marker is (with its summary entry, in one round trip).
     """
     record = StatusRecord(status=status, time=time.time(), **fields)
     from marinbuild.store.index import write_marker  # the status summary beside the markers
 
-    write_marker(storage, status_path(output), output, record, put)
+    write_marker(storage, status_path(output), output, record, put, after)
     return record
 
 

@@ -8,7 +8,8 @@ children it started. One thread reaps every step and runs their timers (:mod:`.r
 
 No step runs unguarded. Each is started held at a gate (the first line of its heartbeat
 pipe, read before anything else), moved into a cgroup of its own where there are cgroups
-(:mod:`.cgroups`), handed to the runner's guardian process (:mod:`.guardian`) with its
+(:mod:`.cgroups`), written into its lease (its first process, group and cgroup, for a
+runner taking it over), handed to the runner's guardian process (:mod:`.guardian`) with its
 process group, its token and its lease's deadline, and only then let through: a runner
 killed at any instant leaves either a step that never ran (the gate reads end-of-file and
 it exits) or one that is killed. Once through, the step's first process starts the step's
@@ -181,6 +182,9 @@ class _LocalRun:
         if self._cgroup:
             cgroups.kill(self._cgroup)
             cgroups.give_back(self._cgroup)
+        if self._err_r >= 0:
+            os.close(self._err_r)
+            self._err_r = -1
 
     def _guard(self) -> None:
         # Listen before reading the latest, so that no renewal falls in between.

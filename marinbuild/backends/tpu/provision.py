@@ -65,7 +65,7 @@ __all__ = [
 DESCRIPTION_PREFIX = "marinbuild output "
 """A created node's description: this, then the step's output path (where its lease lives)."""
 _GONE_STATES = frozenset({"PREEMPTED", "TERMINATED", "STOPPED", "STOPPING", "DELETING", "HIDDEN", "HIDING"})
-_UNWELL_STATES = frozenset({"REPAIRING", "UNKNOWN", "RESTARTING", "REIMAGING", "STARTING", "UNHIDING"})
+_UNWELL_STATES = frozenset({"REPAIRING", "UNKNOWN", "RESTARTING", "REIMAGING"})
 """Node states in which the slice cannot be trusted with the step: it is lost (re-provisioned)."""
 _UNWELL_HEALTH = frozenset({"TIMEOUT", "UNHEALTHY_TENSORFLOW", "UNHEALTHY_MAINTENANCE"})
 _FAILED_STATES = frozenset({"FAILED", "SUSPENDING", "SUSPENDED"})
@@ -347,6 +347,7 @@ class SliceProvider:
                     raise
                 gone = ()  # the API is busy, not the slice gone: the gang finds out if it is
             if not gone:
+                self.started = None  # no wait for hosts: the next one's provision_timeout starts afresh
                 return self.current
             self.discard("lost" if self.unwell else "preempted")
         spec = QueuedResourceSpec(

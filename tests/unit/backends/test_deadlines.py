@@ -55,3 +55,30 @@ def test_subscribers_hear_every_new_deadline_until_they_stop() -> None:
     stop()  # twice is fine
     board.publish("/o", Deadline(2.0, 2.0))
     assert heard == [Deadline(1.0, 1.0)] and other == []
+
+
+def test_a_started_process_is_recorded_before_started_returns_and_a_failed_record_is_raised():
+    from marinbuild.backends.deadlines import Deadlines
+    from marinbuild.store.lease import StepProcess
+
+    d = Deadlines()
+    seen: list[StepProcess] = []
+    process = StepProcess("h", 10, 10, "5", "boot", "pid:[1]")
+    d.keep_records("/out/a", seen.append)
+    d.started("/out/a", process)
+    assert seen == [process] and d.process("/out/a") == process
+    d.started("/out/a", None)  # its end is not recorded
+    assert seen == [process]
+
+    def refuse(p: StepProcess) -> None:
+        raise RuntimeError("the lease could not be written")
+
+    d.keep_records("/out/a", refuse)
+    try:
+        d.started("/out/a", process)
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("a record that failed must stop the step at its gate")
+    d.keep_records("/out/a", None)
+    d.started("/out/a", process)  # nobody records: nothing raised

@@ -214,3 +214,26 @@ def test_retire_keeps_the_file_once_and_unlinks_it_when_the_name_is_taken(tmp_pa
     assert not first.exists() and second.read_text() == "one"
     retire(str(first))  # nothing there: nothing happens
     assert sorted(p.name for p in tmp_path.iterdir()) == ["status.previous"]
+
+
+def test_only_regular_files_are_opened_for_reading_and_none_blocks(tmp_path):
+    import os
+
+    import pytest
+
+    from marinbuild.errors import StorageError
+    from marinbuild.store.storage import open_regular
+
+    regular = tmp_path / "status"
+    regular.write_text("x")
+    os.close(open_regular(str(regular)))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(StorageError, match=r"fifo is not a regular file \(a FIFO\)"):
+        open_regular(str(fifo))  # a blocking open would never return here
+    with pytest.raises(StorageError, match=r"a FIFO"):
+        open_regular(str(fifo), os.O_WRONLY | os.O_APPEND)  # nobody reads it: ENXIO
+    with pytest.raises(StorageError, match=r"a character device"):
+        open_regular("/dev/zero")
+    with pytest.raises(IsADirectoryError):
+        open_regular(str(tmp_path))

@@ -69,3 +69,34 @@ def test_a_runners_cgroups_are_removed_when_it_is_done(cgroups):
     assert all(os.path.isdir(f) for f in folders) and folders[0] != folders[1]
     cgroups.remove_all()
     assert not any(os.path.exists(f) for f in folders)
+
+
+def test_a_lease_may_name_only_a_cgroup_its_owner_made():
+    from marinbuild.backends.local.cgroups import _cgroup2_mounts, runners_cgroup
+
+    mounts = _cgroup2_mounts()
+    if not mounts:
+        import pytest
+
+        pytest.skip("no cgroup v2 hierarchy is mounted here")
+    base = mounts[0].rstrip("/")
+    assert runners_cgroup(f"{base}/marinbuild-step-41.900-3", 41, "900")
+    assert runners_cgroup(f"{base}/sub/marinbuild-step-41.900-0", 41, "900")
+    # Someone else's runner, another start time, a path not normalized, not a step cgroup, outside cgroups.
+    assert not runners_cgroup(f"{base}/marinbuild-step-42.900-3", 41, "900")
+    assert not runners_cgroup(f"{base}/marinbuild-step-41.901-3", 41, "900")
+    assert not runners_cgroup(f"{base}/x/../marinbuild-step-41.900-3", 41, "900")
+    assert not runners_cgroup(f"{base}/marinbuild-step-41.900-3x", 41, "900")
+    assert not runners_cgroup(f"{base}/victim", 41, "900")
+    assert not runners_cgroup("/tmp/marinbuild-step-41.900-3", 41, "900")
+    assert not runners_cgroup("marinbuild-step-41.900-3", 41, "900")
+    assert not runners_cgroup(f"{base}/marinbuild-step-41.900-3", 41, "")
+
+
+def test_a_dead_runners_cgroups_are_found_by_its_name(tmp_path):
+    from marinbuild.backends.local.cgroups import runner_cgroups
+
+    for name in ("marinbuild-step-7.55-0", "marinbuild-step-7.55-12", "marinbuild-step-7.56-0", "other"):
+        (tmp_path / name).mkdir()
+    # Not on a cgroup hierarchy: found by name, refused by place.
+    assert runner_cgroups(7, "55", [str(tmp_path)]) == []

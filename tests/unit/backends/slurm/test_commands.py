@@ -29,3 +29,16 @@ def test_every_job_state_has_its_cause() -> None:
 
 def test_asking_about_no_job_asks_slurm_nothing() -> None:
     assert query([]) == {}  # no squeue is run: none may be installed here
+
+
+def test_an_sbatch_that_does_not_answer_in_time_is_reported_as_unknown(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """None, not an error: it may have reached the controller, and the job is looked for by its tag first."""
+    import os
+
+    from marinbuild.backends.slurm.commands import submit
+
+    slow = tmp_path / "sbatch"
+    slow.write_text("#!/bin/sh\nsleep 30\n")
+    slow.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    assert submit(["--job-name=x"], "#!/bin/sh\ntrue\n", env, timeout=0.5) is None

@@ -334,3 +334,23 @@ def test_a_burst_of_try_again_after_active_keeps_the_slice(emulator: TpuApiEmula
     got = p.acquire(threading.Event())
     assert got.queued_resource in emulator.queued_resource_names() and emulator.deleted == []
     assert any('answers "try again" for its nodes' in line for line in lines), lines
+
+
+@pytest.mark.parametrize(("health", "state", "shown"), [
+    ("UNHEALTHY_MAINTENANCE", None, "UNHEALTHY_MAINTENANCE"),
+    ("TIMEOUT", None, "TIMEOUT"),
+    ("HEALTHY", "REPAIRING", "REPAIRING"),
+    ("HEALTHY", "UNKNOWN", "UNKNOWN"),
+    ("HEALTHY", "RESTARTING", "RESTARTING"),
+])
+def test_an_unwell_node_loses_the_slice_and_the_next_acquire_makes_a_new_one(
+        emulator: TpuApiEmulator, tmp_path: Path, health: str, state: str | None, shown: str) -> None:
+    p = provider(emulator, tmp_path, count=2)
+    first = p.acquire(threading.Event())
+    assert p.lost() == () and p.acquire(threading.Event()) is first  # healthy: kept
+    sick = first.specs[1].name
+    emulator.set_health(sick, health, state)
+    assert p.lost() == (sick,) and p.unwell == {sick: shown}
+    second = p.acquire(threading.Event())
+    assert second.queued_resource != first.queued_resource
+    assert [r.why_deleted for r in p.held] == ["lost", None]

@@ -1,0 +1,32 @@
+"""StepFence: a step's records committed only over the versions its claim wrote."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from marinbuild.errors import LeaseLost
+from marinbuild.store.fenced import CommitRefused, StepFence, records_store
+from marinbuild.store.storage import Storage
+
+
+@pytest.mark.parametrize("kind", ["local", "memory"])
+def test_a_commit_over_another_claim_is_refused(kind: str, tmp_path: Path) -> None:
+    storage = Storage.for_prefix(str(tmp_path) if kind == "local" else f"memory://fenced-{uuid.uuid4().hex[:8]}")
+    path = Storage.join(storage.prefix, "out/.marinbuild/status")
+    stale, taker = StepFence(storage), StepFence(storage)
+    stale.claim(path, "RUNNING by the first runner")
+    stale.commit(path, "still mine")  # nobody claimed since: accepted
+    taker.claim(path, "RUNNING by the taker")
+    with pytest.raises(CommitRefused) as refused:
+        stale.commit(path, "SUCCESS by the first runner")
+    assert isinstance(refused.value, LeaseLost) and path in str(refused.value)
+    taker.commit(path, "SUCCESS by the taker")
+    assert storage.read_text(path) == "SUCCESS by the taker"
+
+
+def test_one_records_store_per_storage(tmp_path: Path) -> None:
+    storage = Storage.for_prefix(str(tmp_path))
+    assert records_store(storage) is records_store(storage)
