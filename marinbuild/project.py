@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from marinbuild.graph import StepGraph, build_graph
+from marinbuild.graph import StepGraph, StepNode, build_graph
 from marinbuild.history import explain_new_steps
 from marinbuild.input_times import rerun_inputs
 from marinbuild.marinfile import Marinfile, load_marinfile
@@ -114,20 +114,7 @@ def probe(
     """
     graph, storage = project.graph, project.storage
     nodes = [graph.nodes[n] for n in names]
-    present: dict[str, set[str]] = listed if listed is not None else {}
-    keeps_summary = storage.keeps_summary
-    kept = []
-    for node in nodes:
-        out = node.output_path
-        # Output paths are normalized (no trailing "/"); os.path.split costs 3x as much.
-        folder, _, base = out.rpartition("/")
-        if not folder and out.startswith("/"):
-            folder = "/"
-        if folder not in present:
-            present[folder] = set(storage.list_holding(folder, STATUS_IN_OUTPUT) if keeps_summary
-                                  else storage.list_names(folder))
-        if base in present[folder]:
-            kept.append(node)
+    kept = _listed_outputs(storage, nodes, listed if listed is not None else {})
     summary = index_of(storage)
     # On local disk every marker is read (a few microseconds each): a marker edited or removed
     # by hand must count, and be named when it cannot be read; the summary saves round trips.
@@ -150,6 +137,40 @@ def probe(
     running = [out for out, record in statuses.items() if record.status == RUNNING]
     if not running:
         return statuses
+    found = _backed_by_leases(storage, statuses, running, set(unknown), identities, problems)
+    if leases is not None:
+        leases.update((out, found[out]) for out in running if out in found and statuses.get(out, _NONE).status == RUNNING)
+    return statuses
+
+
+def _listed_outputs(storage: Storage, nodes: Sequence[StepNode], present: dict[str, set[str]]) -> list[StepNode]:
+    """Step 1 of :func:`probe`: the nodes whose output a listing of its parent folder shows (``present`` fills in)."""
+    keeps_summary = storage.keeps_summary
+    kept = []
+    for node in nodes:
+        out = node.output_path
+        # Output paths are normalized (no trailing "/"); os.path.split costs 3x as much.
+        folder, _, base = out.rpartition("/")
+        if not folder and out.startswith("/"):
+            folder = "/"
+        if folder not in present:
+            present[folder] = set(storage.list_holding(folder, STATUS_IN_OUTPUT) if keeps_summary
+                                  else storage.list_names(folder))
+        if base in present[folder]:
+            kept.append(node)
+    return kept
+
+
+def _backed_by_leases(
+    storage: Storage,
+    statuses: dict[str, StatusRecord],
+    running: list[str],
+    from_markers: set[str],
+    identities: dict[str, str],
+    problems: dict[str, str] | None,
+) -> dict[str, LeaseRecord | None]:
+    """Step 4 of :func:`probe`: mark each RUNNING step ``leased_by`` its live lease; a RUNNING from the
+    summary (not in ``from_markers``) without one has its marker read after all. Returns the leases read."""
     from marinbuild.store.lease import owner_alive, read_leases  # leases matter only when a step may be running
 
     unbacked = []
@@ -158,15 +179,13 @@ def probe(
         lease = found.get(out)
         if lease is not None and owner_alive(lease.owner) is not False:
             statuses[out] = replace(statuses[out], leased_by=lease.describe())
-        elif out not in unknown:
+        elif out not in from_markers:
             unbacked.append(out)
     if unbacked:
         for out in unbacked:
             del statuses[out]  # the marker says, and a missing one means no status at all
         statuses.update(read_statuses(storage, unbacked, identities))
-    if leases is not None:
-        leases.update((out, found[out]) for out in running if out in found and statuses.get(out, _NONE).status == RUNNING)
-    return statuses
+    return found
 
 
 _NONE = StatusRecord("NONE", 0.0)
