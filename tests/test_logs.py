@@ -61,7 +61,7 @@ def test_each_attempt_opens_with_a_header_and_logs_picks_attempts(project):
     assert missing.returncode == 2
     assert missing.stderr.strip() == "marinbuild: error: no attempt 7 in the logs of flaky; attempts logged: 1, 2, 3"
     no_host = marinbuild("logs", "flaky", "--host", "x", cwd=project)
-    assert no_host.returncode == 2 and "only TPU steps" in no_host.stderr
+    assert no_host.returncode == 2 and "only TPU and Slurm steps" in no_host.stderr
 
 
 def test_logs_of_a_step_that_never_ran_is_one_line(project):
