@@ -188,11 +188,14 @@ def test_a_burst_of_503_while_waiting_keeps_the_queue_place(project: Path, emula
     finally:
         if runner.poll() is None:
             runner.kill()
-        runner.communicate()
+        stdout, stderr = runner.communicate()
     out = train_out(project, cluster)
     attempts = ledger(out)["attempts"]
     assert [a["class"] for a in attempts] == ["SUCCESS"]
     assert len(emulator.requests("POST", "/queuedResources")) == 1
+    # The run's done line names the wait too, apart from the step's own time.
+    done = re.search(r"done\s+train \((\d+\.\d) s after (\d+(?:\.\d)?) s waiting for capacity\)", stdout + stderr)
+    assert done is not None and float(done.group(2)) >= 2.0, stdout + stderr
     # The wait is said apart from the time on hosts, and billed apart.
     waited = re.search(r"1 attempt\(s\): SUCCESS; (\d+\.\d) s waiting for capacity before ACTIVE;", _step_log(out))
     assert waited is not None and float(waited.group(1)) >= 2.0, _step_log(out)
