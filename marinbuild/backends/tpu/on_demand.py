@@ -236,9 +236,9 @@ class CreatedSlices:
         """``NAME UNHEALTHY_MAINTENANCE, ...`` for the lost nodes the API found unwell, not gone."""
         return ", ".join(f"{n} {provider.unwell[n]}" for n in nodes if n in provider.unwell)
 
-    def _lost(self, provider: SliceProvider) -> tuple[str, ...]:
+    def _lost(self, provider: SliceProvider, *, shared: bool = False) -> tuple[str, ...]:
         try:
-            return provider.lost()
+            return provider.lost(shared=shared)
         except TpuApiError:
             return ()
 
@@ -251,7 +251,8 @@ class CreatedSlices:
                 gang_cancel.set()
                 return
             if time.monotonic() >= next_ask:
-                lost = self._lost(provider)
+                # The running steps' watches share the run's lists of the zone (one per interval).
+                lost = self._lost(provider, shared=True)
                 if lost:
                     preempted.append(lost)
                     gang_cancel.set()

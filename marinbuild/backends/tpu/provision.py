@@ -617,19 +617,27 @@ class SliceProvider:
             return address
         return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
-    def lost(self) -> tuple[str, ...]:
+    def lost(self, *, shared: bool = False) -> tuple[str, ...]:
         """Nodes of the current queued resource the API says are gone (preempted, deleted) or
-        unwell (a health other than HEALTHY, REPAIRING, ...: named in :attr:`unwell` too)."""
+        unwell (a health other than HEALTHY, REPAIRING, ...: named in :attr:`unwell` too).
+
+        ``shared``: read from the run's lists of the zone (one per interval for every running
+        step, as a watch while the gang runs wants), asking by name only for what they lack;
+        otherwise asked now, by name (before a slice is kept for the next attempt)."""
         self.unwell = {}
         if self.current is None:
             return ()
-        info = self.api.get(self.current.queued_resource)
-        everything = tuple(s.name for s in self.current.specs)
+        current = self.current
+        record = next((r for r in self.held if r.name == current.queued_resource), None)
+        since = record.active_at or record.created_at if record is not None else time.time()
+        board = self.board if shared else None
+        info = self._look(current.queued_resource, since) if board is not None else self.api.get(current.queued_resource)
+        everything = tuple(s.name for s in current.specs)
         if info is None:
             return everything
         gone = []
-        for s in self.current.specs:
-            node = self.api.node(s.name)
+        for s in current.specs:
+            node = (board.node(s.name, since=since) if board is not None else None) or self.api.node(s.name)
             if node is None or node.state in _GONE_STATES:
                 gone.append(s.name)
             elif node.state in _UNWELL_STATES or node.health in _UNWELL_HEALTH:
