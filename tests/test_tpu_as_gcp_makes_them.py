@@ -270,3 +270,25 @@ def test_the_emulators_controls_answer_over_http(emulator: TpuApiEmulator) -> No
     assert (emulator.failures, emulator.delete_op_s, emulator.keys_after_s) == (["quota", "quota"], 90.0, 30.0)
     with urlopen(emulator.endpoint + "/emulator/state") as answer:
         assert json.loads(answer.read())["queued_resources"] == {}
+
+
+@pytest.mark.parametrize("late", ["sshd", "keys"])
+def test_hosts_later_than_ssh_ready_timeout_are_waited_for_again_on_the_kept_slice(
+        project: Path, emulator: TpuApiEmulator, hosts: FakeFleet, late: str) -> None:
+    # sshd or the guest agent's host keys arriving after the bound: the attempt is INFRA (not a
+    # final host-key refusal), and the retry on the same slice waits for them anew instead of
+    # spending every infra retry at once on hosts that are only slow.
+    setattr(emulator, f"{late}_after_s", 6.0)
+    cluster = train_step(project, emulator, hosts, "echo ok > {output}/out")
+    cluster.write_text(cluster.read_text() + "ssh_ready_timeout = 4\n")
+    rc, text = _run(project, cluster)
+    assert rc == 0, text
+    attempts = ledger(train_out(project, cluster))["attempts"]
+    assert [a["class"] for a in attempts] == ["INFRA", "SUCCESS"], text
+    assert len({a["queued_resource"] for a in attempts}) == 1
+    assert len(emulator.requests("POST", "/queuedResources")) == 1
+    if late == "keys":
+        assert "the TPU API reported no host key for" in attempts[0]["message"], attempts[0]["message"]
+        assert "known_hosts" not in attempts[0]["message"]
+    assert "Traceback" not in text
+    assert emulator.queued_resource_names() == []

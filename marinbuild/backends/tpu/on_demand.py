@@ -173,6 +173,13 @@ class CreatedSlices:
                 watcher.join()
                 if cancel.is_set() or attempt.classification is Cause.SUCCESS:
                     return attempt
+                unkeyed = [h for s in got.specs for h in s.hosts if not got.host_keys.get(h) and h in attempt.message]
+                if attempt.fatal and unkeyed and "unknown host key" in attempt.message:
+                    # The API had not reported the key when ssh_ready_timeout passed: the guest agent
+                    # is slow, not the key wrong. The next attempt on the slice waits for it again.
+                    why = (f"the TPU API reported no host key for {', '.join(unkeyed[:3])} within "
+                           f"ssh_ready_timeout ({self.cluster.gcp.ssh_ready_timeout:g} s)" if self.cluster.gcp else "")
+                    return dataclasses.replace(attempt, classification=Cause.INFRA, fatal=False, message=why)
                 if not preempted:
                     lost = self._lost(provider)
                     if lost:

@@ -312,6 +312,9 @@ class SliceProvider:
         self.board = board
         """The run's shared look at the zone's queued resources (None: this step asks for its own)."""
         self.current: ProvisionedSlices | None = None
+        self._current_spec: QueuedResourceSpec | None = None
+        self._unready = False
+        """The current slice's hosts were not all ready when ``ssh_ready_timeout`` passed."""
         self.held: list[HeldResource] = []
         self.patient = True
         self.state: str | None = None
@@ -347,6 +350,12 @@ class SliceProvider:
                     raise
                 gone = ()  # the API is busy, not the slice gone: the gang finds out if it is
             if not gone:
+                if self._unready and self._current_spec is not None:
+                    # Its hosts were not all ready at the bound: wait for them (and read their keys)
+                    # again, or every retry on the slice is spent at once on hosts that are only slow.
+                    got = self._read_nodes_patiently(self._current_spec, cancel)
+                    self._wait_reachable(self._current_spec, got, cancel)
+                    self.current = got
                 self.started = None  # no wait for hosts: the next one's provision_timeout starts afresh
                 return self.current
             self.discard("lost" if self.unwell else "preempted")
@@ -393,7 +402,7 @@ class SliceProvider:
             record.active_at = self.clock()
             got = self._read_nodes_patiently(spec, cancel)
             self._wait_reachable(spec, got, cancel)
-            self.current = got
+            self.current, self._current_spec = got, spec
         except BaseException as e:
             self._give_up(record, e, cancel)
             raise
@@ -428,6 +437,7 @@ class SliceProvider:
                               max_parallel=self.cluster.max_parallel, clock=self.clock)
         if cancel.is_set():
             raise ProvisionCancelled(f"cancelled while the hosts of queued resource {spec.name} were booting")
+        self._unready = last.reachable < last.total
         if last.reachable < last.total:
             self.report(f"queued resource {spec.name}: {last.text} after ssh_ready_timeout "
                         f"({self.gcp.ssh_ready_timeout:g} s); the attempt goes on and judges them: "
