@@ -219,7 +219,8 @@ class CreatedSlices:
         finally:
             done.set()
             if keep:
-                provider.report(f"queued resource {got.queued_resource} is ACTIVE and healthy: kept for the next attempt")
+                provider.report(f"queued resource {got.queued_resource} is ACTIVE and healthy: "
+                                "kept for a retry of the step (deleted when the step ends)")
             else:
                 # A stopping runner waits only so long for its steps; a wall time that ran out
                 # stops this step alone, whose slices get the usual patience.
