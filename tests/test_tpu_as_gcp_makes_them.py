@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -292,3 +293,29 @@ def test_hosts_later_than_ssh_ready_timeout_are_waited_for_again_on_the_kept_sli
         assert "known_hosts" not in attempts[0]["message"]
     assert "Traceback" not in text
     assert emulator.queued_resource_names() == []
+
+
+def test_a_stop_is_recorded_without_waiting_for_the_watchs_poll_in_flight(
+        project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
+    # The running step's watch is asking for the zone's nodes while the API answers "try again":
+    # a Ctrl-C then records the step at once, not once that poll has been answered.
+    cluster = train_step(project, emulator, hosts, "touch {output}/../running2; sleep 60")
+    runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
+    out = train_out(project, cluster)
+    try:
+        wait_for(lambda: (out.parent / "running2").exists(), timeout=60)
+        burst_end = time.time() + 6.0
+        emulator.unavailable_for(6.0, path_contains="/nodes")
+        wait_for(lambda: any(p.endswith("/nodes") for p in emulator.refused), timeout=30)  # the watch's poll
+        signalled = time.time()
+        runner.send_signal(signal.SIGINT)
+        runner.wait(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+        stdout, stderr = runner.communicate()
+    assert runner.returncode == 130 and "Traceback" not in stdout + stderr, stdout + stderr
+    status = json.loads((out / ".marinbuild" / "status").read_text())
+    assert status["status"] == "FAILED" and status["time"] < burst_end, (status["time"], signalled, burst_end)
+    assert [a["class"] for a in ledger(out)["attempts"]] == ["CANCELLED"]
+    wait_for(lambda: emulator.queued_resource_names() == [], timeout=30)
