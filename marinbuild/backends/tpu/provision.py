@@ -356,6 +356,8 @@ class SliceProvider:
                     got = self._read_nodes_patiently(self._current_spec, cancel)
                     self._wait_reachable(self._current_spec, got, cancel)
                     self.current = got
+                    self.on_phase("ready", self.clock(), self._current_spec.name)
+                    self.state = None
                 self.started = None  # no wait for hosts: the next one's provision_timeout starts afresh
                 return self.current
             self.discard("lost" if self.unwell else "preempted")
