@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -188,11 +189,14 @@ def test_a_burst_of_503_while_waiting_keeps_the_queue_place(project: Path, emula
     finally:
         if runner.poll() is None:
             runner.kill()
-        runner.communicate()
+        stdout, stderr = runner.communicate()
     out = train_out(project, cluster)
     attempts = ledger(out)["attempts"]
     assert [a["class"] for a in attempts] == ["SUCCESS"]
     assert len(emulator.requests("POST", "/queuedResources")) == 1
+    # The run's done line names the wait too, apart from the step's own time.
+    done = re.search(r"done\s+train \((\d+\.\d) s after (\d+(?:\.\d)?) s waiting for capacity\)", stdout + stderr)
+    assert done is not None and float(done.group(2)) >= 2.0, stdout + stderr
     # The wait is said apart from the time on hosts, and billed apart.
     waited = re.search(r"1 attempt\(s\): SUCCESS; (\d+\.\d) s waiting for capacity before ACTIVE;", _step_log(out))
     assert waited is not None and float(waited.group(1)) >= 2.0, _step_log(out)
@@ -267,3 +271,51 @@ def test_the_emulators_controls_answer_over_http(emulator: TpuApiEmulator) -> No
     assert (emulator.failures, emulator.delete_op_s, emulator.keys_after_s) == (["quota", "quota"], 90.0, 30.0)
     with urlopen(emulator.endpoint + "/emulator/state") as answer:
         assert json.loads(answer.read())["queued_resources"] == {}
+
+
+@pytest.mark.parametrize("late", ["sshd", "keys"])
+def test_hosts_later_than_ssh_ready_timeout_are_waited_for_again_on_the_kept_slice(
+        project: Path, emulator: TpuApiEmulator, hosts: FakeFleet, late: str) -> None:
+    # sshd or the guest agent's host keys arriving after the bound: the attempt is INFRA (not a
+    # final host-key refusal), and the retry on the same slice waits for them anew instead of
+    # spending every infra retry at once on hosts that are only slow.
+    setattr(emulator, f"{late}_after_s", 6.0)
+    cluster = train_step(project, emulator, hosts, "echo ok > {output}/out")
+    cluster.write_text(cluster.read_text() + "ssh_ready_timeout = 4\n")
+    rc, text = _run(project, cluster)
+    assert rc == 0, text
+    attempts = ledger(train_out(project, cluster))["attempts"]
+    assert [a["class"] for a in attempts] == ["INFRA", "SUCCESS"], text
+    assert len({a["queued_resource"] for a in attempts}) == 1
+    assert len(emulator.requests("POST", "/queuedResources")) == 1
+    if late == "keys":
+        assert "the TPU API reported no host key for" in attempts[0]["message"], attempts[0]["message"]
+        assert "known_hosts" not in attempts[0]["message"]
+    assert "Traceback" not in text
+    assert emulator.queued_resource_names() == []
+
+
+def test_a_stop_is_recorded_without_waiting_for_the_watchs_poll_in_flight(
+        project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
+    # The running step's watch is asking for the zone's nodes while the API answers "try again":
+    # a Ctrl-C then records the step at once, not once that poll has been answered.
+    cluster = train_step(project, emulator, hosts, "touch {output}/../running2; sleep 60")
+    runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
+    out = train_out(project, cluster)
+    try:
+        wait_for(lambda: (out.parent / "running2").exists(), timeout=60)
+        burst_end = time.time() + 6.0
+        emulator.unavailable_for(6.0, path_contains="/nodes")
+        wait_for(lambda: any(p.endswith("/nodes") for p in emulator.refused), timeout=30)  # the watch's poll
+        signalled = time.time()
+        runner.send_signal(signal.SIGINT)
+        runner.wait(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+        stdout, stderr = runner.communicate()
+    assert runner.returncode == 130 and "Traceback" not in stdout + stderr, stdout + stderr
+    status = json.loads((out / ".marinbuild" / "status").read_text())
+    assert status["status"] == "FAILED" and status["time"] < burst_end, (status["time"], signalled, burst_end)
+    assert [a["class"] for a in ledger(out)["attempts"]] == ["CANCELLED"]
+    wait_for(lambda: emulator.queued_resource_names() == [], timeout=30)

@@ -215,6 +215,8 @@ class TpuApiEmulator:
         self.log: list[tuple[str, str, dict[str, Any]]] = []
         """Every request: (method, path without query, JSON body)."""
         self.deleted: list[str] = []
+        self.refused: list[str] = []
+        """Paths of the requests a burst answered 503 (not in :attr:`log`: they never reached the API)."""
         self.lock = threading.RLock()
         self._ids = itertools.count(1)
         self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
@@ -299,6 +301,7 @@ class TpuApiEmulator:
     def _unavailable(self, *, acted: bool, path: str = "") -> None:
         with self.lock:
             if not acted and time.time() < self.unavailable_until and self.unavailable_paths in path:
+                self.refused.append(path)
                 raise _ApiError(503, "UNAVAILABLE", "The service is currently unavailable.")
             if self.unavailable_left > 0 and self.unavailable_lost == acted:
                 self.unavailable_left -= 1

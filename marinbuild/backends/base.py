@@ -162,6 +162,9 @@ class Outcome:
     retries: Mapping[str, Any] | None = None
     """Set by the retry loop on a step's last outcome: what the run used of each retry budget
     (``{"failure": {"used": 1, "max": 3}, ...}``), recorded in the step's final status marker."""
+    capacity_wait: float = 0.0
+    """Set by the retry loop on a step's last outcome: seconds the step waited for machines to
+    be made for it (not part of :attr:`duration`), which the run's done line names apart."""
 
     @property
     def kind(self) -> Cause:
@@ -221,6 +224,11 @@ class BackendHooks:
 
     def step_ended(self, job: Job) -> None:
         """Called once after the step's last attempt (per-step state may go), before its ledger is written."""
+
+    def capacity_wait(self, job: Job) -> float:
+        """Called right after :meth:`step_ended`: seconds the step's attempts waited for machines
+        made for them to exist (shown apart from the step's duration); 0 for a backend that makes none."""
+        return 0.0
 
     def amend_ledger(self, job: Job, entries: list[dict[str, Any]]) -> None:
         """Called right after :meth:`step_ended`; may correct earlier attempts' entries with what

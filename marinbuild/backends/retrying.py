@@ -398,11 +398,11 @@ class _StepRun:
         self.ledger.entries.append(entry)
         # Before the ledger is written: what the step held until its end (a queued resource
         # whose delete failed at its attempt's end) is let go, and its entry amended.
-        self._step_ended(retried=any(self.counter.used.values()) or not outcome.ok)
+        waited = self._step_ended(retried=any(self.counter.used.values()) or not outcome.ok)
         records = {**outcome.records, self.ledger.path: self.ledger.text()}
         if self.job.progress_timeout is not None or self.hooks.watches_progress(self.job):
             records.update(ended_progress_note(self.job.output_path))  # with the record: no round trip of its own
-        changes: dict[str, Any] = {"records": records, "retries": self.counter.summary()}
+        changes: dict[str, Any] = {"records": records, "retries": self.counter.summary(), "capacity_wait": waited}
         if decision.why and decision.cause not in (Cause.FAILED, Cause.CANCELLED, Cause.TIMEOUT, Cause.SUCCESS):
             changes["error"] = f"{outcome.error or decision.cause.value} ({decision.why})"
         if self.first_start is not None and self.first_start < outcome.started:
@@ -413,15 +413,19 @@ class _StepRun:
         self._watch = None
         self.on_done(dataclasses.replace(outcome, **changes))
 
-    def _step_ended(self, retried: bool) -> None:
+    def _step_ended(self, retried: bool) -> float:
+        """Lets the backend end the step; the seconds it waited for machines made for it."""
         tally = self.owner.tally
         if tally is not None and retried:
             tally[self.job.name] = self.counter.summary()
+        waited = 0.0
         try:
             self.hooks.step_ended(self.job)
+            waited = self.hooks.capacity_wait(self.job)
             self.hooks.amend_ledger(self.job, self.ledger.entries)
         except Exception:  # per-step cleanup must not keep the outcome from the scheduler
             traceback.print_exc()
+        return waited
 
     def _retry_after(self, cause: Cause, delay: float) -> None:
         self._waiting.wait(delay)

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from marinbuild.cli.plan_view import COLUMNS, MAX_ROWS, plan_view
 from marinbuild.cli.printing import terminal_safe
-from marinbuild.execution.reporting import NullReporter, Summary
+from marinbuild.execution.reporting import NullReporter, Summary, finished_text
 from marinbuild.planner import Plan
 
 __all__ = ["FittedTable", "LineReporter", "LiveReporter", "fit_columns", "plan_table", "print_summary",
@@ -303,9 +303,9 @@ class LineReporter(NullReporter):
         if not self.quiet:
             self.console.print(_event("wait", "yellow", f"{name}: {reason}"))
 
-    def step_finished(self, name: str, duration: float) -> None:
+    def step_finished(self, name: str, duration: float, capacity_wait: float = 0.0) -> None:
         if not self.quiet:
-            self.console.print(f"[green]done[/]  {name} ({duration:.1f} s)", highlight=False)
+            self.console.print(f"[green]done[/]  {name} ({finished_text(duration, capacity_wait)})", highlight=False)
 
     def step_failed(self, name: str, error: str, log: str) -> None:
         self.console.print(_event("FAIL", "red", f"{name}: {error}"))
@@ -392,11 +392,11 @@ class LiveReporter(LineReporter):
     def steps_waiting(self, counts: Mapping[str, int]) -> None:
         self.waiting_on = dict(counts)
 
-    def step_finished(self, name: str, duration: float) -> None:
+    def step_finished(self, name: str, duration: float, capacity_wait: float = 0.0) -> None:
         self.started.pop(name, None)
         self.ended.add(name)
         self.done += 1
-        self.console.print(f"[green]done[/]  {name} ({duration:.1f} s)", highlight=False)
+        self.console.print(f"[green]done[/]  {name} ({finished_text(duration, capacity_wait)})", highlight=False)
 
     def step_failed(self, name: str, error: str, log: str) -> None:
         self.started.pop(name, None)

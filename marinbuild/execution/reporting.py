@@ -13,7 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO
 
-__all__ = ["Failure", "JsonReporter", "NullReporter", "PlainReporter", "Reporter", "Summary", "json_step_lines"]
+__all__ = ["Failure", "JsonReporter", "NullReporter", "PlainReporter", "Reporter", "Summary", "finished_text",
+           "json_step_lines"]
+
+
+def finished_text(duration: float, capacity_wait: float = 0.0) -> str:
+    """``3.9 s`` or, for a step that first waited for machines made for it, ``3.9 s after 90 s waiting for capacity``."""
+    if capacity_wait < 0.05:
+        return f"{duration:.1f} s"
+    waited = f"{capacity_wait:.0f}" if capacity_wait >= 10 else f"{capacity_wait:.1f}"
+    return f"{duration:.1f} s after {waited} s waiting for capacity"
 
 
 @dataclass(frozen=True)
@@ -51,7 +60,7 @@ class Reporter(Protocol):
     def run_started(self, total: int, skipped: int) -> None: ...
     def step_started(self, name: str, output: str) -> None: ...
     def step_waiting(self, name: str, reason: str) -> None: ...
-    def step_finished(self, name: str, duration: float) -> None: ...
+    def step_finished(self, name: str, duration: float, capacity_wait: float = 0.0) -> None: ...
     def step_failed(self, name: str, error: str, log: str) -> None: ...
     def step_skipped(self, name: str, reason: str) -> None: ...
     def run_finished(self, summary: Summary) -> None: ...
@@ -69,7 +78,7 @@ class NullReporter:
     def step_waiting(self, name: str, reason: str) -> None:
         pass
 
-    def step_finished(self, name: str, duration: float) -> None:
+    def step_finished(self, name: str, duration: float, capacity_wait: float = 0.0) -> None:
         pass
 
     def step_failed(self, name: str, error: str, log: str) -> None:
@@ -98,8 +107,8 @@ class JsonReporter(NullReporter):
     def step_waiting(self, name: str, reason: str) -> None:
         self._emit("waiting", step=name, reason=reason)
 
-    def step_finished(self, name: str, duration: float) -> None:
-        self._emit("finished", step=name, duration=duration)
+    def step_finished(self, name: str, duration: float, capacity_wait: float = 0.0) -> None:
+        self._emit("finished", step=name, duration=duration, capacity_wait=capacity_wait)
 
     def step_failed(self, name: str, error: str, log: str) -> None:
         self._emit("failed", step=name, error=error, log=log)
@@ -135,8 +144,8 @@ class PlainReporter(NullReporter):
     def step_waiting(self, name: str, reason: str) -> None:
         self._line(f"wait  {name}: {reason}")
 
-    def step_finished(self, name: str, duration: float) -> None:
-        self._line(f"done  {name} ({duration:.1f} s)")
+    def step_finished(self, name: str, duration: float, capacity_wait: float = 0.0) -> None:
+        self._line(f"done  {name} ({finished_text(duration, capacity_wait)})")
 
     def step_failed(self, name: str, error: str, log: str) -> None:
         self._line(f"FAIL  {name}: {error}" + (f" (log: {log})" if log else ""))

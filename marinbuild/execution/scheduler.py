@@ -556,7 +556,7 @@ class Scheduler:
             return
         outcome = result.outcome
         if outcome.ok:
-            self.reporter.step_finished(name, outcome.duration)
+            self.reporter.step_finished(name, outcome.duration, outcome.capacity_wait)
             self._succeeded(name)
             return
         self._failed(name, outcome.error or "failed", active.job.log_file)

@@ -308,11 +308,11 @@ class _Recorder(NullReporter):
     def step_waiting(self, name: str, reason: str) -> None:
         self.inner.step_waiting(name, reason)
 
-    def step_finished(self, name: str, duration: float) -> None:
+    def step_finished(self, name: str, duration: float, capacity_wait: float = 0.0) -> None:
         self.results[name] = (StepOutcome.RAN, None, None, duration)
         if self.follower is not None:
             self.follower.finish(name)  # its last lines before the line saying it is done
-        self.inner.step_finished(name, duration)
+        self.inner.step_finished(name, duration, capacity_wait)
 
     def step_failed(self, name: str, error: str, log: str) -> None:
         self.results[name] = (StepOutcome.FAILED, error, log, None)

@@ -147,13 +147,17 @@ class TpuDispatch(TpuAttempts):
         if self.created is not None:
             self.created.amend_ledger(job, entries)
 
+    def capacity_wait(self, job: Job) -> float:
+        """Seconds the step's queued resources waited before ACTIVE (read before ``amend_ledger`` lets them go)."""
+        return self.created.waited(job) if self.created is not None else 0.0
+
     def step_ended(self, job: Job) -> None:
         if self.created is not None:
             self.created.step_ended(job)
         with self._lock:
             step = self._steps.pop(job.output_path, None)
         if step is not None:
-            waited = self.created.waited(job) if self.created is not None else 0.0
+            waited = self.capacity_wait(job)
             summary = step.summary()
             if waited >= 0.05:
                 # The time on hosts and the wait for them are different costs: say both.

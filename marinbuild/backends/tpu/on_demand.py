@@ -152,6 +152,7 @@ class CreatedSlices:
             return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cause=Cause.INFRA,
                            fatal=e.final, details=self._details(provider, first))
         preempted: list[tuple[str, ...]] = []
+        found = preempted  # what the watcher found, as far as it bears on the outcome
         keep = False
         gang_cancel = threading.Event()
         done = threading.Event()
@@ -170,9 +171,18 @@ class CreatedSlices:
                 # Decided before the attempt's line is printed, so that a gang the watcher tore
                 # down for a preemption is not shown as CANCELLED (or INFRA) first.
                 done.set()
-                watcher.join()
                 if cancel.is_set() or attempt.classification is Cause.SUCCESS:
+                    # Nothing the watcher finds changes this: a poll it has in flight (an API slow
+                    # or answering "try again") is not waited for, so a stop or a success reports at once.
                     return attempt
+                watcher.join()
+                unkeyed = [h for s in got.specs for h in s.hosts if not got.host_keys.get(h) and h in attempt.message]
+                if attempt.fatal and unkeyed and "unknown host key" in attempt.message:
+                    # The API had not reported the key when ssh_ready_timeout passed: the guest agent
+                    # is slow, not the key wrong. The next attempt on the slice waits for it again.
+                    why = (f"the TPU API reported no host key for {', '.join(unkeyed[:3])} within "
+                           f"ssh_ready_timeout ({self.cluster.gcp.ssh_ready_timeout:g} s)" if self.cluster.gcp else "")
+                    return dataclasses.replace(attempt, classification=Cause.INFRA, fatal=False, message=why)
                 if not preempted:
                     lost = self._lost(provider)
                     if lost:
@@ -193,30 +203,34 @@ class CreatedSlices:
             attempt = step.attempt(job.attempt, gang_cancel, got.specs, targets, verdict=verdict)
             outcome = step.outcome_of(attempt, got.specs)
             done.set()
-            watcher.join()
-            unwell = self._unwell(provider, preempted[0]) if preempted else ""
-            if preempted and not cancel.is_set() and unwell:
+            settled = cancel.is_set() or outcome.ok
+            if not settled:
+                watcher.join()
+            found = [] if settled else preempted
+            unwell = self._unwell(provider, found[0]) if found else ""
+            if found and unwell:
                 outcome = dataclasses.replace(
                     outcome, ok=False, cancelled=False, cause=Cause.INFRA, fatal=False,
                     error=f"attempt {job.attempt} INFRA: the TPU API reports node(s) {unwell}: slice lost",
                 )
                 self.console(f"[{job.name}] node(s) {unwell}: slice lost, deleting queued resource {got.queued_resource}")
-            elif preempted and not cancel.is_set():
-                nodes = ", ".join(preempted[0])
+            elif found:
+                nodes = ", ".join(found[0])
                 outcome = dataclasses.replace(
                     outcome, ok=False, cancelled=False, cause=Cause.PREEMPTED, fatal=False,
                     error=f"attempt {job.attempt} PREEMPTED: the TPU API reports node(s) {nodes} preempted",
                 )
                 self.console(f"[{job.name}] node(s) {nodes} preempted: deleting queued resource {got.queued_resource}")
-            keep = self._keep(outcome, preempted, cancel, provider)
+            keep = self._keep(outcome, found, cancel, provider)
         finally:
             done.set()
             if keep:
-                provider.report(f"queued resource {got.queued_resource} is ACTIVE and healthy: kept for the next attempt")
+                provider.report(f"queued resource {got.queued_resource} is ACTIVE and healthy: "
+                                "kept for a retry of the step (deleted when the step ends)")
             else:
                 # A stopping runner waits only so long for its steps; a wall time that ran out
                 # stops this step alone, whose slices get the usual patience.
-                why = "lost" if preempted and provider.unwell else "preempted" if preempted else "attempt ended"
+                why = "lost" if found and provider.unwell else "preempted" if found else "attempt ended"
                 provider.release(why, patient=not cut_short(cancel))
         details = {**outcome.details, **self._details(provider, first), QUEUED_RESOURCE_EXTRA: got.queued_resource}
         return dataclasses.replace(outcome, details=details)
@@ -236,22 +250,25 @@ class CreatedSlices:
         """``NAME UNHEALTHY_MAINTENANCE, ...`` for the lost nodes the API found unwell, not gone."""
         return ", ".join(f"{n} {provider.unwell[n]}" for n in nodes if n in provider.unwell)
 
-    def _lost(self, provider: SliceProvider) -> tuple[str, ...]:
+    def _lost(self, provider: SliceProvider, *, shared: bool = False) -> tuple[str, ...]:
         try:
-            return provider.lost()
+            return provider.lost(shared=shared)
         except TpuApiError:
             return ()
 
     def _watch(self, provider: SliceProvider, cancel: threading.Event, gang_cancel: threading.Event,
                done: threading.Event, preempted: list[tuple[str, ...]]) -> None:
         """Pass a cancel on to the gang, and tear it down as soon as the API says a node is gone."""
+        # The cancel is passed on by a thread of its own: a poll of a slow API must not hold up a stop.
+        threading.Thread(target=_pass_on, args=(cancel, gang_cancel, done), daemon=True,
+                         name=f"{threading.current_thread().name}-cancel").start()
         next_ask = time.monotonic() + self.preemption_poll
         while not done.wait(_WATCH_S):
             if cancel.is_set():
-                gang_cancel.set()
                 return
             if time.monotonic() >= next_ask:
-                lost = self._lost(provider)
+                # The running steps' watches share the run's lists of the zone (one per interval).
+                lost = self._lost(provider, shared=True)
                 if lost:
                     preempted.append(lost)
                     gang_cancel.set()
@@ -299,3 +316,11 @@ class CreatedSlices:
                 elif record.still_held_at is not None:
                     p["still_held_at"] = round(record.still_held_at, 3)
                     p["delete_error"] = record.delete_error
+
+
+def _pass_on(cancel: threading.Event, gang_cancel: threading.Event, done: threading.Event) -> None:
+    """Set ``gang_cancel`` once ``cancel`` is set, until ``done``."""
+    while not done.wait(_WATCH_S):
+        if cancel.is_set():
+            gang_cancel.set()
+            return

@@ -10,7 +10,8 @@ list::
     board.get("mb-train-1a2b", since=created_at)   # QueuedResourceInfo, or None when gone
 
 A queued resource made after the last list was taken is not judged gone from it: the list is
-taken again (once, for every step asking then).
+taken again (once, for every step asking then). Running steps watching for a lost node read
+the zone's nodes the same way (:meth:`ZoneBoard.node`): one list of nodes per interval for all.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from marinbuild.backends.tpu.tpu_api import QueuedResourceInfo, TpuApi
+from marinbuild.backends.tpu.tpu_api import NodeInfo, QueuedResourceInfo, TpuApi
 
 __all__ = ["ZoneBoard"]
 
@@ -34,6 +35,8 @@ class ZoneBoard:
         self._lock = threading.Lock()
         self._taken: float | None = None
         self._listed: dict[str, QueuedResourceInfo] = {}
+        self._nodes_taken: float | None = None
+        self._nodes: dict[str, NodeInfo] = {}
         self.lists = 0
         """How many times the zone was listed (for the request budget)."""
 
@@ -49,3 +52,14 @@ class ZoneBoard:
                 self._taken = now
                 self.lists += 1
             return self._listed.get(name)
+
+    def node(self, name: str, *, since: float) -> NodeInfo | None:
+        """The node ``name`` (there since ``since``), from a list of the zone's nodes taken after
+        then and at most ``interval`` ago; None when that list lacks it."""
+        with self._lock:
+            now = self.clock()
+            if self._nodes_taken is None or self._nodes_taken < since or now - self._nodes_taken >= self.interval:
+                self._nodes = {n.name: n for n in self.api.nodes()}
+                self._nodes_taken = now
+                self.lists += 1
+            return self._nodes.get(name)

@@ -312,6 +312,9 @@ class SliceProvider:
         self.board = board
         """The run's shared look at the zone's queued resources (None: this step asks for its own)."""
         self.current: ProvisionedSlices | None = None
+        self._current_spec: QueuedResourceSpec | None = None
+        self._unready = False
+        """The current slice's hosts were not all ready when ``ssh_ready_timeout`` passed."""
         self.held: list[HeldResource] = []
         self.patient = True
         self.state: str | None = None
@@ -347,6 +350,14 @@ class SliceProvider:
                     raise
                 gone = ()  # the API is busy, not the slice gone: the gang finds out if it is
             if not gone:
+                if self._unready and self._current_spec is not None:
+                    # Its hosts were not all ready at the bound: wait for them (and read their keys)
+                    # again, or every retry on the slice is spent at once on hosts that are only slow.
+                    got = self._read_nodes_patiently(self._current_spec, cancel)
+                    self._wait_reachable(self._current_spec, got, cancel)
+                    self.current = got
+                    self.on_phase("ready", self.clock(), self._current_spec.name)
+                    self.state = None
                 self.started = None  # no wait for hosts: the next one's provision_timeout starts afresh
                 return self.current
             self.discard("lost" if self.unwell else "preempted")
@@ -393,7 +404,7 @@ class SliceProvider:
             record.active_at = self.clock()
             got = self._read_nodes_patiently(spec, cancel)
             self._wait_reachable(spec, got, cancel)
-            self.current = got
+            self.current, self._current_spec = got, spec
         except BaseException as e:
             self._give_up(record, e, cancel)
             raise
@@ -428,6 +439,7 @@ class SliceProvider:
                               max_parallel=self.cluster.max_parallel, clock=self.clock)
         if cancel.is_set():
             raise ProvisionCancelled(f"cancelled while the hosts of queued resource {spec.name} were booting")
+        self._unready = last.reachable < last.total
         if last.reachable < last.total:
             self.report(f"queued resource {spec.name}: {last.text} after ssh_ready_timeout "
                         f"({self.gcp.ssh_ready_timeout:g} s); the attempt goes on and judges them: "
@@ -617,19 +629,27 @@ class SliceProvider:
             return address
         return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
-    def lost(self) -> tuple[str, ...]:
+    def lost(self, *, shared: bool = False) -> tuple[str, ...]:
         """Nodes of the current queued resource the API says are gone (preempted, deleted) or
-        unwell (a health other than HEALTHY, REPAIRING, ...: named in :attr:`unwell` too)."""
+        unwell (a health other than HEALTHY, REPAIRING, ...: named in :attr:`unwell` too).
+
+        ``shared``: read from the run's lists of the zone (one per interval for every running
+        step, as a watch while the gang runs wants), asking by name only for what they lack;
+        otherwise asked now, by name (before a slice is kept for the next attempt)."""
         self.unwell = {}
         if self.current is None:
             return ()
-        info = self.api.get(self.current.queued_resource)
-        everything = tuple(s.name for s in self.current.specs)
+        current = self.current
+        record = next((r for r in self.held if r.name == current.queued_resource), None)
+        since = record.active_at or record.created_at if record is not None else time.time()
+        board = self.board if shared else None
+        info = self._look(current.queued_resource, since) if board is not None else self.api.get(current.queued_resource)
+        everything = tuple(s.name for s in current.specs)
         if info is None:
             return everything
         gone = []
-        for s in self.current.specs:
-            node = self.api.node(s.name)
+        for s in current.specs:
+            node = (board.node(s.name, since=since) if board is not None else None) or self.api.node(s.name)
             if node is None or node.state in _GONE_STATES:
                 gone.append(s.name)
             elif node.state in _UNWELL_STATES or node.health in _UNWELL_HEALTH:

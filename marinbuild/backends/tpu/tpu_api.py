@@ -349,14 +349,17 @@ class TpuApi:
             return None
         return _node_info(n)
 
-    def nodes_of(self, queued_resource: str) -> list[NodeInfo]:
-        """The nodes the API says belong to ``queued_resource``, by name (slice order for ``NAME-i``)."""
+    def nodes(self) -> list[NodeInfo]:
+        """Every node in the zone."""
         pages = self._call("listing nodes", self._client.list_nodes, parent=self.parent)
         try:
-            found = [_node_info(n) for n in pages]
+            return [_node_info(n) for n in pages]
         except Exception as e:  # a later page can fail too
             raise TpuApiError(f"TPU API: listing nodes in {self.parent} failed: {_why(e)}") from None
-        mine = [n for n in found if n.queued_resource == queued_resource]
+
+    def nodes_of(self, queued_resource: str) -> list[NodeInfo]:
+        """The nodes the API says belong to ``queued_resource``, by name (slice order for ``NAME-i``)."""
+        mine = [n for n in self.nodes() if n.queued_resource == queued_resource]
         return sorted(mine, key=lambda n: (len(n.name), n.name))
 
     def host_keys(self, name: str) -> list[tuple[str, ...]]:

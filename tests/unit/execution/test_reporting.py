@@ -54,8 +54,11 @@ def test_plain_reporter_lines() -> None:
     r.step_failed("c", "exit 3", "/log")
     r.step_failed("d", "lost", "")
     r.step_skipped("e", "up to date")  # quiet about skipped steps
+    r.step_finished("f", 3.94, capacity_wait=90.2)
+    r.step_finished("g", 1.0, capacity_wait=2.34)
     assert out.getvalue().splitlines() == [
         "start a  /o/a", "wait  b: cores", "done  a (1.2 s)", "FAIL  c: exit 3 (log: /log)", "FAIL  d: lost",
+        "done  f (3.9 s after 90 s waiting for capacity)", "done  g (1.0 s after 2.3 s waiting for capacity)",
     ]
 
 

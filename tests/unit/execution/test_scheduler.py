@@ -173,7 +173,7 @@ class _Events(NullReporter):
     def step_started(self, name: str, output: str) -> None:
         self.seen.append(("started", name))
 
-    def step_finished(self, name: str, duration: float) -> None:
+    def step_finished(self, name: str, duration: float, capacity_wait: float = 0.0) -> None:
         self.seen.append(("finished", name))
 
     def step_failed(self, name: str, error: str, log: str) -> None:

@@ -60,3 +60,24 @@ def test_steps_waiting_at_once_share_the_list(emulator: TpuApiEmulator, tmp_path
     for t in threads:
         t.join()
     assert board.lists == 1
+
+
+def test_running_steps_read_one_list_of_nodes_per_interval(emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    gcp = cluster_for(emulator, tmp_path).gcp
+    assert gcp is not None
+    api = TpuApi(gcp)
+    names = [f"mb-r{i}-1" for i in range(3)]
+    for name in names:
+        api.create(QueuedResourceSpec(name, "v4-8", 1, "tpu-ubuntu2204-base"))
+    while len(emulator.active_nodes()) < 3:
+        threading.Event().wait(0.02)
+    now = [1000.0]
+    board = ZoneBoard(api, interval=30.0, clock=lambda: now[0])
+    before = len(emulator.requests("GET", "/nodes"))
+    for _ in range(4):  # four polls of three running steps within one interval
+        assert [board.node(n, since=999.0).state for n in names] == ["READY"] * 3  # type: ignore[union-attr]
+    assert board.lists == 1 and len(emulator.requests("GET", "/nodes")) - before == 1
+    emulator.preempt(names[0], stop_hosts=False)
+    now[0] += 30.0  # the next interval sees what changed
+    node = board.node(names[0], since=999.0)
+    assert node is not None and node.state == "PREEMPTED" and board.lists == 2
