@@ -222,9 +222,10 @@ class _SlurmRun:
             self._submit()
         except Exception as e:  # every way a submission fails ends the attempt, never leaves it waiting
             now = time.time()
-            # Slurm refusing the job (a request no node can hold, an unknown partition) is no
-            # passing trouble: no retry can help. Anything else (a controller away) may pass.
-            refused = "submission failed" in str(e).lower()
+            # Slurm refusing the job (a request no node can hold, an unknown partition, an
+            # argument sbatch does not know) is no passing trouble: no retry can help. Anything
+            # else (a controller away, munge down) may pass.
+            refused = isinstance(e, SlurmError) and e.refused
             self._finish(Outcome(ok=False, started=self.submitted, ended=now,
                                  cause=Cause.FAILED if refused else Cause.INFRA, fatal=refused,
                                  error=f"{e}".splitlines()[0]))
