@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 from .fixtures_slurm import SlurmCluster, _wait
-from .helpers import plan_json
-from .test_slurm import _ledger, _project, _run, _start, _wait_state
+from .helpers import marinbuild, plan_json
+from .test_slurm import _env, _ledger, _marker, _project, _run, _start, _wait_state
 
 pytest_plugins = ["tests.fixtures_slurm"]
 
@@ -79,3 +79,48 @@ def test_a_controller_away_is_infrastructure_trouble_retried_on_its_budget(proje
     attempts = _ledger(plan_json(project)["s"]["output_path"])["attempts"]
     assert [a["class"] for a in attempts] == ["INFRA"] * 3, attempts  # the infra budget: 2 retries
     assert "Unable to contact slurm controller" in attempts[0]["message"]
+
+
+def test_a_two_node_step_whose_second_process_fails_ends_whole_and_names_that_process(
+        project: Path, slurm_cluster: SlurmCluster) -> None:
+    _project(project, """
+from marinbuild import step, ResourceConfig
+step("pair", cmd='env | grep -E "^(MARINBUILD|MEGASCALE)_" > {output}/env-$MARINBUILD_PROCESS_ID.txt; '
+                 'if [ "$MARINBUILD_PROCESS_ID" = 1 ]; then exit 7; fi; sleep 120',
+     resources=ResourceConfig.with_cpu(1, ram=None, replicas=2))
+""")
+    result = _run(project, slurm_cluster, "--max-retries-failure", "0", MARINBUILD_PROCESS_ID="5", MEGASCALE_PORT="1")
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = plan_json(project)["pair"]["output_path"]
+    [attempt] = _ledger(out)["attempts"]
+    assert attempt["class"] == "FAILED" and attempt["slurm_state"] == "FAILED" and attempt["exit_code"] == 7, attempt
+    assert attempt["message"].startswith("process 1 on n") and attempt["message"].endswith(": exit status 7"), attempt
+    for rank in (0, 1):
+        env = dict(line.split("=", 1) for line in Path(out, f"env-{rank}.txt").read_text().splitlines())
+        assert env["MARINBUILD_PROCESS_ID"] == str(rank) and env["MARINBUILD_NUM_PROCESSES"] == "2", env
+        assert env["MARINBUILD_OUTPUT"] == out and not [k for k in env if k.startswith("MEGASCALE_")], env
+    assert not [j for j in slurm_cluster.jobs().values() if j["state"] in ("RUNNING", "COMPLETING")]
+
+
+def test_a_held_job_says_why_it_waits_and_runs_once_released(project: Path, slurm_cluster: SlurmCluster) -> None:
+    blocker = slurm_cluster.run("sbatch", "--parsable", "--nodes=2", "--cpus-per-task=2", "--mem=100M",
+                                "--wrap", "sleep 300").strip()
+    try:
+        _project(project, 'from marinbuild import step\nstep("s", cmd="echo ran")\n')
+        out = plan_json(project)["s"]["output_path"]
+        runner = _start(project, slurm_cluster)
+        try:
+            job = _wait_state(out, "PENDING")["job_id"]
+            slurm_cluster.run("scontrol", "hold", str(job))
+            slurm_cluster.run("scancel", blocker)
+            _wait(lambda: (_marker(out) or {}).get("reason") == "JobHeldAdmin", 30, "the hold seen")
+            shown = marinbuild("status", cwd=project, env=_env(slurm_cluster))
+            assert f"waiting in Slurm: JobHeldAdmin (job {job})" in shown.stdout, shown.stdout
+            slurm_cluster.run("scontrol", "release", str(job))
+            text, _ = runner.communicate(timeout=60)
+        finally:
+            runner.kill()
+    finally:
+        slurm_cluster.run("scancel", blocker, check=False)
+    assert runner.returncode == 0, text
+    assert f"[s] marinbuild: Slurm job {job} pending: JobHeldAdmin" in text and "[s] ran" in text

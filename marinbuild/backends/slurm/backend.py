@@ -312,6 +312,9 @@ class _SlurmRun:
             append_note(self.job.log_file, f"marinbuild: Slurm requeued job {seen.job_id} (restart {seen.restarts}); "
                                            "this attempt continues when it runs again")
         if seen.state != self.state or seen.reason != self._reason_seen:
+            if seen.state == "PENDING" and seen.reason and seen.reason != self._reason_seen:
+                # Why it waits (Resources, held, a partition that cannot take it): said once, in the run's output.
+                append_note(self.job.log_file, f"marinbuild: Slurm job {seen.job_id} pending: {seen.reason}")
             self._reason_seen = seen.reason
             self.state = seen.state
             self._write_marker(seen.state, seen.reason, seen.nodes)
@@ -367,9 +370,13 @@ class _SlurmRun:
                               host=seen.nodes or None, details=details)
         else:
             exits = self._exits()
-            codes = [e for e in exits if e.get("code")]
+            # The process that failed first, not one srun killed for it (a signal): on two nodes
+            # rank 1's exit status 7 is the cause, rank 0's SIGTERM only its consequence.
+            codes = sorted((e for e in exits if e.get("code")), key=lambda e: not (isinstance(e["code"], int) and e["code"] > 0))
             if cause is Cause.FAILED and codes:
                 error = str(codes[0].get("error") or f"exit status {codes[0].get('code')}")
+                if len(exits) > 1:
+                    error = f"process {codes[0].get('rank', '?')} on {codes[0].get('node', '?')}: {error}"
             else:
                 where = f" (nodes {seen.nodes})" if seen.nodes else ""
                 error = f"Slurm job {seen.job_id} ended {seen.state}{where}"

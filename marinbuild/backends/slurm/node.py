@@ -145,7 +145,7 @@ def _task(spec_path: str) -> int:
         log.flush()
         code, error = _fenced(spec, env, log)
     with open(os.path.join(spec.folder, f"exit-{rank}.json"), "w") as f:
-        json.dump({"code": code, "error": error, "node": node}, f)
+        json.dump({"code": code, "error": error, "node": node, "rank": rank}, f)
     return 0 if code == 0 else (code if 0 < code < 256 else 1)
 
 
