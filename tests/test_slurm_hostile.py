@@ -7,6 +7,7 @@ Whether a step ran twice at once is read from the timestamps the step itself rec
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -124,3 +125,32 @@ def test_a_held_job_says_why_it_waits_and_runs_once_released(project: Path, slur
         slurm_cluster.run("scancel", blocker, check=False)
     assert runner.returncode == 0, text
     assert f"[s] marinbuild: Slurm job {job} pending: JobHeldAdmin" in text and "[s] ran" in text
+
+
+def test_a_node_whose_slurmd_dies_under_a_running_step_stops_it_before_the_retry(
+        project: Path, slurm_cluster: SlurmCluster) -> None:
+    """Slurm ends the job NODE_FAIL, but the node itself lives on and so does the step there."""
+    ticks = project / "ticks.txt"
+    _project(project, STUBBORN.replace("{ticks}", str(ticks)).replace("with_cpu(1", "with_cpu(2"))
+    out = plan_json(project)["tick"]["output_path"]
+    runner = _start(project, slurm_cluster, "--lease-heartbeat", "1", "--lease-expiry", "4")
+    node = None
+    try:
+        seen = _wait_state(out, "RUNNING")
+        node = seen["nodes"]
+        _wait(lambda: ticks.exists(), 30, "the first tick")
+        slurm_cluster.kill_node(node)  # its slurmd only: the step's processes go on
+        text, _ = runner.communicate(timeout=120)
+    finally:
+        runner.kill()
+        if node is not None:
+            slurm_cluster.start_node(node)
+    assert runner.returncode == 0, text
+    attempts = _ledger(out)["attempts"]
+    assert [(a["class"], a["slurm_state"]) for a in attempts] == [("PREEMPTED", "NODE_FAIL"), ("SUCCESS", "COMPLETED")]
+    spans = _spans(ticks)
+    first, second = attempts[0]["slurm_job"], attempts[1]["slurm_job"]
+    assert set(spans) == {first, second} and spans[first][1] < spans[second][0], spans  # never both at once
+    [exit_file] = [f for f in Path(out).parent.joinpath(".marinbuild", "slurm").rglob("exit-0.json")
+                   if f.parent.name.endswith("-1")]
+    assert json.loads(exit_file.read_text())["error"].startswith("stopped by its runner: Slurm lost node")

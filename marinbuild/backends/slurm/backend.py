@@ -40,7 +40,7 @@ from typing import Any
 from marinbuild.backends.base import HELD_EXTRA, BackendHooks, Cause, Job, Outcome, wall_time_exceeded
 from marinbuild.backends.slurm import commands
 from marinbuild.backends.slurm.commands import JobState, SlurmError
-from marinbuild.backends.slurm.node import STALE_PREFIXES, NodeSpec
+from marinbuild.backends.slurm.node import STALE_PREFIXES, NodeSpec, stop_file
 from marinbuild.backends.slurm.settings import SlurmSettings
 from marinbuild.backends.slurm.submission import comment_of, job_name, sbatch_args
 from marinbuild.resources import Request
@@ -307,6 +307,7 @@ class _SlurmRun:
         if seen is None:
             return self._gone()
         if seen.restarts > self.restarts:
+            self._stop_left(f"Slurm requeued job {seen.job_id}")
             self.restarts = seen.restarts
             self.requeued_waiting = True
             append_note(self.job.log_file, f"marinbuild: Slurm requeued job {seen.job_id} (restart {seen.restarts}); "
@@ -386,6 +387,46 @@ class _SlurmRun:
         if reason is not None and not outcome.ok and cause is not Cause.TIMEOUT:
             outcome = Outcome(ok=False, started=started, ended=ended, cancelled=True, error=reason,
                               host=seen.nodes or None, details=details)
+        if seen.state.startswith("NODE_FAIL"):
+            # Slurm gave up on a node, not necessarily the node on the step: its process may
+            # still run there. It is stopped, and heard from, before the step may start again.
+            self._stop_left(f"Slurm lost node {seen.nodes or '?'} (job {seen.job_id} ended NODE_FAIL)")
+            threading.Thread(target=self._finish_once_stopped, args=(outcome,), name=f"slurm-lost-{seen.job_id}",
+                             daemon=True).start()
+            return
+        self._finish(outcome)
+
+    def _stop_left(self, why: str) -> None:
+        """Tell what this job's current run left on its nodes to stop (:func:`~marinbuild.backends.slurm.node.stop_file`)."""
+        try:
+            with open(stop_file(self.folder, self.restarts), "w") as f:
+                f.write(f"stopped by its runner: {why}\n")
+        except OSError as e:
+            append_note(self.job.log_file, f"marinbuild: could not tell the job's processes to stop: {e}")
+
+    def _finish_once_stopped(self, outcome: Outcome) -> None:
+        """``outcome`` once every node's process that started has written its exit file, or once
+        its fence has surely stopped it (it reads the stop file, or kills the step unable to read
+        the lease, within ``remote_kill_after`` and a read)."""
+        lease = self.backend.lease
+        limit = lease.remote_kill_after + 2 * lease.fence_read_interval
+        deadline = time.monotonic() + limit
+        said = False
+        while time.monotonic() < deadline:
+            try:
+                started = {n[len("node_"):-len(".log")] for n in os.listdir(self.folder) if re.fullmatch(r"node_\d+\.log", n)}
+                exited = {n[len("exit-"):-len(".json")] for n in os.listdir(self.folder) if re.fullmatch(r"exit-\d+\.json", n)}
+            except OSError:
+                break
+            if {str(int(r)) for r in started} <= exited:
+                break
+            if not said:
+                said = True
+                append_note(self.job.log_file, "marinbuild: waiting for the step's processes on the lost node to stop "
+                                               f"(at most {limit:g} s)")
+            time.sleep(min(0.5, lease.fence_read_interval))
+        self._copy_output()
+        self._copy_node_logs()
         self._finish(outcome)
 
     def _finish(self, outcome: Outcome) -> None:
