@@ -154,3 +154,23 @@ def test_a_node_whose_slurmd_dies_under_a_running_step_stops_it_before_the_retry
     [exit_file] = [f for f in Path(out).parent.joinpath(".marinbuild", "slurm").rglob("exit-0.json")
                    if f.parent.name.endswith("-1")]
     assert json.loads(exit_file.read_text())["error"].startswith("stopped by its runner: Slurm lost node")
+
+
+def test_a_jobs_folder_tampered_with_leaves_the_poller_following_every_job(project: Path, slurm_cluster: SlurmCluster) -> None:
+    _project(project, """
+from marinbuild import step
+step("s", cmd="sleep 3; echo finished")
+""")
+    out = plan_json(project)["s"]["output_path"]
+    runner = _start(project, slurm_cluster)
+    try:
+        _wait_state(out, "RUNNING")
+        jobs = Path(out).parent / ".marinbuild" / "slurm"
+        _wait(lambda: any(jobs.rglob("node_00.log")), 30, "the node's log")
+        log = next(jobs.rglob("node_00.log"))
+        log.unlink()
+        log.mkdir()  # unreadable as a file
+        text, _ = runner.communicate(timeout=60)
+    finally:
+        runner.kill()
+    assert runner.returncode == 0 and "[s] finished" in text and "Traceback" not in text, text

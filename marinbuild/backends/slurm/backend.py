@@ -179,7 +179,12 @@ class SlurmBackend(BackendHooks):
                     run.note_trouble(str(e))
                 continue
             for job_id, run in runs.items():
-                if run.update(seen.get(job_id)):
+                try:
+                    ended = run.update(seen.get(job_id))
+                except Exception as e:  # one job's trouble must not stop the poller of every job
+                    run.lost_track(e)
+                    ended = True
+                if ended:
                     with self._lock:
                         self._runs.pop(job_id, None)
 
@@ -298,6 +303,17 @@ class _SlurmRun:
     def note_trouble(self, error: str) -> None:
         if not self._done:
             append_note(self.job.log_file, f"marinbuild: squeue failed ({error}); asking again")
+
+    def lost_track(self, error: BaseException) -> None:
+        """The run can no longer follow its job: the job is cancelled and the attempt ends as
+        infrastructure trouble, never left waiting."""
+        why = f"marinbuild could not follow Slurm job {self.job_id}: {type(error).__name__}: {error}".splitlines()[0]
+        with self._lock:
+            if self.reason is None:
+                self.reason = why
+        self._scancel()
+        now = time.time()
+        self._finish(Outcome(ok=False, started=self.started or self.submitted, ended=now, cause=Cause.INFRA, error=why))
 
     def update(self, seen: JobState | None) -> bool:
         """Take in what squeue said of the job; True once the attempt has ended."""
@@ -478,9 +494,12 @@ class _SlurmRun:
             return
         for name in names:
             target = Storage.join(self.job.output_path, "logs", name)
-            with open(os.path.join(self.folder, name), "rb") as f:
-                f.seek(self._node_offsets.get(name, 0))
-                text = f.read()
+            try:
+                with open(os.path.join(self.folder, name), "rb") as f:
+                    f.seek(self._node_offsets.get(name, 0))
+                    text = f.read()
+            except OSError:
+                continue  # a copy of what the node printed: the job's own output still reaches the step's log
             if not text:
                 continue
             self._node_offsets[name] = self._node_offsets.get(name, 0) + len(text)
