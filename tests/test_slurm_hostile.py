@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 from .fixtures_slurm import SlurmCluster, _wait
-from .helpers import marinbuild, plan_json
+from .helpers import cli_env, marinbuild, plan_json
 from .test_slurm import _env, _ledger, _marker, _project, _run, _start, _wait_state
 
 pytest_plugins = ["tests.fixtures_slurm"]
@@ -174,3 +175,28 @@ step("s", cmd="sleep 3; echo finished")
     finally:
         runner.kill()
     assert runner.returncode == 0 and "[s] finished" in text and "Traceback" not in text, text
+
+
+def test_a_runner_taking_a_step_over_from_a_killed_one_first_stops_its_job(project: Path, slurm_cluster: SlurmCluster) -> None:
+    ticks = project / "ticks.txt"
+    _project(project, STUBBORN.replace("{ticks}", str(ticks)))
+    out = plan_json(project)["tick"]["output_path"]
+    first = _start(project, slurm_cluster)
+    old = _wait_state(out, "RUNNING")["job_id"]
+    _wait(lambda: ticks.exists(), 30, "the first tick")
+    said = project / "second.txt"
+    with said.open("w") as sink:  # waits on the lease, started while the first runner lived
+        second = subprocess.Popen([sys.executable, "-m", "marinbuild", "run", "--backend", "slurm", "--cluster", "cluster.toml"],
+                                  cwd=project, env=cli_env(_env(slurm_cluster)), stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        _wait(lambda: "leased by" in said.read_text(), 60, "the second runner waiting on the lease")
+        first.kill()
+        first.wait(timeout=30)
+        assert second.wait(timeout=120) == 0, said.read_text()
+    finally:
+        first.kill()
+        second.kill()
+    assert f"cancelled Slurm job {old} (mb:tick:1) its earlier runner left" in said.read_text()
+    spans = _spans(ticks)
+    new = _ledger(out)["attempts"][-1]["slurm_job"]
+    assert set(spans) == {old, new} and spans[old][1] < spans[new][0], spans  # never both at once

@@ -131,6 +131,7 @@ class SlurmBackend(BackendHooks):
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._poller: threading.Thread | None = None
+        self._submitted: set[str] = set()
 
     # -- the retry loop's hooks ---------------------------------------------------------
 
@@ -149,6 +150,13 @@ class SlurmBackend(BackendHooks):
             self._by_output[job.output_path] = run
         threading.Thread(target=run.submit, name=f"sbatch-{job.name}", daemon=True).start()
         return run
+
+    def first_submission(self, output_path: str) -> bool:
+        """Whether this run submits a job for the step at ``output_path`` for the first time."""
+        with self._lock:
+            first = output_path not in self._submitted
+            self._submitted.add(output_path)
+        return first
 
     # -- the poller -----------------------------------------------------------------------
 
@@ -241,6 +249,8 @@ class _SlurmRun:
         spec_path = os.path.join(self.folder, "spec.json")
         with open(spec_path, "w") as f:
             f.write(self._spec().to_json())
+        if job.lost_attempt and backend.first_submission(job.output_path):
+            self._stop_earlier_jobs()
         name = job_name(f"{job.name}:{job.attempt}")
         comment = comment_of(backend.tag, job.output_path)
         args = sbatch_args(self.settings, backend.requests[job.name], replicas=backend.replicas(job.name),
@@ -264,6 +274,22 @@ class _SlurmRun:
         if reason is not None:
             self._scancel()
         backend._track(self)
+
+    def _stop_earlier_jobs(self) -> None:
+        """Cancel, and wait out, the jobs an earlier runner of this step left (it was killed
+        mid-attempt and this run holds the lease now): the step must not run twice at once
+        while their fence has yet to notice. One squeue, only for a step taken over."""
+        job = self.job
+        left = [s for s in commands.query().values()
+                if not s.ended and s.output_path == job.output_path and s.tag != self.backend.tag]
+        if not left:
+            return
+        commands.cancel([s.job_id for s in left])
+        for s in left:
+            append_note(job.log_file, f"marinbuild: cancelled Slurm job {s.job_id} ({s.name}) its earlier runner left")
+        for job_id in commands.wait_stopped([s.job_id for s in left]):
+            append_note(job.log_file, f"marinbuild: warning: Slurm job {job_id} is still stopping after "
+                                      f"{commands.STOP_WAIT_S:g} s (see squeue)")
 
     def _spec(self) -> NodeSpec:
         backend, job = self.backend, self.job
