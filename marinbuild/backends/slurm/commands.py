@@ -67,13 +67,13 @@ _PASSING = ("unable to contact slurm controller", "socket timed out", "temporari
 """What a Slurm command says when the trouble is the cluster's, not the request's."""
 
 
-def _why(text: str) -> str:
+def _slurm_said(text: str) -> str:
     """What a Slurm command printed on failing, as one line: its error lines without their
     ``sbatch: error:`` prefix and without ``Try "sbatch --help"``.
 
-    >>> _why("sbatch: error: Invalid --time specification")
+    >>> _slurm_said("sbatch: error: Invalid --time specification")
     'Invalid --time specification'
-    >>> _why('''sbatch: unrecognized option '--foo'
+    >>> _slurm_said('''sbatch: unrecognized option '--foo'
     ... Try "sbatch --help" for more information''')
     "unrecognized option '--foo'"
     """
@@ -140,7 +140,7 @@ def _run(argv: Sequence[str], *, timeout: float = TIMEOUT_S, env: Mapping[str, s
     except FileNotFoundError:
         raise SlurmError(f"{argv[0]} not found: is this a Slurm login node (slurm-client installed)?") from None
     if done.returncode != 0:
-        why = _why(done.stderr or done.stdout)
+        why = _slurm_said(done.stderr or done.stdout)
         if any(p in why.lower() for p in _PASSING):
             raise SlurmError(f"{argv[0]} failed (exit {done.returncode}): {why}")
         # The command ran and said no: to its arguments (exit 255 from sbatch), or the controller
