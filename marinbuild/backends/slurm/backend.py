@@ -418,7 +418,7 @@ class _SlurmRun:
             codes = sorted((e for e in exits if e.get("code")), key=lambda e: not (isinstance(e["code"], int) and e["code"] > 0))
             if cause is Cause.FAILED and codes:
                 error = str(codes[0].get("error") or f"exit status {codes[0].get('code')}")
-                if len(exits) > 1:
+                if self.backend.replicas(job.name) > 1:
                     error = f"process {codes[0].get('rank', '?')} on {codes[0].get('node', '?')}: {error}"
             else:
                 where = f" (nodes {seen.nodes})" if seen.nodes else ""
