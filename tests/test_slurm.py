@@ -171,7 +171,8 @@ def test_a_preemption_by_a_higher_priority_partition_is_retried_on_the_preemptio
 def test_a_lost_node_is_a_preemption(project: Path, slurm_cluster: SlurmCluster) -> None:
     _project(project, LONG_FIRST.replace("{extra}", ""))
     out = plan_json(project)["long"]["output_path"]
-    runner = _start(project, slurm_cluster)
+    # The node's processes are killed with it: no word from them; the run waits out their fence.
+    runner = _start(project, slurm_cluster, "--lease-heartbeat", "1", "--lease-expiry", "4")
     node = None
     try:
         seen = _wait_state(out, "RUNNING")

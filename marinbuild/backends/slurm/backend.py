@@ -40,7 +40,7 @@ from typing import Any
 from marinbuild.backends.base import HELD_EXTRA, BackendHooks, Cause, Job, Outcome, wall_time_exceeded
 from marinbuild.backends.slurm import commands
 from marinbuild.backends.slurm.commands import JobState, SlurmError
-from marinbuild.backends.slurm.node import STALE_PREFIXES, NodeSpec
+from marinbuild.backends.slurm.node import STALE_PREFIXES, NodeSpec, stop_file
 from marinbuild.backends.slurm.settings import SlurmSettings
 from marinbuild.backends.slurm.submission import comment_of, job_name, sbatch_args
 from marinbuild.errors import MarinbuildError
@@ -149,6 +149,7 @@ class SlurmBackend(BackendHooks):
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._poller: threading.Thread | None = None
+        self._submitted: set[str] = set()
 
     # -- the retry loop's hooks ---------------------------------------------------------
 
@@ -167,6 +168,13 @@ class SlurmBackend(BackendHooks):
             self._by_output[job.output_path] = run
         threading.Thread(target=run.submit, name=f"sbatch-{job.name}", daemon=True).start()
         return run
+
+    def first_submission(self, output_path: str) -> bool:
+        """Whether this run submits a job for the step at ``output_path`` for the first time."""
+        with self._lock:
+            first = output_path not in self._submitted
+            self._submitted.add(output_path)
+        return first
 
     # -- the poller -----------------------------------------------------------------------
 
@@ -197,7 +205,12 @@ class SlurmBackend(BackendHooks):
                     run.note_trouble(str(e))
                 continue
             for job_id, run in runs.items():
-                if run.update(seen.get(job_id)):
+                try:
+                    ended = run.update(seen.get(job_id))
+                except Exception as e:  # one job's trouble must not stop the poller of every job
+                    run.lost_track(e)
+                    ended = True
+                if ended:
                     with self._lock:
                         self._runs.pop(job_id, None)
 
@@ -240,9 +253,10 @@ class _SlurmRun:
             self._submit()
         except Exception as e:  # every way a submission fails ends the attempt, never leaves it waiting
             now = time.time()
-            # Slurm refusing the job (a request no node can hold, an unknown partition) is no
-            # passing trouble: no retry can help. Anything else (a controller away) may pass.
-            refused = "submission failed" in str(e).lower()
+            # Slurm refusing the job (a request no node can hold, an unknown partition, an
+            # argument sbatch does not know) is no passing trouble: no retry can help. Anything
+            # else (a controller away, munge down) may pass.
+            refused = isinstance(e, SlurmError) and e.refused
             self._finish(Outcome(ok=False, started=self.submitted, ended=now,
                                  cause=Cause.FAILED if refused else Cause.INFRA, fatal=refused,
                                  error=f"{e}".splitlines()[0]))
@@ -253,6 +267,8 @@ class _SlurmRun:
         spec_path = os.path.join(self.folder, "spec.json")
         with open(spec_path, "w") as f:
             f.write(self._spec().to_json())
+        if job.lost_attempt and backend.first_submission(job.output_path):
+            self._stop_earlier_jobs()
         name = job_name(f"{job.name}:{job.attempt}")
         comment = comment_of(backend.tag, job.output_path)
         args = sbatch_args(self.settings, backend.requests[job.name], replicas=backend.replicas(job.name),
@@ -276,6 +292,22 @@ class _SlurmRun:
         if reason is not None:
             self._scancel()
         backend._track(self)
+
+    def _stop_earlier_jobs(self) -> None:
+        """Cancel, and wait out, the jobs an earlier runner of this step left (it was killed
+        mid-attempt and this run holds the lease now): the step must not run twice at once
+        while their fence has yet to notice. One squeue, only for a step taken over."""
+        job = self.job
+        left = [s for s in commands.query().values()
+                if not s.ended and s.output_path == job.output_path and s.tag != self.backend.tag]
+        if not left:
+            return
+        commands.cancel([s.job_id for s in left])
+        for s in left:
+            append_note(job.log_file, f"marinbuild: cancelled Slurm job {s.job_id} ({s.name}) its earlier runner left")
+        for job_id in commands.wait_stopped([s.job_id for s in left]):
+            append_note(job.log_file, f"marinbuild: warning: Slurm job {job_id} is still stopping after "
+                                      f"{commands.STOP_WAIT_S:g} s (see squeue)")
 
     def _spec(self) -> NodeSpec:
         backend, job = self.backend, self.job
@@ -316,6 +348,17 @@ class _SlurmRun:
         if not self._done:
             append_note(self.job.log_file, f"marinbuild: squeue failed ({error}); asking again")
 
+    def lost_track(self, error: BaseException) -> None:
+        """The run can no longer follow its job: the job is cancelled and the attempt ends as
+        infrastructure trouble, never left waiting."""
+        why = f"marinbuild could not follow Slurm job {self.job_id}: {type(error).__name__}: {error}".splitlines()[0]
+        with self._lock:
+            if self.reason is None:
+                self.reason = why
+        self._scancel()
+        now = time.time()
+        self._finish(Outcome(ok=False, started=self.started or self.submitted, ended=now, cause=Cause.INFRA, error=why))
+
     def update(self, seen: JobState | None) -> bool:
         """Take in what squeue said of the job; True once the attempt has ended."""
         self._copy_output()
@@ -324,11 +367,15 @@ class _SlurmRun:
         if seen is None:
             return self._gone()
         if seen.restarts > self.restarts:
+            self._stop_left(f"Slurm requeued job {seen.job_id}")
             self.restarts = seen.restarts
             self.requeued_waiting = True
             append_note(self.job.log_file, f"marinbuild: Slurm requeued job {seen.job_id} (restart {seen.restarts}); "
                                            "this attempt continues when it runs again")
         if seen.state != self.state or seen.reason != self._reason_seen:
+            if seen.state == "PENDING" and seen.reason and seen.reason != self._reason_seen:
+                # Why it waits (Resources, held, a partition that cannot take it): said once, in the run's output.
+                append_note(self.job.log_file, f"marinbuild: Slurm job {seen.job_id} pending: {seen.reason}")
             self._reason_seen = seen.reason
             self.state = seen.state
             self._write_marker(seen.state, seen.reason, seen.nodes)
@@ -384,9 +431,13 @@ class _SlurmRun:
                               host=seen.nodes or None, details=details)
         else:
             exits = self._exits()
-            codes = [e for e in exits if e.get("code")]
+            # The process that failed first, not one srun killed for it (a signal): on two nodes
+            # rank 1's exit status 7 is the cause, rank 0's SIGTERM only its consequence.
+            codes = sorted((e for e in exits if e.get("code")), key=lambda e: not (isinstance(e["code"], int) and e["code"] > 0))
             if cause is Cause.FAILED and codes:
                 error = str(codes[0].get("error") or f"exit status {codes[0].get('code')}")
+                if self.backend.replicas(job.name) > 1:
+                    error = f"process {codes[0].get('rank', '?')} on {codes[0].get('node', '?')}: {error}"
             else:
                 where = f" (nodes {seen.nodes})" if seen.nodes else ""
                 error = f"Slurm job {seen.job_id} ended {seen.state}{where}"
@@ -396,6 +447,46 @@ class _SlurmRun:
         if reason is not None and not outcome.ok and cause is not Cause.TIMEOUT:
             outcome = Outcome(ok=False, started=started, ended=ended, cancelled=True, error=reason,
                               host=seen.nodes or None, details=details)
+        if seen.state.startswith("NODE_FAIL"):
+            # Slurm gave up on a node, not necessarily the node on the step: its process may
+            # still run there. It is stopped, and heard from, before the step may start again.
+            self._stop_left(f"Slurm lost node {seen.nodes or '?'} (job {seen.job_id} ended NODE_FAIL)")
+            threading.Thread(target=self._finish_once_stopped, args=(outcome,), name=f"slurm-lost-{seen.job_id}",
+                             daemon=True).start()
+            return
+        self._finish(outcome)
+
+    def _stop_left(self, why: str) -> None:
+        """Tell what this job's current run left on its nodes to stop (:func:`~marinbuild.backends.slurm.node.stop_file`)."""
+        try:
+            with open(stop_file(self.folder, self.restarts), "w") as f:
+                f.write(f"stopped by its runner: {why}\n")
+        except OSError as e:
+            append_note(self.job.log_file, f"marinbuild: could not tell the job's processes to stop: {e}")
+
+    def _finish_once_stopped(self, outcome: Outcome) -> None:
+        """``outcome`` once every node's process that started has written its exit file, or once
+        its fence has surely stopped it (it reads the stop file, or kills the step unable to read
+        the lease, within ``remote_kill_after`` and a read)."""
+        lease = self.backend.lease
+        limit = lease.remote_kill_after + 2 * lease.fence_read_interval
+        deadline = time.monotonic() + limit
+        said = False
+        while time.monotonic() < deadline:
+            try:
+                started = {n[len("node_"):-len(".log")] for n in os.listdir(self.folder) if re.fullmatch(r"node_\d+\.log", n)}
+                exited = {n[len("exit-"):-len(".json")] for n in os.listdir(self.folder) if re.fullmatch(r"exit-\d+\.json", n)}
+            except OSError:
+                break
+            if {str(int(r)) for r in started} <= exited:
+                break
+            if not said:
+                said = True
+                append_note(self.job.log_file, "marinbuild: waiting for the step's processes on the lost node to stop "
+                                               f"(at most {limit:g} s)")
+            time.sleep(min(0.5, lease.fence_read_interval))
+        self._copy_output()
+        self._copy_node_logs()
         self._finish(outcome)
 
     def _finish(self, outcome: Outcome) -> None:
@@ -447,9 +538,12 @@ class _SlurmRun:
             return
         for name in names:
             target = Storage.join(self.job.output_path, "logs", name)
-            with open(os.path.join(self.folder, name), "rb") as f:
-                f.seek(self._node_offsets.get(name, 0))
-                text = f.read()
+            try:
+                with open(os.path.join(self.folder, name), "rb") as f:
+                    f.seek(self._node_offsets.get(name, 0))
+                    text = f.read()
+            except OSError:
+                continue  # a copy of what the node printed: the job's own output still reaches the step's log
             if not text:
                 continue
             self._node_offsets[name] = self._node_offsets.get(name, 0) + len(text)

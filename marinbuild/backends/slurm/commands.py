@@ -27,6 +27,7 @@ __all__ = [
     "query",
     "query_accounting",
     "submit",
+    "wait_stopped",
 ]
 
 COMMENT_PREFIX = "marinbuild"
@@ -49,7 +50,47 @@ _ENDED = {*_CAUSES, "REVOKED", "SPECIAL_EXIT"}
 
 
 class SlurmError(MarinbuildError):
-    """A Slurm command failed or could not be run; the message is one line."""
+    """A Slurm command failed or could not be run; the message is one line.
+
+    ``refused``: Slurm (or the command itself) refused what was asked (an unknown partition, an
+    argument sbatch does not know): asking again cannot help. Otherwise the trouble may pass
+    (a controller away, munge down)."""
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
+_PASSING = ("unable to contact slurm controller", "socket timed out", "temporarily unable", "zero bytes were transmitted",
+            "connection refused", "connection timed out", "communication connection failure", "munge",
+            "authentication", "credential", "slurmctld")
+"""What a Slurm command says when the trouble is the cluster's, not the request's."""
+
+
+def _slurm_said(text: str) -> str:
+    """What a Slurm command printed on failing, as one line: its error lines without their
+    ``sbatch: error:`` prefix and without ``Try "sbatch --help"``.
+
+    >>> _slurm_said("sbatch: error: Invalid --time specification")
+    'Invalid --time specification'
+    >>> _slurm_said('''sbatch: unrecognized option '--foo'
+    ... Try "sbatch --help" for more information''')
+    "unrecognized option '--foo'"
+    """
+    lines = []
+    for line in text.strip().splitlines():
+        line = line.strip()
+        if not line or (line.startswith("Try ") and "--help" in line):
+            continue
+        for prefix in ("error:", "fatal:"):
+            head, sep, rest = line.partition(f" {prefix} ")
+            if sep and " " not in head:
+                line = rest
+        head, sep, rest = line.partition(": ")
+        if sep and head in ("sbatch", "squeue", "scancel", "sacct", "scontrol"):
+            line = rest
+        lines.append(line)
+    return "; ".join(lines)[:500] or "no message"
 
 
 @dataclass(frozen=True)
@@ -99,8 +140,12 @@ def _run(argv: Sequence[str], *, timeout: float = TIMEOUT_S, env: Mapping[str, s
     except FileNotFoundError:
         raise SlurmError(f"{argv[0]} not found: is this a Slurm login node (slurm-client installed)?") from None
     if done.returncode != 0:
-        why = (done.stderr or done.stdout).strip().splitlines()
-        raise SlurmError(f"{argv[0]} failed (exit {done.returncode}): {why[-1] if why else 'no message'}")
+        why = _slurm_said(done.stderr or done.stdout)
+        if any(p in why.lower() for p in _PASSING):
+            raise SlurmError(f"{argv[0]} failed (exit {done.returncode}): {why}")
+        # The command ran and said no: to its arguments (exit 255 from sbatch), or the controller
+        # to the request ("Batch job submission failed: Invalid partition name specified").
+        raise SlurmError(f"{argv[0]} failed (exit {done.returncode}): {why}", refused=True)
     return done.stdout
 
 
@@ -191,3 +236,22 @@ def cancel(job_ids: Iterable[int], timeout: float = TIMEOUT_S, **flags: Any) -> 
     except SlurmError as e:
         if "Invalid job id" not in str(e):
             raise
+
+
+STOP_WAIT_S = 180.0
+"""How long a cancelled job may take to stop: Slurm's ``KillWait`` (30 s by default) between
+SIGTERM and SIGKILL, and its ``UnkillableStepTimeout`` (60 s) after."""
+
+
+def wait_stopped(job_ids: Iterable[int], timeout: float = STOP_WAIT_S, poll: float = 0.5) -> list[int]:
+    """Wait until none of the (cancelled) jobs still runs anywhere: Slurm shows a job COMPLETING
+    while its processes are being killed; the ids of those still not ended after ``timeout``."""
+    waiting = sorted(set(job_ids))
+    deadline = time.monotonic() + timeout
+    while waiting:
+        seen = query(waiting)
+        waiting = [i for i in waiting if i in seen and not seen[i].ended]
+        if not waiting or time.monotonic() >= deadline:
+            break
+        time.sleep(poll)
+    return waiting

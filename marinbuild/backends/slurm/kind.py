@@ -128,7 +128,8 @@ def find_left(prefix: str, storage: Storage | None = None) -> list[LeftJob]:
 
 
 def cancel_unheld(left: list[LeftJob], *, say: Callable[[str], None] = lambda line: None, held_too: bool = False) -> list[int]:
-    """``scancel`` (one call) the jobs no live runner holds (``held_too``: all of ``left``); their ids."""
+    """``scancel`` (one call) the jobs no live runner holds (``held_too``: all of ``left``), and wait
+    until they have stopped; their ids."""
     from marinbuild.backends.slurm import commands
 
     doomed = [j for j in left if held_too or j.holder is None]
@@ -136,4 +137,8 @@ def cancel_unheld(left: list[LeftJob], *, say: Callable[[str], None] = lambda li
     for j in doomed:
         why = "no live runner holds it" if j.holder is None else f"held by {j.holder}, cancelled as asked"
         say(f"cancelled Slurm job {j.job.job_id} ({j.job.name}, {j.job.state}; {why})")
+    # scancel only asks: the job's processes stop after Slurm's KillWait. The step must not start
+    # again (this run may take it over at once) while they still run.
+    for job_id in commands.wait_stopped([j.job.job_id for j in doomed]):
+        say(f"warning: Slurm job {job_id} is still stopping after {commands.STOP_WAIT_S:g} s (see squeue)")
     return [j.job.job_id for j in doomed]

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["NodeSpec", "coordinator_port", "node_main", "process_env"]
+__all__ = ["NodeSpec", "coordinator_port", "node_main", "process_env", "stop_file"]
 
 STALE_PREFIXES = ("MARINBUILD_", "MEGASCALE_")
 """Variables of the submitting shell that never reach a step: its own come from the spec."""
@@ -74,6 +74,13 @@ class NodeSpec:
     def read(cls, path: str) -> NodeSpec:
         with open(path) as f:
             return cls(**json.load(f))
+
+
+def stop_file(folder: str, restart: int) -> str:
+    """The file by which the runner stops what run ``restart`` of a job (``SLURM_RESTART_COUNT``)
+    left on a node Slurm lost: a node whose slurmd died, or cut off from the controller, may still
+    run the step while the runner starts it again elsewhere. Each node's fence watches for it."""
+    return os.path.join(folder, f"stop-{restart}")
 
 
 def coordinator_port(job_id: int) -> int:
@@ -145,7 +152,7 @@ def _task(spec_path: str) -> int:
         log.flush()
         code, error = _fenced(spec, env, log)
     with open(os.path.join(spec.folder, f"exit-{rank}.json"), "w") as f:
-        json.dump({"code": code, "error": error, "node": node}, f)
+        json.dump({"code": code, "error": error, "node": node, "rank": rank}, f)
     return 0 if code == 0 else (code if 0 < code < 256 else 1)
 
 
@@ -212,6 +219,7 @@ class _Fence:
         self.killed: str | None = None
         self._stop = threading.Event()
         self._seen: str | None = None
+        self._stop_path = stop_file(spec.folder, int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0))
 
     def _read(self) -> tuple[str | None, bool]:
         """The lease's text and whether it names the runner that submitted the job."""
@@ -224,6 +232,8 @@ class _Fence:
         return text, record is not None and record.owner.same(Owner(**self.spec.owner))
 
     def held(self) -> bool:
+        if os.path.exists(self._stop_path):
+            return False
         if self.spec.lease_path is None:
             return True
         text, mine = self._read()
@@ -231,8 +241,14 @@ class _Fence:
         return mine
 
     def watch(self, pgid: int) -> None:
-        if self.spec.lease_path is not None:
-            threading.Thread(target=self._watch, args=(pgid,), name="marinbuild-lease-fence", daemon=True).start()
+        threading.Thread(target=self._watch, args=(pgid,), name="marinbuild-lease-fence", daemon=True).start()
+
+    def _stopped(self) -> str | None:
+        try:
+            with open(self._stop_path) as f:
+                return f.read().strip() or "stopped by its runner"
+        except OSError:
+            return None
 
     def stop(self) -> None:
         self._stop.set()
@@ -240,6 +256,11 @@ class _Fence:
     def _watch(self, pgid: int) -> None:
         since = time.monotonic()
         while not self._stop.wait(self.policy.fence_read_interval):
+            stopped = self._stopped()
+            if stopped is not None:
+                return self._kill(pgid, stopped)
+            if self.spec.lease_path is None:
+                continue
             try:
                 text, mine = self._read()
             except Exception:  # unreadable counts as unrenewed

@@ -7,6 +7,7 @@ the same against a real Slurm.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from marinbuild.backends.base import Cause, Job, Outcome
@@ -53,6 +54,9 @@ def test_states_become_causes_and_a_cancel_by_someone_else_says_so(tmp_path: Pat
                          ("CANCELLED", Cause.CANCELLED)):
         run, ended = _run(tmp_path / state)
         assert run.update(JobState(5, "mb:s:1", state, start=1.0, end=2.0))
+        deadline = time.monotonic() + 30
+        while not ended and time.monotonic() < deadline:  # NODE_FAIL ends once the lost node's process is heard from
+            time.sleep(0.01)
         assert ended[0].kind is cause, state
     assert "cancelled by someone else" in (ended[0].error or "")
     run, ended = _run(tmp_path / "ours")

@@ -46,7 +46,7 @@ def test_a_node_runs_its_step_and_writes_its_log_and_exit_file(tmp_path: Path, m
     assert "rank 1 of 2" in capfd.readouterr().out
     log = Path(spec.folder, "node_01.log").read_text()
     assert log.startswith("=== marinbuild attempt 3 t host n2 backend slurm ===\n") and "rank 1 of 2" in log
-    assert json.loads(Path(spec.folder, "exit-1.json").read_text()) == {"code": 3, "error": "exit status 3", "node": "n2"}
+    assert json.loads(Path(spec.folder, "exit-1.json").read_text()) == {"code": 3, "error": "exit status 3", "node": "n2", "rank": 1}
 
 
 def test_the_fence_stops_the_step_once_another_runner_holds_its_lease(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
