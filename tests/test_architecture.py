@@ -264,7 +264,7 @@ OVERSIZED = {
         "steps.py:step": 80,
     },
     "complexity": {
-        "backends/slurm/backend.py:_SlurmRun._end": 28,
+        "backends/slurm/backend.py:_SlurmRun._end": 31,
         "backends/tpu/cluster.py:_parse_gcp": 33,
         "execution/session.py:execute": 21,
         "identity.py:_Encoder.encode": 22,
