@@ -127,3 +127,28 @@ for kind in ("folder", "binary", "good"):
         for command in (["show", "--metrics", folder], ["report", "--metrics", folder, "-o", str(page)]):
             result = marinbuild(*command, cwd=project)
             assert result.returncode == 0 and "internal error" not in result.stderr, result.stderr
+
+
+def test_an_empty_metrics_file_has_no_metric_and_makes_no_column(project):
+    write_marinfile(project, """
+import os
+from marinbuild import step, versioned, this_output_path
+
+def write(cfg):
+    open(os.path.join(cfg["out"], "metrics.json"), "w").write(cfg["text"])
+
+step("t/empty", write, {"lr": versioned(0.1), "text": "{}", "out": this_output_path()})
+step("t/empty_list", write, {"lr": versioned(0.2), "text": "[]", "out": this_output_path()})
+step("t/full", write, {"lr": versioned(0.3), "text": '{"loss": 0.5}', "out": this_output_path()})
+""")
+    assert marinbuild("run", "-q", cwd=project).returncode == 0
+    table = marinbuild("show", "--metrics", "metrics.json", "--csv", cwd=project)
+    assert table.returncode == 0, table.stderr
+    rows = list(csv.DictReader(io.StringIO(table.stdout)))
+    assert [c for c in rows[0] if c not in ("step", "lr", "status", "duration_s", "attempts", "accelerator_hours",
+                                            "core_hours")] == ["loss"], rows[0]
+    assert [r["loss"] for r in rows] == ["", "", "0.5"]
+    report = marinbuild("report", "--metrics", "metrics.json", "-o", "r.html", cwd=project)
+    assert report.returncode == 0, report.stderr
+    sweep = (project / "r.html").read_text().split('id="sweep"')[1].split("</table>")[0]
+    assert 'data-step="t/full"' in sweep and 'data-step="t/empty"' not in sweep  # no metric: the other table

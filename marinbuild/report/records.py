@@ -101,8 +101,15 @@ def flatten(value: Any, path: str = "", out: dict[str, Any] | None = None) -> di
 
     >>> flatten({"loss": 0.5, "eval": {"acc": 0.9, "f1": [1, 2]}})
     {'loss': 0.5, 'eval.acc': 0.9, 'eval.f1.0': 1, 'eval.f1.1': 2}
+
+    An empty object or list holds no values (a metrics file of ``{}`` has no metric):
+
+    >>> flatten({}), flatten({"eval": {}})
+    ({}, {'eval': {}})
     """
     out = {} if out is None else out
+    if not path and isinstance(value, (dict, list)) and not value:
+        return out
     if isinstance(value, dict) and value:
         for k, v in value.items():
             flatten(v, f"{path}.{k}" if path else str(k), out)
