@@ -121,3 +121,13 @@ def test_a_field_is_one_column_along_the_chain_and_unrelated_fields_of_one_name_
     head = shown.splitlines()[0]
     assert all(name in head for name in ("lr", "train.seed", "eval_loss")), shown
     assert max(len(line) for line in shown.splitlines()) <= 100, shown
+
+
+def test_diff_without_any_earlier_identity_says_so_in_one_line(project):
+    _chain(project)
+    note = "marinbuild: note: no shown step has an earlier identity under the prefix: nothing to compare"
+    piped = marinbuild("show", "--history", "--diff", cwd=project)
+    assert piped.returncode == 0 and piped.stdout == "" and piped.stderr.strip() == note, piped
+    assert on_terminal(project, "show", "--history", "--diff", columns=100).strip() == note
+    # Machine-readable output keeps its shape: no rows.
+    assert _show(project, "--history", "--diff") == []

@@ -72,6 +72,12 @@ def show_command(
     columns, rows = table_of(records, all_fields)
     if diff:
         columns, rows = _differences(columns, rows)
+        if not rows and not (as_json or as_csv):  # a table of headers alone would say nothing
+            from marinbuild.cli.printing import err
+
+            err.print("marinbuild: note: no shown step has an earlier identity under the prefix: nothing to compare",
+                      markup=False)
+            return
     if sort is not None:
         rows = _sorted(rows, columns, sort, reverse)
     if as_json:
