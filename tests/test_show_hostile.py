@@ -152,3 +152,24 @@ step("t/full", write, {"lr": versioned(0.3), "text": '{"loss": 0.5}', "out": thi
     assert report.returncode == 0, report.stderr
     sweep = (project / "r.html").read_text().split('id="sweep"')[1].split("</table>")[0]
     assert 'data-step="t/full"' in sweep and 'data-step="t/empty"' not in sweep  # no metric: the other table
+
+
+def test_a_field_or_metric_of_zero_is_shown_on_a_terminal_where_zero_hours_go(project):
+    """One training, seed 0 and no errors: its ``seed`` and ``errors`` say something, an
+    ``accelerator_hours`` of 0 on a CPU step says nothing."""
+    from .helpers import on_terminal
+
+    write_marinfile(project, """
+import json, os
+from marinbuild import step, versioned, this_output_path
+
+def train(cfg):
+    json.dump({"loss": 0.5, "errors": 0}, open(os.path.join(cfg["out"], "metrics.json"), "w"))
+
+step("train/only", train, {"lr": versioned(0.1), "seed": versioned(0), "out": this_output_path()})
+""")
+    assert marinbuild("run", "-q", cwd=project).returncode == 0
+    shown = on_terminal(project, "show", "--metrics", "metrics.json", columns=100)
+    head = shown.splitlines()[0].split()
+    assert {"lr", "seed", "loss", "errors"} <= set(head) and "accelerator_hours" not in head, shown
+    assert "not shown for room" not in shown, shown

@@ -97,6 +97,14 @@ class FittedTable:
     right: Sequence[str] = ()
     """Columns aligned right (numbers)."""
     styles: Mapping[str, str] = field(default_factory=dict)
+    measures: Sequence[str] | None = None
+    """The columns whose zeros are an absence (hours of a CPU sweep), that go when zero in every row;
+    None: every column's. A config value or a metric of 0 (``seed=0``, ``errors=0``) is shown."""
+
+    def _says_nothing(self, i: int) -> bool:
+        """Whether column ``i`` is empty in every row, or zero in every row where zeros say nothing."""
+        zero_counts = self.measures is None or self.columns[i] in self.measures
+        return bool(self.rows) and all(_blank(t) if zero_counts else not t.strip() for t in (_cell_text(r[i]) for r in self.rows))
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         shown, widths = self.layout(options.max_width)
@@ -110,8 +118,7 @@ class FittedTable:
         widths = [max(cell_len(_cell_text(c)) for c in (col, *(row[i] for row in self.rows)))
                   for i, col in enumerate(self.columns)]
         keys = {i for i, c in enumerate(self.columns) if c in self.keys}
-        shown = [i for i in range(len(self.columns))
-                 if i in keys or not self.rows or not all(_blank(_cell_text(row[i])) for row in self.rows)]
+        shown = [i for i in range(len(self.columns)) if i in keys or not self._says_nothing(i)]
         cuts = {i for i, c in enumerate(self.columns) if c in self.cut}
         order = [self.columns.index(c) for c in self.drop if c in self.columns]
         order += [i for i in reversed(range(len(self.columns))) if i not in order and i not in keys]
@@ -138,7 +145,7 @@ class FittedTable:
         """The columns left out for room (not those empty or zero in every row)."""
         out = []
         for i, col in enumerate(self.columns):
-            if i not in shown and not (self.rows and all(_blank(_cell_text(row[i])) for row in self.rows)):
+            if i not in shown and not self._says_nothing(i):
                 out.append(col)
         return out
 

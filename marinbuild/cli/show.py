@@ -277,7 +277,8 @@ def _print_table(columns: list[tuple[str, str]], rows: list[dict[str, Any]], wid
     # Text, not str: a value such as "[bold]" is shown, never taken as rich markup.
     fit = FittedTable(headers, [[Text(c) for c in row] for row in cells], keys=("step", "version"), drop=_LEAST_USEFUL,
                       right=[n for n, (_, g) in zip(headers, columns, strict=True) if g in ("metric", "run")],
-                      styles={n: styles[g] for n, (_, g) in zip(headers, columns, strict=True)})
+                      styles={n: styles[g] for n, (_, g) in zip(headers, columns, strict=True)},
+                      measures=[n for n, (_, g) in zip(headers, columns, strict=True) if g == "run"])
     print_table(terminal_table(fit, wide), wide)
 
 
