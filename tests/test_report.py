@@ -159,3 +159,13 @@ def test_report_of_steps_that_never_ran_and_a_bad_output_folder(project, tmp_pat
     assert piped.returncode == 0, piped.stderr
     assert piped.stdout.startswith("<!DOCTYPE html>") and 'data-step="a" data-status="NONE"' in piped.stdout
     assert not (project / "-").exists() and "standard output" in piped.stderr
+
+
+def test_the_report_of_one_step_says_one_step(project):
+    write_marinfile(project, """
+from marinbuild import step, versioned
+step("only", cmd="true", config={"n": versioned(1)})
+""")
+    assert marinbuild("run", "-q", cwd=project).returncode == 0
+    made = marinbuild("report", "-o", "one.html", cwd=project)
+    assert made.returncode == 0 and made.stderr.strip() == "marinbuild: wrote one.html (1 step, 1 attempt)", made.stderr

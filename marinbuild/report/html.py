@@ -178,6 +178,16 @@ def _seconds_text(s: float | None) -> str:
     return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
 
 
+def _tick_text(s: float, span: float) -> str:
+    """A timeline tick: in milliseconds where the whole timeline is under ten seconds, so that its
+    ticks read apart (not five of ``+0.0 s``).
+
+    >>> [_tick_text(s, 0.1) for s in (0.0, 0.02, 0.1)], _tick_text(30.0, 120.0)
+    (['0 ms', '20 ms', '100 ms'], '30.0 s')
+    """
+    return f"{s * 1000:.0f} ms" if span < 10 else _seconds_text(s)
+
+
 def _totals(records: Sequence[StepRecord]) -> str:
     usage = sum((r.usage for r in records), Usage())
     provisioned = sum((r.provisioned for r in records), Usage())
@@ -263,7 +273,7 @@ def _timeline(attempts: Sequence[AttemptRecord]) -> str:
     for i in range(ticks + 1):
         tx = _LABEL_W + round(i * _TL_WIDTH / ticks)
         out.append(f'<line class="tick" x1="{tx}" y1="18" x2="{tx}" y2="{height}"/>'
-                   f'<text class="ticklabel" x="{tx}" y="12">+{_e(_seconds_text(i * span / ticks))}</text>')
+                   f'<text class="ticklabel" x="{tx}" y="12">+{_e(_tick_text(i * span / ticks, span))}</text>')
     previous = None
     for i, lane in enumerate(lanes):
         y = 24 + i * _LANE_H
