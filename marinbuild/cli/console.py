@@ -338,6 +338,8 @@ class LiveReporter(LineReporter):
         self.waiting_on: dict[str, int] = {}
         self.estimates: dict[str, float] = {}
         self.ended: set[str] = set()
+        self.most_at_once = 0
+        """The most steps that have run at once in this run (its parallelism, as far as seen)."""
         self.live = Live(self, console=console, refresh_per_second=4, transient=True)
 
     def estimate_from(self, project: Any, names: Sequence[str]) -> None:
@@ -363,8 +365,12 @@ class LiveReporter(LineReporter):
             return None
         ended = self.ended
         work = sum(max(self.estimates.get(n, 0.0) - (now - t), 0.0) for n, t in self.started.items())
-        work += sum(e for n, e in self.estimates.items() if n not in self.started and n not in ended)
-        return work / max(len(self.started), 1)
+        to_come = [e for n, e in self.estimates.items() if n not in self.started and n not in ended]
+        work += sum(to_come)
+        # Spread over as many as have run at once: between one step's end and the next one's start
+        # fewer run, and the time left would jump up for that moment.
+        at_once = min(max(self.most_at_once, len(self.started)), len(self.started) + len(to_come))
+        return work / max(at_once, 1)
 
     def head_line(self, now: float) -> str:
         """``done 3/10 (30%) | running 2 | failed 0 | about 2m05s left``."""
@@ -392,6 +398,7 @@ class LiveReporter(LineReporter):
     def step_started(self, name: str, output: str) -> None:
         self.waiting.pop(name, None)
         self.started[name] = time.monotonic()
+        self.most_at_once = max(self.most_at_once, len(self.started))
 
     def step_waiting(self, name: str, reason: str) -> None:
         self.waiting[name] = reason
