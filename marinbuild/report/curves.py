@@ -30,21 +30,29 @@ _PALETTE = ("#1e88e5", "#e53935", "#43a047", "#fb8c00", "#8e24aa", "#00897b", "#
 
 
 def parse_curves(text: str) -> dict[str, list[tuple[float, float]]]:
-    """Each numeric key of the JSON lines in ``text`` and its ``(step, value)`` points.
+    """Each numeric key of the JSON lines in ``text`` and its ``(step, value)`` points: against
+    ``step`` where the file's lines have one (a line without a numeric ``step`` is then skipped,
+    not drawn at its line number among the steps), else against the line's number.
 
     >>> parse_curves('{"step": 1, "loss": 0.9}\\nnot json\\n{"step": 2, "loss": 0.5, "note": "x"}\\n{"loss": 0.4}')
-    {'loss': [(1.0, 0.9), (2.0, 0.5), (4.0, 0.4)]}
+    {'loss': [(1.0, 0.9), (2.0, 0.5)]}
+    >>> parse_curves('{"loss": 0.9}\\n{"loss": 0.5}')
+    {'loss': [(1.0, 0.9), (2.0, 0.5)]}
     """
-    out: dict[str, list[tuple[float, float]]] = {}
+    entries: list[tuple[int, dict[str, Any]]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         try:
             entry = json.loads(line)
         except ValueError:
             continue
-        if not isinstance(entry, dict):
+        if isinstance(entry, dict):
+            entries.append((number, entry))
+    by_step = any(_plotted(e.get("step")) is not None for _, e in entries)
+    out: dict[str, list[tuple[float, float]]] = {}
+    for number, entry in entries:
+        x = _plotted(entry.get("step")) if by_step else float(number)
+        if x is None:
             continue
-        x = _plotted(entry.get("step"))
-        x = float(number) if x is None else x
         for key, value in entry.items():
             y = _plotted(value)
             if key != "step" and y is not None:

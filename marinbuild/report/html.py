@@ -393,7 +393,7 @@ tr.picked td{background:#fff9c4}
 .curve-plot{border:1px solid #eee;border-radius:6px}.curve-plot .axis{stroke:#616161}
 .curve-plot .tick{fill:#757575;font-size:11px}.curve-plot .plot-title{text-anchor:middle;font-weight:bold}
 #curves{display:flex;flex-wrap:wrap;gap:12px}
-#sweep td.best{font-weight:bold;background:#fff8e1}#sweep .star{color:#b8860b}
+#sweep td{white-space:nowrap}#sweep td.best{font-weight:bold;background:#fff8e1}#sweep .star{color:#b8860b}
 #sweep tr.earlier td,#other-steps tr.earlier td{color:#757575;font-style:italic}
 #winners{margin:4px 0 8px;padding-left:20px}
 .failed-log pre{background:#263238;color:#eceff1;padding:8px;border-radius:6px;overflow-x:auto;max-height:360px}

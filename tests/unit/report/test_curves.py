@@ -53,3 +53,8 @@ def test_a_legend_of_more_runs_than_fit_says_how_many_more() -> None:
     entries = re.findall(r'<text class="legend-entry"[^>]* y="(\d+)"[^>]*><title>[^<]*</title>([^<]*)</text>', drawn)
     assert entries[-1][1].startswith("… and ") and all(int(y) < 280 for y, _ in entries)
     assert len(entries) - 1 + int(entries[-1][1].split()[2]) == 30
+
+
+def test_a_line_without_a_numeric_step_is_not_drawn_at_its_line_number_among_the_steps() -> None:
+    text = '{"step": 0, "loss": 1}\nnot json\n[1, 2]\n{"step": "x", "loss": 2}\n{"loss": 3}\n{"step": 100, "loss": 0.5}\n'
+    assert parse_curves(text) == {"loss": [(0.0, 1.0), (100.0, 0.5)]}
