@@ -169,3 +169,27 @@ step("only", cmd="true", config={"n": versioned(1)})
     assert marinbuild("run", "-q", cwd=project).returncode == 0
     made = marinbuild("report", "-o", "one.html", cwd=project)
     assert made.returncode == 0 and made.stderr.strip() == "marinbuild: wrote one.html (1 step, 1 attempt)", made.stderr
+
+
+def test_a_curves_name_that_is_a_folder_or_not_utf8_in_some_output_is_skipped_there(project):
+    write_marinfile(project, """
+import os
+from marinbuild import step, versioned, this_output_path
+
+def write(cfg):
+    path = os.path.join(cfg["out"], "log.jsonl")
+    if cfg["kind"] == "folder":
+        os.mkdir(path)
+    elif cfg["kind"] == "binary":
+        open(path, "wb").write(b"\\xff\\xfe\\x00 not text")
+    else:
+        open(path, "w").write('{"step": 0, "loss": 1}\\n{"step": 1, "loss": 0.5}\\n')
+
+for kind in ("folder", "binary", "good"):
+    step(f"t/{kind}", write, {"kind": versioned(kind), "out": this_output_path()})
+""")
+    assert marinbuild("run", "-q", cwd=project).returncode == 0
+    made = marinbuild("report", "--curves", "log.jsonl", "-o", "r.html", cwd=project)
+    assert made.returncode == 0, made.stderr
+    page = (project / "r.html").read_text()
+    assert re.findall(r'<polyline class="curve" data-step="([^"]+)"', page) == ["t/good"]

@@ -78,9 +78,13 @@ def _thinned(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def read_curves(storage: Storage, records: Sequence[StepRecord], file: str) -> dict[str, dict[str, list[tuple[float, float]]]]:
-    """The curves of each record's run (by output path) that wrote ``file``, read in one batch."""
+    """The curves of each record's run (by output path) that wrote ``file``, read in one batch (a
+    folder or a file that is not UTF-8 in its place is none)."""
+    from marinbuild.store.markers import read_texts
+
     paths = {Storage.join(r.output_path, file): r.output_path for r in records}
-    texts = storage.read_many(list(paths))
+    # As for --metrics: a folder, a file that is not UTF-8 or one not readable in some output is left out there.
+    texts, _ = read_texts(storage, list(paths))
     return {paths[p]: parse_curves(t) for p, t in texts.items() if isinstance(t, str)}
 
 
