@@ -193,3 +193,26 @@ for kind in ("folder", "binary", "good"):
     assert made.returncode == 0, made.stderr
     page = (project / "r.html").read_text()
     assert re.findall(r'<polyline class="curve" data-step="([^"]+)"', page) == ["t/good"]
+
+
+def test_the_per_step_table_names_only_the_retries_a_step_used(project):
+    write_marinfile(project, """
+import os
+from marinbuild import step, versioned, this_output_path
+
+def flaky(cfg):
+    if not os.path.exists(cfg["mark"]):
+        open(cfg["mark"], "w").close()
+        raise SystemExit(3)
+
+step("calm", cmd="true", config={"n": versioned(1)})
+step("flaky", flaky, {"n": versioned(2), "mark": os.path.abspath("failed-once"), "out": this_output_path()},
+     max_retries_failure=1)
+""")
+    ran = marinbuild("run", "-q", cwd=project, env={"MARINBUILD_RETRY_BASE_DELAY": "0.01"})
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert marinbuild("report", "-o", "r.html", cwd=project).returncode == 0
+    table = (project / "r.html").read_text().split('id="steps"')[1].split("</table>")[0]
+    cells = {name: re.findall(r"<td>(.*?)</td>", row)[9] for name, row in
+             re.findall(r'<tr data-step="([^"]+)">(.*?)</tr>', table)}
+    assert cells == {"calm": "", "flaky": "failures 1/1"}, cells

@@ -341,7 +341,7 @@ def _table(records: Sequence[StepRecord]) -> str:
             _e(_hours(usage.accelerator_hours)),
             _e(_hours(usage.core_hours)),
             _e((r.error or "").splitlines()[0] if r.error else ""),
-            _e(describe_retries(r.retries)),
+            _e(describe_retries(r.retries, used_only=True)),  # a budget left untouched says nothing here
             (f'<span class="outside-writes">wrote outside its output: {_e("; ".join(r.outside_writes))}</span>'
              if r.outside_writes else ""),
         )
