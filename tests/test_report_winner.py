@@ -149,3 +149,28 @@ def test_no_text_of_a_plot_covers_another_or_leaves_the_plot(project: Path, tmp_
         assert "seed=0, train.seed=0, hidden=96" in legends, legends
     finally:
         browser.close()
+
+
+def test_the_ticks_of_extreme_metrics_stay_inside_their_plot(project: Path, tmp_path: Path) -> None:
+    if chromium() is None:
+        missing_tool("Chromium is not installed (the Debian package chromium; .ci/run installs it)")
+    write_marinfile(project, """
+import json, os
+from marinbuild import step, versioned, this_output_path
+
+def write(cfg):
+    json.dump({"count": cfg["count"], "drift": cfg["drift"]}, open(os.path.join(cfg["out"], "metrics.json"), "w"))
+
+for i, (count, drift) in enumerate([(123456789012345678901234567890, -2.5e-12), (3, -1.25e-13), (7.5e28, 4e-15)]):
+    step(f"t/{i}", write, {"lr": versioned(10.0 ** -i), "count": count, "drift": drift, "out": this_output_path()})
+""")
+    assert marinbuild("run", "-q", cwd=project).returncode == 0
+    made = marinbuild("report", "--metrics", "metrics.json", "-o", "report.html", cwd=project)
+    assert made.returncode == 0, made.stderr
+    browser = Browser((project / "report.html").as_uri(), tmp_path / "profile")
+    try:
+        browser.wait_for("document.body && document.body.getAttribute('data-ready') === '1'")
+        assert browser.evaluate("document.querySelectorAll('svg.plot').length") == 2
+        assert browser.evaluate(OVERLAPS) == []
+    finally:
+        browser.close()

@@ -311,10 +311,12 @@ _LEGEND_CHAR_W, _LEGEND_MAX = 6.8, 48
 def _tick(value: float) -> str:
     """An axis end's number, short enough for the margin beside the axis.
 
-    >>> [_tick(v) for v in (0.0937593, 123456789012345678901234567890, 3, 0.001)]
-    ['0.09376', '1.235e+29', '3', '0.001']
+    >>> [_tick(v) for v in (0.0937593, 123456789012345678901234567890, -2.5e-12, 3, 0.001)]
+    ['0.09376', '1.2e29', '-2.5e-12', '3', '0.001']
     """
-    return f"{value:.4g}"
+    text = f"{value:.4g}"
+    # Seven characters fit the margin left of the axis; a longer number keeps two digits.
+    return text if len(text) <= 7 else f"{value:.2g}".replace("e+", "e")
 
 
 class _Labels:
