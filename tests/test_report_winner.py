@@ -174,3 +174,20 @@ for i, (count, drift) in enumerate([(123456789012345678901234567890, -2.5e-12), 
         assert browser.evaluate(OVERLAPS) == []
     finally:
         browser.close()
+
+
+def test_a_report_of_one_step_counts_it_as_one(project: Path, tmp_path: Path) -> None:
+    if chromium() is None:
+        missing_tool("Chromium is not installed (the Debian package chromium; .ci/run installs it)")
+    write_marinfile(project, """
+from marinbuild import step, versioned
+step("only", cmd="true", config={"n": versioned(1)})
+""")
+    assert marinbuild("run", "-q", cwd=project).returncode == 0
+    assert marinbuild("report", "-o", "report.html", cwd=project).returncode == 0
+    browser = Browser((project / "report.html").as_uri(), tmp_path / "profile")
+    try:
+        browser.wait_for("document.body && document.body.getAttribute('data-ready') === '1'")
+        assert browser.evaluate("document.getElementById('rendered').textContent") == "1 step, 1 attempt drawn, 0 plots"
+    finally:
+        browser.close()

@@ -438,9 +438,9 @@ _SCRIPT = """
   }
   var counts=document.createElement('p');
   counts.id='rendered';
-  counts.textContent=document.querySelectorAll('#dag .node').length+' steps, '+
-    document.querySelectorAll('#timeline .bar').length+' attempts drawn, '+
-    document.querySelectorAll('.plot').length+' plots';
+  function counted(selector,word){var n=document.querySelectorAll(selector).length;return n+' '+word+(n===1?'':'s');}
+  counts.textContent=counted('#dag .node','step')+', '+counted('#timeline .bar','attempt')+' drawn, '+
+    counted('.plot','plot');
   document.body.appendChild(counts);
   document.body.setAttribute('data-ready','1');
 })();
