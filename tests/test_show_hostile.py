@@ -173,3 +173,26 @@ step("train/only", train, {"lr": versioned(0.1), "seed": versioned(0), "out": th
     head = shown.splitlines()[0].split()
     assert {"lr", "seed", "loss", "errors"} <= set(head) and "accelerator_hours" not in head, shown
     assert "not shown for room" not in shown, shown
+
+
+def test_a_metric_whose_name_holds_a_control_character_keeps_its_values(project):
+    """The header is escaped for the terminal (``\\x1b[2J``); the values under it are still the metric's."""
+    from .helpers import on_terminal
+
+    write_marinfile(project, """
+import json, os
+from marinbuild import step, versioned, this_output_path
+
+def write(cfg):
+    json.dump({"\\x1b[2Jclear": cfg["v"]}, open(os.path.join(cfg["out"], "metrics.json"), "w"))
+
+for v in (7, 8):
+    step(f"t/{v}", write, {"v": versioned(v), "out": this_output_path()})
+""")
+    assert marinbuild("run", "-q", cwd=project).returncode == 0
+    piped = marinbuild("show", "--metrics", "metrics.json", cwd=project).stdout.splitlines()
+    assert piped[0].split()[-1] == "\\x1b[2Jclear", piped  # the last column, escaped
+    assert [line.split()[-1] for line in piped[1:]] == ["7", "8"], piped
+    shown = on_terminal(project, "show", "--metrics", "metrics.json", columns=100)
+    assert "\\x1b[2Jclear" in shown, shown
+    assert [line.split("│")[-1].strip() for line in shown.splitlines()[2:4]] == ["7", "8"], shown

@@ -258,9 +258,10 @@ def _print_table(columns: list[tuple[str, str]], rows: list[dict[str, Any]], wid
     from marinbuild.report.sweep import cell_text
 
     headers = [_terminal_safe(c) for c, _ in columns]
+    # Cells by the columns' own names: a header is escaped for the terminal (a metric named "\x1b[2J"), its key is not.
     cells = [
         [rough_duration(r["duration_s"]) if c == "duration_s" and r.get(c) is not None else _terminal_safe(cell_text(r.get(c)))
-         for c in headers]
+         for c, _ in columns]
         for r in rows
     ]
     if not sys.stdout.isatty():
