@@ -121,6 +121,10 @@ def test_a_field_is_one_column_along_the_chain_and_unrelated_fields_of_one_name_
     head = shown.splitlines()[0]
     assert all(name in head for name in ("lr", "train.seed", "eval_loss")), shown
     assert max(len(line) for line in shown.splitlines()) <= 100, shown
+    # With the history, when each ran gives way before a metric does.
+    shown = on_terminal(project, "show", "--history", "--metrics", "metrics.json", columns=100)
+    head = shown.splitlines()[0].split()
+    assert {"hidden", "version", "eval_loss"} <= set(head) and "when" not in head, shown
 
 
 def test_diff_without_any_earlier_identity_says_so_in_one_line(project):

@@ -283,6 +283,7 @@ def _print_table(columns: list[tuple[str, str]], rows: list[dict[str, Any]], wid
     print_table(terminal_table(fit, wide), wide)
 
 
-_LEAST_USEFUL = ("retries", "attempts", "provisioned_chip_hours", "accelerator_hours", "core_hours", "duration_s", "status")
+_LEAST_USEFUL = ("retries", "attempts", "provisioned_chip_hours", "accelerator_hours", "core_hours", "duration_s", "status",
+                 "when")
 """The run's columns of ``show`` in the order they give way on a narrow terminal; then the metrics and
 fields from the right."""
