@@ -66,6 +66,10 @@ def test_a_bare_marinbuild_with_run_options_runs(project):
     assert marinbuild("-j", "-q", "data", cwd=project).returncode == 0
     helped = marinbuild("--help", cwd=project)
     assert helped.returncode == 0 and "Commands" in helped.stdout
+    # A bare `marinbuild` prints the help, as help: not as an error line framing it.
+    bare = marinbuild(cwd=project)
+    assert "Commands" in bare.stdout and "run" in bare.stdout, bare
+    assert "error" not in bare.stdout + bare.stderr and "(see --help)" not in bare.stdout + bare.stderr, bare
 
 
 def test_the_live_view_shows_a_percentage_and_the_time_left(project):

@@ -159,3 +159,60 @@ def test_report_of_steps_that_never_ran_and_a_bad_output_folder(project, tmp_pat
     assert piped.returncode == 0, piped.stderr
     assert piped.stdout.startswith("<!DOCTYPE html>") and 'data-step="a" data-status="NONE"' in piped.stdout
     assert not (project / "-").exists() and "standard output" in piped.stderr
+
+
+def test_the_report_of_one_step_says_one_step(project):
+    write_marinfile(project, """
+from marinbuild import step, versioned
+step("only", cmd="true", config={"n": versioned(1)})
+""")
+    assert marinbuild("run", "-q", cwd=project).returncode == 0
+    made = marinbuild("report", "-o", "one.html", cwd=project)
+    assert made.returncode == 0 and made.stderr.strip() == "marinbuild: wrote one.html (1 step, 1 attempt)", made.stderr
+
+
+def test_a_curves_name_that_is_a_folder_or_not_utf8_in_some_output_is_skipped_there(project):
+    write_marinfile(project, """
+import os
+from marinbuild import step, versioned, this_output_path
+
+def write(cfg):
+    path = os.path.join(cfg["out"], "log.jsonl")
+    if cfg["kind"] == "folder":
+        os.mkdir(path)
+    elif cfg["kind"] == "binary":
+        open(path, "wb").write(b"\\xff\\xfe\\x00 not text")
+    else:
+        open(path, "w").write('{"step": 0, "loss": 1}\\n{"step": 1, "loss": 0.5}\\n')
+
+for kind in ("folder", "binary", "good"):
+    step(f"t/{kind}", write, {"kind": versioned(kind), "out": this_output_path()})
+""")
+    assert marinbuild("run", "-q", cwd=project).returncode == 0
+    made = marinbuild("report", "--curves", "log.jsonl", "-o", "r.html", cwd=project)
+    assert made.returncode == 0, made.stderr
+    page = (project / "r.html").read_text()
+    assert re.findall(r'<polyline class="curve" data-step="([^"]+)"', page) == ["t/good"]
+
+
+def test_the_per_step_table_names_only_the_retries_a_step_used(project):
+    write_marinfile(project, """
+import os
+from marinbuild import step, versioned, this_output_path
+
+def flaky(cfg):
+    if not os.path.exists(cfg["mark"]):
+        open(cfg["mark"], "w").close()
+        raise SystemExit(3)
+
+step("calm", cmd="true", config={"n": versioned(1)})
+step("flaky", flaky, {"n": versioned(2), "mark": os.path.abspath("failed-once"), "out": this_output_path()},
+     max_retries_failure=1)
+""")
+    ran = marinbuild("run", "-q", cwd=project, env={"MARINBUILD_RETRY_BASE_DELAY": "0.01"})
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert marinbuild("report", "-o", "r.html", cwd=project).returncode == 0
+    table = (project / "r.html").read_text().split('id="steps"')[1].split("</table>")[0]
+    cells = {name: re.findall(r"<td>(.*?)</td>", row)[9] for name, row in
+             re.findall(r'<tr data-step="([^"]+)">(.*?)</tr>', table)}
+    assert cells == {"calm": "", "flaky": "failures 1/1"}, cells

@@ -107,3 +107,87 @@ def test_best_from_the_marinfile_or_the_command_line_and_history_rows_marked_ear
     write_marinfile(project, CHAIN.format(hidden=96, best='BEST = ["accuracy"]'))
     refused = marinbuild("report", cwd=project)
     assert refused.returncode == 2 and "BEST in the Marinfile must map metric names" in refused.stderr
+
+
+OVERLAPS = """(() => {
+  const out = [];
+  for (const svg of document.querySelectorAll('svg.plot, svg.curve-plot')) {
+    const width = svg.viewBox.baseVal.width, height = svg.viewBox.baseVal.height;
+    const texts = [...svg.querySelectorAll('text')].filter(t => t.textContent.trim()).map(t => [t, t.getBBox()]);
+    const what = t => svg.dataset.metric + '/' + (svg.dataset.field || svg.dataset.key) + ': ' + t.textContent;
+    for (const [t, b] of texts) {
+      if (b.x < -0.5 || b.y < -0.5 || b.x + b.width > width + 0.5 || b.y + b.height > height + 0.5) out.push('outside ' + what(t));
+    }
+    for (let i = 0; i < texts.length; i++) for (let j = i + 1; j < texts.length; j++) {
+      const [s, a] = texts[i], [t, b] = texts[j];
+      if (a.x + 0.5 < b.x + b.width && b.x + 0.5 < a.x + a.width && a.y + 0.5 < b.y + b.height && b.y + 0.5 < a.y + a.height)
+        out.push(what(s) + ' covers ' + what(t));
+    }
+  }
+  return out;
+})()"""
+
+
+def test_no_text_of_a_plot_covers_another_or_leaves_the_plot(project: Path, tmp_path: Path) -> None:
+    """Two seeds that land on one point, a history that doubles the points, series named at length:
+    in a real browser every name, mark, legend entry and tick of every plot stands clear of the others
+    and inside its plot (a step name over another's reads as neither)."""
+    if chromium() is None:
+        missing_tool("Chromium is not installed (the Debian package chromium; .ci/run installs it)")
+    _chain(project, hidden=64)
+    _chain(project, hidden=96)
+    made = marinbuild("report", "--history", "--metrics", "metrics.json", "--curves", "train_log.jsonl", "-o", "report.html",
+                      cwd=project)
+    assert made.returncode == 0, made.stderr
+    browser = Browser((project / "report.html").as_uri(), tmp_path / "profile")
+    try:
+        browser.wait_for("document.body && document.body.getAttribute('data-ready') === '1'")
+        assert browser.evaluate("document.querySelectorAll('svg.plot text.point-label').length") > 0
+        assert browser.evaluate(OVERLAPS) == []
+        # A legend names its series whole (the full name on hover where it is cut), never half a value.
+        legends = browser.evaluate("[...document.querySelectorAll('svg.plot .legend-entry')].map(t => t.lastChild.textContent)")
+        assert "seed=0, train.seed=0, hidden=96" in legends, legends
+    finally:
+        browser.close()
+
+
+def test_the_ticks_of_extreme_metrics_stay_inside_their_plot(project: Path, tmp_path: Path) -> None:
+    if chromium() is None:
+        missing_tool("Chromium is not installed (the Debian package chromium; .ci/run installs it)")
+    write_marinfile(project, """
+import json, os
+from marinbuild import step, versioned, this_output_path
+
+def write(cfg):
+    json.dump({"count": cfg["count"], "drift": cfg["drift"]}, open(os.path.join(cfg["out"], "metrics.json"), "w"))
+
+for i, (count, drift) in enumerate([(123456789012345678901234567890, -2.5e-12), (3, -1.25e-13), (7.5e28, 4e-15)]):
+    step(f"t/{i}", write, {"lr": versioned(10.0 ** -i), "count": count, "drift": drift, "out": this_output_path()})
+""")
+    assert marinbuild("run", "-q", cwd=project).returncode == 0
+    made = marinbuild("report", "--metrics", "metrics.json", "-o", "report.html", cwd=project)
+    assert made.returncode == 0, made.stderr
+    browser = Browser((project / "report.html").as_uri(), tmp_path / "profile")
+    try:
+        browser.wait_for("document.body && document.body.getAttribute('data-ready') === '1'")
+        assert browser.evaluate("document.querySelectorAll('svg.plot').length") == 2
+        assert browser.evaluate(OVERLAPS) == []
+    finally:
+        browser.close()
+
+
+def test_a_report_of_one_step_counts_it_as_one(project: Path, tmp_path: Path) -> None:
+    if chromium() is None:
+        missing_tool("Chromium is not installed (the Debian package chromium; .ci/run installs it)")
+    write_marinfile(project, """
+from marinbuild import step, versioned
+step("only", cmd="true", config={"n": versioned(1)})
+""")
+    assert marinbuild("run", "-q", cwd=project).returncode == 0
+    assert marinbuild("report", "-o", "report.html", cwd=project).returncode == 0
+    browser = Browser((project / "report.html").as_uri(), tmp_path / "profile")
+    try:
+        browser.wait_for("document.body && document.body.getAttribute('data-ready') === '1'")
+        assert browser.evaluate("document.getElementById('rendered').textContent") == "1 step, 1 attempt drawn, 0 plots"
+    finally:
+        browser.close()

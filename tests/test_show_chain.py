@@ -8,7 +8,7 @@ import io
 import json
 import shutil
 
-from .helpers import marinbuild, write_marinfile
+from .helpers import marinbuild, on_terminal, write_marinfile
 
 CHAIN = """
 import json, os
@@ -99,3 +99,39 @@ def test_history_keeps_the_earlier_identities_and_diff_lists_what_differs(projec
     assert len(again) == 11 and gone not in {r.get("output_path") for r in again}
     refused = marinbuild("show", "--diff", cwd=project)
     assert refused.returncode == 2 and "needs --history" in refused.stderr
+
+
+def test_a_field_is_one_column_along_the_chain_and_unrelated_fields_of_one_name_stay_apart(project):
+    """``show`` of every step: a training's own ``lr`` and its eval's training ``lr`` fill one column;
+    the data's ``seed`` and the trainings' are apart (and the data's, the same in every row, goes);
+    a summary over every training has their common ``hidden``, never one training's ``lr``, now and
+    in its history; and the table fits 100 columns with the fields in it."""
+    _chain(project, hidden=64)
+    _chain(project, hidden=96)
+    rows = _show(project, "--history")
+    configs = {(r["step"], r["earlier"]): r["config"] for r in rows}
+    columns = set().union(*(c.keys() for c in configs.values()))
+    assert columns == {"lr", "hidden", "train.seed", "eval.seed"}, columns  # data.seed, rows: 7 in every row
+    assert configs[("train/lr0.01-s1", False)]["lr"] == configs[("eval/lr0.01-s1", False)]["lr"] == 0.01
+    assert configs[("train/lr0.01-s1", False)]["train.seed"] == configs[("eval/lr0.01-s1", False)]["train.seed"] == 1
+    assert configs[("data", False)] == dict.fromkeys(columns)  # the data's own fields say nothing here
+    assert configs[("summary", False)] == {**dict.fromkeys(columns), "hidden": 96}
+    assert configs[("summary", True)] == {**dict.fromkeys(columns), "hidden": 64}
+    shown = on_terminal(project, "show", "--metrics", "metrics.json", columns=100)
+    head = shown.splitlines()[0]
+    assert all(name in head for name in ("lr", "train.seed", "eval_loss")), shown
+    assert max(len(line) for line in shown.splitlines()) <= 100, shown
+    # With the history, when each ran gives way before a metric does.
+    shown = on_terminal(project, "show", "--history", "--metrics", "metrics.json", columns=100)
+    head = shown.splitlines()[0].split()
+    assert {"hidden", "version", "eval_loss"} <= set(head) and "when" not in head, shown
+
+
+def test_diff_without_any_earlier_identity_says_so_in_one_line(project):
+    _chain(project)
+    note = "marinbuild: note: no shown step has an earlier identity under the prefix: nothing to compare"
+    piped = marinbuild("show", "--history", "--diff", cwd=project)
+    assert piped.returncode == 0 and piped.stdout == "" and piped.stderr.strip() == note, piped
+    assert on_terminal(project, "show", "--history", "--diff", columns=100).strip() == note
+    # Machine-readable output keeps its shape: no rows.
+    assert _show(project, "--history", "--diff") == []

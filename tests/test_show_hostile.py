@@ -127,3 +127,72 @@ for kind in ("folder", "binary", "good"):
         for command in (["show", "--metrics", folder], ["report", "--metrics", folder, "-o", str(page)]):
             result = marinbuild(*command, cwd=project)
             assert result.returncode == 0 and "internal error" not in result.stderr, result.stderr
+
+
+def test_an_empty_metrics_file_has_no_metric_and_makes_no_column(project):
+    write_marinfile(project, """
+import os
+from marinbuild import step, versioned, this_output_path
+
+def write(cfg):
+    open(os.path.join(cfg["out"], "metrics.json"), "w").write(cfg["text"])
+
+step("t/empty", write, {"lr": versioned(0.1), "text": "{}", "out": this_output_path()})
+step("t/empty_list", write, {"lr": versioned(0.2), "text": "[]", "out": this_output_path()})
+step("t/full", write, {"lr": versioned(0.3), "text": '{"loss": 0.5}', "out": this_output_path()})
+""")
+    assert marinbuild("run", "-q", cwd=project).returncode == 0
+    table = marinbuild("show", "--metrics", "metrics.json", "--csv", cwd=project)
+    assert table.returncode == 0, table.stderr
+    rows = list(csv.DictReader(io.StringIO(table.stdout)))
+    assert [c for c in rows[0] if c not in ("step", "lr", "status", "duration_s", "attempts", "accelerator_hours",
+                                            "core_hours")] == ["loss"], rows[0]
+    assert [r["loss"] for r in rows] == ["", "", "0.5"]
+    report = marinbuild("report", "--metrics", "metrics.json", "-o", "r.html", cwd=project)
+    assert report.returncode == 0, report.stderr
+    sweep = (project / "r.html").read_text().split('id="sweep"')[1].split("</table>")[0]
+    assert 'data-step="t/full"' in sweep and 'data-step="t/empty"' not in sweep  # no metric: the other table
+
+
+def test_a_field_or_metric_of_zero_is_shown_on_a_terminal_where_zero_hours_go(project):
+    """One training, seed 0 and no errors: its ``seed`` and ``errors`` say something, an
+    ``accelerator_hours`` of 0 on a CPU step says nothing."""
+    from .helpers import on_terminal
+
+    write_marinfile(project, """
+import json, os
+from marinbuild import step, versioned, this_output_path
+
+def train(cfg):
+    json.dump({"loss": 0.5, "errors": 0}, open(os.path.join(cfg["out"], "metrics.json"), "w"))
+
+step("train/only", train, {"lr": versioned(0.1), "seed": versioned(0), "out": this_output_path()})
+""")
+    assert marinbuild("run", "-q", cwd=project).returncode == 0
+    shown = on_terminal(project, "show", "--metrics", "metrics.json", columns=100)
+    head = shown.splitlines()[0].split()
+    assert {"lr", "seed", "loss", "errors"} <= set(head) and "accelerator_hours" not in head, shown
+    assert "not shown for room" not in shown, shown
+
+
+def test_a_metric_whose_name_holds_a_control_character_keeps_its_values(project):
+    """The header is escaped for the terminal (``\\x1b[2J``); the values under it are still the metric's."""
+    from .helpers import on_terminal
+
+    write_marinfile(project, """
+import json, os
+from marinbuild import step, versioned, this_output_path
+
+def write(cfg):
+    json.dump({"\\x1b[2Jclear": cfg["v"]}, open(os.path.join(cfg["out"], "metrics.json"), "w"))
+
+for v in (7, 8):
+    step(f"t/{v}", write, {"v": versioned(v), "out": this_output_path()})
+""")
+    assert marinbuild("run", "-q", cwd=project).returncode == 0
+    piped = marinbuild("show", "--metrics", "metrics.json", cwd=project).stdout.splitlines()
+    assert piped[0].split()[-1] == "\\x1b[2Jclear", piped  # the last column, escaped
+    assert [line.split()[-1] for line in piped[1:]] == ["7", "8"], piped
+    shown = on_terminal(project, "show", "--metrics", "metrics.json", columns=100)
+    assert "\\x1b[2Jclear" in shown, shown
+    assert [line.split("│")[-1].strip() for line in shown.splitlines()[2:4]] == ["7", "8"], shown

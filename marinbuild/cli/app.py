@@ -225,6 +225,9 @@ def command_line(argv: list[str] | None = None) -> None:
         e: Any = error  # click's UsageError: ctx, exit_code, format_message()
         if not e.format_message():  # bare `marinbuild`: the help was the answer
             sys.exit(e.exit_code)
+        if type(e).__name__ == "NoArgsIsHelpError":  # click 8.2 on: the help is the error's message
+            sys.stdout.write(e.format_message() + "\n")
+            sys.exit(e.exit_code)
         command = f" {e.ctx.command_path.split(' ', 1)[1]}" if e.ctx is not None and " " in e.ctx.command_path else ""
         err.print(f"marinbuild{command}: error: {e.format_message()} (see --help)", markup=False)
         sys.exit(2)

@@ -97,6 +97,14 @@ class FittedTable:
     right: Sequence[str] = ()
     """Columns aligned right (numbers)."""
     styles: Mapping[str, str] = field(default_factory=dict)
+    measures: Sequence[str] | None = None
+    """The columns whose zeros are an absence (hours of a CPU sweep), that go when zero in every row;
+    None: every column's. A config value or a metric of 0 (``seed=0``, ``errors=0``) is shown."""
+
+    def _says_nothing(self, i: int) -> bool:
+        """Whether column ``i`` is empty in every row, or zero in every row where zeros say nothing."""
+        zero_counts = self.measures is None or self.columns[i] in self.measures
+        return bool(self.rows) and all(_blank(t) if zero_counts else not t.strip() for t in (_cell_text(r[i]) for r in self.rows))
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         shown, widths = self.layout(options.max_width)
@@ -110,8 +118,7 @@ class FittedTable:
         widths = [max(cell_len(_cell_text(c)) for c in (col, *(row[i] for row in self.rows)))
                   for i, col in enumerate(self.columns)]
         keys = {i for i, c in enumerate(self.columns) if c in self.keys}
-        shown = [i for i in range(len(self.columns))
-                 if i in keys or not self.rows or not all(_blank(_cell_text(row[i])) for row in self.rows)]
+        shown = [i for i in range(len(self.columns)) if i in keys or not self._says_nothing(i)]
         cuts = {i for i, c in enumerate(self.columns) if c in self.cut}
         order = [self.columns.index(c) for c in self.drop if c in self.columns]
         order += [i for i in reversed(range(len(self.columns))) if i not in order and i not in keys]
@@ -138,7 +145,7 @@ class FittedTable:
         """The columns left out for room (not those empty or zero in every row)."""
         out = []
         for i, col in enumerate(self.columns):
-            if i not in shown and not (self.rows and all(_blank(_cell_text(row[i])) for row in self.rows)):
+            if i not in shown and not self._says_nothing(i):
                 out.append(col)
         return out
 
@@ -331,6 +338,8 @@ class LiveReporter(LineReporter):
         self.waiting_on: dict[str, int] = {}
         self.estimates: dict[str, float] = {}
         self.ended: set[str] = set()
+        self.most_at_once = 0
+        """The most steps that have run at once in this run (its parallelism, as far as seen)."""
         self.live = Live(self, console=console, refresh_per_second=4, transient=True)
 
     def estimate_from(self, project: Any, names: Sequence[str]) -> None:
@@ -356,8 +365,12 @@ class LiveReporter(LineReporter):
             return None
         ended = self.ended
         work = sum(max(self.estimates.get(n, 0.0) - (now - t), 0.0) for n, t in self.started.items())
-        work += sum(e for n, e in self.estimates.items() if n not in self.started and n not in ended)
-        return work / max(len(self.started), 1)
+        to_come = [e for n, e in self.estimates.items() if n not in self.started and n not in ended]
+        work += sum(to_come)
+        # Spread over as many as have run at once: between one step's end and the next one's start
+        # fewer run, and the time left would jump up for that moment.
+        at_once = min(max(self.most_at_once, len(self.started)), len(self.started) + len(to_come))
+        return work / max(at_once, 1)
 
     def head_line(self, now: float) -> str:
         """``done 3/10 (30%) | running 2 | failed 0 | about 2m05s left``."""
@@ -385,6 +398,7 @@ class LiveReporter(LineReporter):
     def step_started(self, name: str, output: str) -> None:
         self.waiting.pop(name, None)
         self.started[name] = time.monotonic()
+        self.most_at_once = max(self.most_at_once, len(self.started))
 
     def step_waiting(self, name: str, reason: str) -> None:
         self.waiting[name] = reason

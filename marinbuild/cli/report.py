@@ -61,10 +61,10 @@ def report_command(
     if output == "-":  # as for curl -o - and most tools: the page on stdout, no file named "-"
         sys.stdout.write(text)
         sys.stdout.flush()
-        err.print(f"marinbuild: wrote the report to standard output ({len(records)} steps, {attempts} attempts)", markup=False)
+        err.print(f"marinbuild: wrote the report to standard output ({_counted(len(records), 'step')}, {_counted(attempts, 'attempt')})", markup=False)
         return
     _write_whole(output, text)
-    err.print(f"marinbuild: wrote {output} ({len(records)} steps, {attempts} attempts)", markup=False)
+    err.print(f"marinbuild: wrote {output} ({_counted(len(records), 'step')}, {_counted(attempts, 'attempt')})", markup=False)
 
 
 def _write_whole(path: str, text: str) -> None:
@@ -83,3 +83,8 @@ def _write_whole(path: str, text: str) -> None:
         except OSError:
             pass
         raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def _counted(n: int, word: str) -> str:
+    """``1 step``, ``2 steps``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"

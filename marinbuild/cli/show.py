@@ -72,6 +72,12 @@ def show_command(
     columns, rows = table_of(records, all_fields)
     if diff:
         columns, rows = _differences(columns, rows)
+        if not rows and not (as_json or as_csv):  # a table of headers alone would say nothing
+            from marinbuild.cli.printing import err
+
+            err.print("marinbuild: note: no shown step has an earlier identity under the prefix: nothing to compare",
+                      markup=False)
+            return
     if sort is not None:
         rows = _sorted(rows, columns, sort, reverse)
     if as_json:
@@ -252,9 +258,10 @@ def _print_table(columns: list[tuple[str, str]], rows: list[dict[str, Any]], wid
     from marinbuild.report.sweep import cell_text
 
     headers = [_terminal_safe(c) for c, _ in columns]
+    # Cells by the columns' own names: a header is escaped for the terminal (a metric named "\x1b[2J"), its key is not.
     cells = [
         [rough_duration(r["duration_s"]) if c == "duration_s" and r.get(c) is not None else _terminal_safe(cell_text(r.get(c)))
-         for c in headers]
+         for c, _ in columns]
         for r in rows
     ]
     if not sys.stdout.isatty():
@@ -271,10 +278,12 @@ def _print_table(columns: list[tuple[str, str]], rows: list[dict[str, Any]], wid
     # Text, not str: a value such as "[bold]" is shown, never taken as rich markup.
     fit = FittedTable(headers, [[Text(c) for c in row] for row in cells], keys=("step", "version"), drop=_LEAST_USEFUL,
                       right=[n for n, (_, g) in zip(headers, columns, strict=True) if g in ("metric", "run")],
-                      styles={n: styles[g] for n, (_, g) in zip(headers, columns, strict=True)})
+                      styles={n: styles[g] for n, (_, g) in zip(headers, columns, strict=True)},
+                      measures=[n for n, (_, g) in zip(headers, columns, strict=True) if g == "run"])
     print_table(terminal_table(fit, wide), wide)
 
 
-_LEAST_USEFUL = ("retries", "attempts", "provisioned_chip_hours", "accelerator_hours", "core_hours", "duration_s", "status")
+_LEAST_USEFUL = ("retries", "attempts", "provisioned_chip_hours", "accelerator_hours", "core_hours", "duration_s", "status",
+                 "when")
 """The run's columns of ``show`` in the order they give way on a narrow terminal; then the metrics and
 fields from the right."""

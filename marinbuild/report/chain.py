@@ -20,7 +20,7 @@ from marinbuild.graph import StepGraph
 if TYPE_CHECKING:
     from marinbuild.report.records import StepRecord
 
-__all__ = ["DOWNSTREAM_DEPTH", "evaluators", "field_columns", "flat_versioned", "group_of", "upstream_fields"]
+__all__ = ["DOWNSTREAM_DEPTH", "evaluators", "field_columns", "flat_versioned", "group_of", "grouped", "upstream_fields"]
 
 DOWNSTREAM_DEPTH = 3
 """Steps below a row looked at for its evaluation: an eval, or a step after a conversion or two."""
@@ -46,22 +46,17 @@ def flat_versioned(payload: Mapping[str, Any]) -> dict[str, Any]:
 
 def upstream_fields(graph: StepGraph, names: Iterable[str]) -> dict[str, dict[str, dict[str, Any]]]:
     """For each named step, the versioned fields of every step upstream of it, by group (see
-    :func:`group_of`; a step's full name where two upstream steps of one row share a group)."""
+    :func:`group_of` and :func:`grouped`)."""
     dag = graph.dag
     index = graph.index
     out: dict[str, dict[str, dict[str, Any]]] = {}
     flat: dict[str, dict[str, Any]] = {}
     for name in names:
         ancestors = sorted(nx.ancestors(dag, name), key=index.__getitem__) if dag.in_degree(name) else []
-        groups = [group_of(a) for a in ancestors]
-        fields: dict[str, dict[str, Any]] = {}
-        for ancestor, group in zip(ancestors, groups, strict=True):
+        for ancestor in ancestors:
             if ancestor not in flat:  # a step upstream of many rows is flattened once
                 flat[ancestor] = flat_versioned(graph.nodes[ancestor].payload)
-            values = flat[ancestor]
-            if values:
-                fields[ancestor if groups.count(group) > 1 else group] = values
-        out[name] = fields
+        out[name] = grouped([(a, flat[a]) for a in ancestors])
     return out
 
 
@@ -88,32 +83,74 @@ def evaluators(graph: StepGraph, names: Sequence[str]) -> dict[str, list[str]]:
 def field_columns(records: Sequence[StepRecord], every: bool = False) -> tuple[list[str], list[dict[str, Any]]]:
     """The config columns of a table of ``records`` and each row's values in them.
 
-    A row's own versioned fields come first, by dotted path; then the fields of the steps upstream,
-    by dotted path too, or ``STEP.FIELD`` (``train.seed``) where another step of the rows' chains has
-    a field of that name. Only the columns whose values differ between the rows are kept, unless
-    ``every``.
+    A field is one column wherever it comes from: a training row's own ``lr`` and an eval row's
+    training's ``lr`` fill the same column, as the same run of the chain. Its name is the dotted
+    path, or ``STEP.FIELD`` (``train.seed``, ``data.seed``) where steps of two groups (see
+    :func:`group_of`) have a field of that name; where every row is of one group, that group's own
+    fields keep the bare name. A row's own fields come first, then those upstream. Only the columns
+    whose values differ between the rows are kept, unless ``every``: a column a step of another
+    kind leaves empty (the data row of a table of trainings) does not differ for that.
     """
-    own: dict[str, None] = {}
+    # Without any step upstream (a sweep of single steps, named as they like) a field is one column.
+    chain = any(r.upstream for r in records)
+
+    def own_group(r: StepRecord) -> str:
+        return group_of(r.name) if chain else ""
+
+    keys: dict[tuple[str, str], None] = {}
     for r in records:
-        own.update(dict.fromkeys(r.versioned))
-    upstream: dict[tuple[str, str], None] = {}
+        keys.update(dict.fromkeys((own_group(r), f) for f in r.versioned))
     for r in records:
         for group, theirs in r.upstream.items():
-            upstream.update(dict.fromkeys((group, f) for f in theirs))
+            keys.update(dict.fromkeys((group, f) for f in theirs))
     by_field: dict[str, set[str]] = {}
-    for group, f in upstream:
+    for group, f in keys:
         by_field.setdefault(f, set()).add(group)
-    named = {
-        (group, f): f if len(by_field[f]) == 1 and f not in own else f"{group}.{f}" for group, f in upstream
-    }
-    columns = [*own, *(n for n in named.values() if n not in own)]
+    row_groups = {own_group(r) for r in records}
+    home = next(iter(row_groups)) if len(row_groups) == 1 else None
+    named = {(group, f): f if len(by_field[f]) == 1 or group == home else f"{group}.{f}" for group, f in keys}
+    columns = list(dict.fromkeys(named.values()))
     values: list[dict[str, Any]] = []
     for r in records:
-        row = {f: r.versioned.get(f) for f in own}
+        row: dict[str, Any] = {}
         for (group, f), column in named.items():
-            if column not in row and f in r.upstream.get(group, {}):
-                row[column] = r.upstream[group][f]
+            theirs = r.versioned if group == own_group(r) and f in r.versioned else r.upstream.get(group, {})
+            if column not in row and f in theirs:
+                row[column] = theirs[f]
         values.append(row)
     if not every and len(records) > 1:
-        columns = [c for c in columns if len({json.dumps(v.get(c), sort_keys=True) for v in values}) > 1]
+        columns = [c for c in columns if _differs(c, [own_group(r) for r in records], values)]
     return columns, [{c: v.get(c) for c in columns} for v in values]
+
+
+def _differs(column: str, groups: Sequence[str], values: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a column says something of the rows: two values, or a value some rows of one group
+    have and others of that group lack (a field only some trainings declare)."""
+    if len({json.dumps(v[column], sort_keys=True, default=str) for v in values if v.get(column) is not None}) > 1:
+        return True
+    by_group: dict[str, set[bool]] = {}
+    for group, v in zip(groups, values, strict=True):
+        by_group.setdefault(group, set()).add(v.get(column) is None)
+    return any(len(seen) > 1 for seen in by_group.values())
+
+
+def grouped(ancestors: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """The versioned fields of a row's ``(step name, fields)`` upstream, by group. Where several
+    steps upstream share a group (a summary over six trainings), the group holds the fields they
+    all agree on (their ``hidden``, not their ``lr``: the summary has no one ``lr``).
+
+    >>> grouped([("data", {"n": 1}), ("train/a", {"lr": 0.1, "hidden": 64}), ("train/b", {"lr": 0.2, "hidden": 64})])
+    {'data': {'n': 1}, 'train': {'hidden': 64}}
+    """
+    by_group: dict[str, list[Mapping[str, Any]]] = {}
+    for name, values in ancestors:
+        by_group.setdefault(group_of(name), []).append(values)
+    out: dict[str, dict[str, Any]] = {}
+    for group, all_values in by_group.items():
+        first, *rest = all_values
+        agreed = {f: v for f, v in first.items()
+                  if all(f in other and json.dumps(other[f], sort_keys=True, default=str) == json.dumps(v, sort_keys=True, default=str)
+                         for other in rest)}
+        if agreed:
+            out[group] = agreed
+    return out

@@ -22,27 +22,37 @@ __all__ = ["MAX_POINTS", "curves_html", "parse_curves", "read_curves"]
 MAX_POINTS = 400
 """Points a run's curve keeps at most (evenly spaced, the last one always): a plot of a million
 logged steps draws no better than one of four hundred."""
-_W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 520, 280, 62, 150, 26, 42
+_W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 370, 280, 62, 10, 26, 42
+"""The plot without its legend, which takes the room its names need to the right."""
+_LEGEND_CHAR_W, _LEGEND_MAX, _LEGEND_LINE = 6.8, 40, 15
 _PALETTE = ("#1e88e5", "#e53935", "#43a047", "#fb8c00", "#8e24aa", "#00897b", "#6d4c41", "#3949ab", "#c0ca33",
             "#d81b60")
 
 
 def parse_curves(text: str) -> dict[str, list[tuple[float, float]]]:
-    """Each numeric key of the JSON lines in ``text`` and its ``(step, value)`` points.
+    """Each numeric key of the JSON lines in ``text`` and its ``(step, value)`` points: against
+    ``step`` where the file's lines have one (a line without a numeric ``step`` is then skipped,
+    not drawn at its line number among the steps), else against the line's number.
 
     >>> parse_curves('{"step": 1, "loss": 0.9}\\nnot json\\n{"step": 2, "loss": 0.5, "note": "x"}\\n{"loss": 0.4}')
-    {'loss': [(1.0, 0.9), (2.0, 0.5), (4.0, 0.4)]}
+    {'loss': [(1.0, 0.9), (2.0, 0.5)]}
+    >>> parse_curves('{"loss": 0.9}\\n{"loss": 0.5}')
+    {'loss': [(1.0, 0.9), (2.0, 0.5)]}
     """
-    out: dict[str, list[tuple[float, float]]] = {}
+    entries: list[tuple[int, dict[str, Any]]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         try:
             entry = json.loads(line)
         except ValueError:
             continue
-        if not isinstance(entry, dict):
+        if isinstance(entry, dict):
+            entries.append((number, entry))
+    by_step = any(_plotted(e.get("step")) is not None for _, e in entries)
+    out: dict[str, list[tuple[float, float]]] = {}
+    for number, entry in entries:
+        x = _plotted(entry.get("step")) if by_step else float(number)
+        if x is None:
             continue
-        x = _plotted(entry.get("step"))
-        x = float(number) if x is None else x
         for key, value in entry.items():
             y = _plotted(value)
             if key != "step" and y is not None:
@@ -68,9 +78,13 @@ def _thinned(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def read_curves(storage: Storage, records: Sequence[StepRecord], file: str) -> dict[str, dict[str, list[tuple[float, float]]]]:
-    """The curves of each record's run (by output path) that wrote ``file``, read in one batch."""
+    """The curves of each record's run (by output path) that wrote ``file``, read in one batch (a
+    folder or a file that is not UTF-8 in its place is none)."""
+    from marinbuild.store.markers import read_texts
+
     paths = {Storage.join(r.output_path, file): r.output_path for r in records}
-    texts = storage.read_many(list(paths))
+    # As for --metrics: a folder, a file that is not UTF-8 or one not readable in some output is left out there.
+    texts, _ = read_texts(storage, list(paths))
     return {paths[p]: parse_curves(t) for p, t in texts.items() if isinstance(t, str)}
 
 
@@ -118,19 +132,28 @@ def _plot(key: str, runs: list[tuple[StepRecord, list[tuple[float, float]]]]) ->
         f'<text class="tick" x="{_LEFT - 4}" y="{_TOP + 4}" text-anchor="end">{_html_text(f"{y1:.4g}")}</text>',
         f'<text class="axis-title" x="{_LEFT + inner_w / 2:.0f}" y="{_H - 8}">step</text>',
     ]
-    for i, (r, pts) in enumerate(runs):
-        color = _PALETTE[i % len(_PALETTE)]
+    # A colour per step name: a run and its earlier identities (dashed) are told apart by the dash alone.
+    names = list(dict.fromkeys(r.name for r, _ in runs))
+    colors = {n: _PALETTE[i % len(_PALETTE)] for i, n in enumerate(names)}
+    for r, pts in runs:
         line = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
         dash = ' stroke-dasharray="4 3"' if r.earlier else ""
         parts.append(
             f'<polyline class="curve{" earlier" if r.earlier else ""}" data-step="{_html_text(r.name)}" '
-            f'data-identity="{_html_text(r.identity)}" data-points="{len(pts)}" fill="none" stroke="{color}" stroke-width="1.6"{dash} '
+            f'data-identity="{_html_text(r.identity)}" data-points="{len(pts)}" fill="none" stroke="{colors[r.name]}" stroke-width="1.6"{dash} '
             f'points="{line}"><title>{_html_text(_label(r))}: {len(pts)} points, last {_html_text(f"{pts[-1][1]:.6g}")}</title></polyline>'
         )
-        ly = _TOP + 12 + i * 15
-        if ly < _H - 10:
-            parts.append(
-                f'<text class="legend-entry" x="{_W - _RIGHT + 10}" y="{ly}" fill="{color}">{_html_text(_label(r)[:26])}</text>'
-            )
-    return (f'<svg class="curve-plot" data-key="{_html_text(key)}" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" '
+    legend = [(n, colors[n]) for n in names]
+    if any(r.earlier for r, _ in runs):
+        legend.append(("dashed: earlier", "#757575"))
+    room = int((_H - 10 - _TOP) // _LEGEND_LINE)
+    if len(legend) > room:  # the rest on hover over their lines
+        legend = [*legend[: room - 1], (f"… and {len(legend) - room + 1} more", "#757575")]
+    shown = [(n if len(n) <= _LEGEND_MAX else n[: _LEGEND_MAX - 1] + "…", n, c) for n, c in legend]
+    legend_w = int(max(len(t) for t, _, _ in shown) * _LEGEND_CHAR_W) + 16
+    for i, (text, name, color) in enumerate(shown):
+        parts.append(f'<text class="legend-entry" data-step="{_html_text(name)}" x="{_W + 6}" y="{_TOP + 12 + i * _LEGEND_LINE}" '
+                     f'fill="{color}"><title>{_html_text(name)}</title>{_html_text(text)}</text>')
+    width = _W + legend_w
+    return (f'<svg class="curve-plot" data-key="{_html_text(key)}" width="{width}" height="{_H}" viewBox="0 0 {width} {_H}" '
             f'role="img">{"".join(parts)}</svg>')

@@ -178,6 +178,16 @@ def _seconds_text(s: float | None) -> str:
     return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
 
 
+def _tick_text(s: float, span: float) -> str:
+    """A timeline tick: in milliseconds where the whole timeline is under ten seconds, so that its
+    ticks read apart (not five of ``+0.0 s``).
+
+    >>> [_tick_text(s, 0.1) for s in (0.0, 0.02, 0.1)], _tick_text(30.0, 120.0)
+    (['0 ms', '20 ms', '100 ms'], '30.0 s')
+    """
+    return f"{s * 1000:.0f} ms" if span < 10 else _seconds_text(s)
+
+
 def _totals(records: Sequence[StepRecord]) -> str:
     usage = sum((r.usage for r in records), Usage())
     provisioned = sum((r.provisioned for r in records), Usage())
@@ -263,7 +273,7 @@ def _timeline(attempts: Sequence[AttemptRecord]) -> str:
     for i in range(ticks + 1):
         tx = _LABEL_W + round(i * _TL_WIDTH / ticks)
         out.append(f'<line class="tick" x1="{tx}" y1="18" x2="{tx}" y2="{height}"/>'
-                   f'<text class="ticklabel" x="{tx}" y="12">+{_e(_seconds_text(i * span / ticks))}</text>')
+                   f'<text class="ticklabel" x="{tx}" y="12">+{_e(_tick_text(i * span / ticks, span))}</text>')
     previous = None
     for i, lane in enumerate(lanes):
         y = 24 + i * _LANE_H
@@ -331,7 +341,7 @@ def _table(records: Sequence[StepRecord]) -> str:
             _e(_hours(usage.accelerator_hours)),
             _e(_hours(usage.core_hours)),
             _e((r.error or "").splitlines()[0] if r.error else ""),
-            _e(describe_retries(r.retries)),
+            _e(describe_retries(r.retries, used_only=True)),  # a budget left untouched says nothing here
             (f'<span class="outside-writes">wrote outside its output: {_e("; ".join(r.outside_writes))}</span>'
              if r.outside_writes else ""),
         )
@@ -383,7 +393,7 @@ tr.picked td{background:#fff9c4}
 .curve-plot{border:1px solid #eee;border-radius:6px}.curve-plot .axis{stroke:#616161}
 .curve-plot .tick{fill:#757575;font-size:11px}.curve-plot .plot-title{text-anchor:middle;font-weight:bold}
 #curves{display:flex;flex-wrap:wrap;gap:12px}
-#sweep td.best{font-weight:bold;background:#fff8e1}#sweep .star{color:#b8860b}
+#sweep td{white-space:nowrap}#sweep td.best{font-weight:bold;background:#fff8e1}#sweep .star{color:#b8860b}
 #sweep tr.earlier td,#other-steps tr.earlier td{color:#757575;font-style:italic}
 #winners{margin:4px 0 8px;padding-left:20px}
 .failed-log pre{background:#263238;color:#eceff1;padding:8px;border-radius:6px;overflow-x:auto;max-height:360px}
@@ -428,9 +438,9 @@ _SCRIPT = """
   }
   var counts=document.createElement('p');
   counts.id='rendered';
-  counts.textContent=document.querySelectorAll('#dag .node').length+' steps, '+
-    document.querySelectorAll('#timeline .bar').length+' attempts drawn, '+
-    document.querySelectorAll('.plot').length+' plots';
+  function counted(selector,word){var n=document.querySelectorAll(selector).length;return n+' '+word+(n===1?'':'s');}
+  counts.textContent=counted('#dag .node','step')+', '+counted('#timeline .bar','attempt')+' drawn, '+
+    counted('.plot','plot');
   document.body.appendChild(counts);
   document.body.setAttribute('data-ready','1');
 })();

@@ -101,8 +101,15 @@ def flatten(value: Any, path: str = "", out: dict[str, Any] | None = None) -> di
 
     >>> flatten({"loss": 0.5, "eval": {"acc": 0.9, "f1": [1, 2]}})
     {'loss': 0.5, 'eval.acc': 0.9, 'eval.f1.0': 1, 'eval.f1.1': 2}
+
+    An empty object or list holds no values (a metrics file of ``{}`` has no metric):
+
+    >>> flatten({}), flatten({"eval": {}})
+    ({}, {'eval': {}})
     """
     out = {} if out is None else out
+    if not path and isinstance(value, (dict, list)) and not value:
+        return out
     if isinstance(value, dict) and value:
         for k, v in value.items():
             flatten(v, f"{path}.{k}" if path else str(k), out)
@@ -199,7 +206,7 @@ def collect_earlier(project: Project, names: Sequence[str], metrics_file: str | 
     An output folder that holds no status marker (cleaned, or never started) is no run: it is left out.
     """
     from marinbuild.history import RunIndex
-    from marinbuild.report.chain import evaluators, group_of
+    from marinbuild.report.chain import evaluators, grouped
 
     graph, storage = project.graph, project.storage
     judges = evaluators(graph, names) if metrics_file else {}
@@ -228,11 +235,9 @@ def collect_earlier(project: Project, names: Sequence[str], metrics_file: str | 
         payload = _object(info.get("identity_payload"))
         held = info.get("held") if isinstance(info.get("held"), dict) else None
         rec = statuses[path]
-        upstream: dict[str, dict[str, Any]] = {}
-        for dep_name, dep_info in _ancestry(info, dep_infos):
-            values = flat_versioned(_object(dep_info.get("identity_payload")))
-            if values:
-                upstream.setdefault(group_of(dep_name), values)
+        # As for the current identity: two recorded runs upstream of one group go by their full names.
+        upstream = grouped([(dep_name, flat_versioned(_object(dep_info.get("identity_payload"))))
+                            for dep_name, dep_info in _ancestry(info, dep_infos)])
         own = metrics.get(Storage.join(path, metrics_file)) if metrics_file else None
         metrics_from = None
         if metrics_file and not isinstance(own, (dict, list)) and path in judged_by:

@@ -30,7 +30,7 @@ __all__ = ["LABELLED_POINTS", "SweepColumn", "cell_text", "failed_logs_html", "m
            "provenance_html", "sweep_columns", "sweep_table_html", "varying_fields", "winners", "winners_html",
            "with_metrics"]
 
-_PLOT_W, _PLOT_H, _M_LEFT, _M_RIGHT, _M_TOP, _M_BOTTOM = 380, 250, 62, 16, 26, 42
+_PLOT_W, _PLOT_H, _M_LEFT, _M_RIGHT, _M_TOP, _M_BOTTOM = 380, 250, 62, 16, 36, 42
 
 
 @dataclass(frozen=True)
@@ -302,6 +302,60 @@ def _series_name(fields: Mapping[str, Any], others: Sequence[str]) -> str:
     return ", ".join(f"{g}={cell_text(fields.get(g))}" for g in others) or "all"
 
 
+_LABEL_CHAR_W, _LABEL_H = 6.2, 12.0
+"""Room one character of a point's label takes (10px text, a little over), and a label's line."""
+_LEGEND_CHAR_W, _LEGEND_MAX = 6.8, 48
+"""Room a legend character takes (11px text), and the characters of a series name shown at most."""
+
+
+def _tick(value: float) -> str:
+    """An axis end's number, short enough for the margin beside the axis.
+
+    >>> [_tick(v) for v in (0.0937593, 123456789012345678901234567890, -2.5e-12, 3, 0.001)]
+    ['0.09376', '1.2e29', '-2.5e-12', '3', '0.001']
+    """
+    text = f"{value:.4g}"
+    # Seven characters fit the margin left of the axis; a longer number keeps two digits.
+    return text if len(text) <= 7 else f"{value:.2g}".replace("e+", "e")
+
+
+class _Labels:
+    """Places the texts of a plot so that none covers another or leaves the plot: each goes beside
+    its point, moved up or down a line at a time where that place is taken."""
+
+    def __init__(self, left: float, top: float, bottom: float, right: float) -> None:
+        self.left, self.top, self.bottom, self.right = left, top, bottom, right
+        self.taken: list[tuple[float, float, float, float]] = []
+
+    def take(self, x0: float, y0: float, x1: float, y1: float) -> None:
+        self.taken.append((x0, y0, x1, y1))
+
+    def place(self, px: float, py: float, width: float) -> tuple[float, float, str] | None:
+        """``(x, baseline, anchor)`` for a text ``width`` wide beside the point at ``(px, py)``: right
+        of it where it fits, else left, a line up or down at a time; None where no place is free
+        (its name is still on hover)."""
+        sides = [("start", px + 7), ("end", px - 7 - width)]
+        if px + 7 + width > self.right:
+            sides.reverse()
+        sides = [(a, x0) for a, x0 in sides if x0 >= self.left and x0 + width <= self.right]
+        for step in (0, *(s for n in range(1, 9) for s in (n, -n))):
+            base = py - 5 + step * _LABEL_H
+            if base < self.top + _LABEL_H or base > self.bottom:
+                continue
+            for anchor, x0 in sides:
+                box = (x0, base - _LABEL_H + 2, x0 + width, base + 2)
+                if not any(box[0] < t[2] and t[0] < box[2] and box[1] < t[3] and t[1] < box[3] for t in self.taken):
+                    self.taken.append(box)
+                    return (x0 if anchor == "start" else x0 + width), base, anchor
+        return None
+
+
+def _said(r: StepRecord, labelled: bool, is_best: bool) -> str:
+    """What is printed beside a point: its step's name where the plot names them, and ``★ best``."""
+    label = r.name + (" (earlier)" if r.earlier else "") if labelled else ""
+    return " ".join(t for t in (label, "★ best" if is_best else "") if t)
+
+
 def _one_plot(records: Sequence[StepRecord], values: Sequence[Mapping[str, Any]], metric: str, field: str,
               others: Sequence[str], won: tuple[str, set[int]] | None) -> str:
     points = [
@@ -309,12 +363,13 @@ def _one_plot(records: Sequence[StepRecord], values: Sequence[Mapping[str, Any]]
         for n, (r, v) in enumerate(zip(records, values, strict=True))
         if (x := _numeric(v.get(field))) is not None and (y := _numeric(r.metrics.get(metric))) is not None
     ]
-    if not points:
+    if len({x for _, _, x, _, _ in points}) < 2:  # a metric that one value of the field has says nothing of it
         return ""
     series = list(dict.fromkeys(s for *_, s in points))
     x_axis = _axis_of([x for _, _, x, _, _ in points])
     y_axis = _axis_of([y for _, _, _, y, _ in points])
-    legend_w = 130 if len(series) > 1 else 0
+    shown_names = [name if len(name) <= _LEGEND_MAX else name[: _LEGEND_MAX - 1] + "…" for name in series]
+    legend_w = int(max(len(n) for n in shown_names) * _LEGEND_CHAR_W) + 12 if len(series) > 1 else 0
     width = _PLOT_W + legend_w
     inner_w, inner_h = _PLOT_W - _M_LEFT - _M_RIGHT, _PLOT_H - _M_TOP - _M_BOTTOM
     out = [
@@ -326,39 +381,60 @@ def _one_plot(records: Sequence[StepRecord], values: Sequence[Mapping[str, Any]]
     ys = [y for _, _, _, y, _ in points]
     for value, anchor in ((min(xs), "start"), (max(xs), "end")):
         px = _M_LEFT + _place_on(value, x_axis, inner_w)
-        out.append(f'<text class="tick" x="{px:.1f}" y="{_M_TOP + inner_h + 14}" text-anchor="{anchor}">{_esc(cell_text(value))}</text>')
-    for value in (min(ys), max(ys)):
+        out.append(f'<text class="tick" x="{px:.1f}" y="{_M_TOP + inner_h + 14}" text-anchor="{anchor}">{_esc(_tick(value))}</text>')
+    for value in dict.fromkeys((min(ys), max(ys))):
         py = _M_TOP + inner_h - _place_on(value, y_axis, inner_h)
-        out.append(f'<text class="tick" x="{_M_LEFT - 4}" y="{py + 4:.1f}" text-anchor="end">{_esc(cell_text(value))}</text>')
+        out.append(f'<text class="tick" x="{_M_LEFT - 4}" y="{py + 4:.1f}" text-anchor="end">{_esc(_tick(value))}</text>')
     scale = " (log scale)" if x_axis[2] else ""
     out.append(f'<text class="axis-title" x="{_M_LEFT + inner_w / 2:.0f}" y="{_PLOT_H - 8}">{_esc(field)}{scale}</text>')
     labelled = len(points) <= LABELLED_POINTS
+    labels = _Labels(left=_M_LEFT + 2, top=20, bottom=_M_TOP + inner_h - 2, right=_PLOT_W - 2)
+    placed_all = []
     for k, name in enumerate(series):
         color = _SERIES_COLORS[k % len(_SERIES_COLORS)]
         mine = sorted((p for p in points if p[4] == name), key=lambda p: p[2])
         placed = [(n, r, x, y, _M_LEFT + _place_on(x, x_axis, inner_w), _M_TOP + inner_h - _place_on(y, y_axis, inner_h))
                   for n, r, x, y, _ in mine]
+        placed_all += [(color, name, *p) for p in placed]
+        for *_, px, py in placed:  # no label covers a point
+            labels.take(px - 4, py - 4, px + 4, py + 4)
         if len(placed) > 1:
             line = " ".join(f"{px:.1f},{py:.1f}" for *_, px, py in placed)
             out.append(f'<polyline class="series" data-series="{_esc(name)}" fill="none" stroke="{color}" '
                        f'stroke-opacity=".55" points="{line}"/>')
-        for n, r, x, y, px, py in placed:
-            is_best = won is not None and n in won[1]
-            label = r.name + (" (earlier)" if r.earlier else "")
-            out.append(
-                f'<circle class="point{" best" if is_best else ""}{" earlier" if r.earlier else ""}" data-step="{_esc(r.name)}" '
-                f'data-series="{_esc(name)}" cx="{px:.1f}" cy="{py:.1f}" r="{6.5 if is_best else 4.5}" fill="{color}">'
-                f"<title>{_esc(label)}: {_esc(field)}={_esc(cell_text(x))}, {_esc(metric)}={_esc(cell_text(y))}"
-                f"{' (best)' if is_best else ''}</title></circle>"
-            )
-            if labelled:
-                out.append(f'<text class="point-label" data-step="{_esc(r.name)}" x="{px + 7:.1f}" y="{py - 5:.1f}">'
-                           f"{_esc(label)}</text>")
-            if is_best:
-                out.append(f'<text class="best-mark" data-step="{_esc(r.name)}" x="{px - 5:.1f}" y="{py + 16:.1f}">★ best</text>')
-        if legend_w:
+    # The winners' names are placed first: where two points lie together, the best keeps the place
+    # beside its point. The points are drawn in series order all the same.
+    spots: dict[int, tuple[float, float, str] | None] = {}
+    for _color, _name, n, r, _x, _y, px, py in sorted(placed_all, key=lambda p: not (won is not None and p[2] in won[1])):
+        said = _said(r, labelled, won is not None and n in won[1])
+        # The name and its mark on one line, placed together: a mark never lands on another's name.
+        spots[n] = labels.place(px, py, len(said) * _LABEL_CHAR_W) if said else None
+    for color, name, n, r, x, y, px, py in placed_all:
+        is_best = won is not None and n in won[1]
+        label = r.name + (" (earlier)" if r.earlier else "")
+        out.append(
+            f'<circle class="point{" best" if is_best else ""}{" earlier" if r.earlier else ""}" data-step="{_esc(r.name)}" '
+            f'data-series="{_esc(name)}" cx="{px:.1f}" cy="{py:.1f}" r="{6.5 if is_best else 4.5}" fill="{color}">'
+            f"<title>{_esc(label)}: {_esc(field)}={_esc(cell_text(x))}, {_esc(metric)}={_esc(cell_text(y))}"
+            f"{' (best)' if is_best else ''}</title></circle>"
+        )
+        spot = spots[n]
+        if spot is None:
+            continue
+        tx, ty, anchor = spot
+        if anchor == "end":
+            tx -= len(_said(r, labelled, is_best)) * _LABEL_CHAR_W
+        if labelled:
+            out.append(f'<text class="point-label" data-step="{_esc(r.name)}" x="{tx:.1f}" y="{ty:.1f}">'
+                       f"{_esc(label)}</text>")
+        if is_best:
+            mx = tx + (len(label) + 1) * _LABEL_CHAR_W if labelled else tx
+            out.append(f'<text class="best-mark" data-step="{_esc(r.name)}" x="{mx:.1f}" y="{ty:.1f}">★ best</text>')
+    if legend_w:
+        for k, (name, shown_name) in enumerate(zip(series, shown_names, strict=True)):
+            color = _SERIES_COLORS[k % len(_SERIES_COLORS)]
             out.append(f'<text class="legend-entry" data-series="{_esc(name)}" x="{_PLOT_W + 4}" y="{_M_TOP + 12 + k * 15}" '
-                       f'fill="{color}">{_esc(name[:22])}</text>')
+                       f'fill="{color}"><title>{_esc(name)}</title>{_esc(shown_name)}</text>')
     return (
         f'<svg class="plot" data-metric="{_esc(metric)}" data-field="{_esc(field)}" width="{width}" height="{_PLOT_H}" '
         f'viewBox="0 0 {width} {_PLOT_H}" role="img">{"".join(out)}</svg>'

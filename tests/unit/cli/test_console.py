@@ -195,3 +195,22 @@ def test_live_reporter_time_left_spreads_the_estimates_over_the_steps_running() 
     r.step_finished("a", 4.0)
     r.step_finished("b", 4.0)
     assert r.time_left(104.0) == 30.0 and "done 2/3 (66%)" in r.head_line(104.0)
+
+
+def test_live_reporter_time_left_does_not_jump_between_one_step_and_the_next() -> None:
+    r = LiveReporter(_console())
+    r.total = 4
+    r.estimates = {n: 10.0 for n in "abcd"}
+    r.step_started("a", "")
+    r.step_started("b", "")
+    t = r.started["a"]
+    r.started = {"a": t, "b": t}
+    before = r.time_left(t + 9.0)  # 1 s each left of a and b, c and d to come: 22 s over 2
+    r.step_finished("a", 9.0)  # a moment with b alone running, before c starts
+    between = r.time_left(t + 9.0)
+    assert before == 11.0 and between == 10.5, (before, between)
+    r.step_finished("b", 9.0)
+    r.step_started("c", "")
+    r.started["c"] = t + 9.0
+    r.step_finished("c", 1.0)
+    assert r.time_left(t + 10.0) == 10.0  # d alone is left: it runs by itself

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from marinbuild.graph import build_graph
-from marinbuild.report.chain import evaluators, field_columns, group_of, upstream_fields
+from marinbuild.report.chain import evaluators, field_columns, flat_versioned, group_of, upstream_fields
 from marinbuild.report.records import StepRecord
 from marinbuild.steps import step, versioned
 
@@ -45,3 +45,18 @@ def test_columns_name_a_shared_field_step_dot_field_and_keep_what_differs() -> N
     assert columns == ["lr"] and [v["lr"] for v in values] == [0.1, 0.2]
     every, _ = field_columns(records, every=True)
     assert every == ["seed", "rows", "data.seed", "lr", "train.seed"]
+
+
+def test_a_mixed_table_keeps_one_column_per_field_of_the_chain() -> None:
+    graph = _graph()
+    names = ["data", "train/lr0.1", "eval/lr0.1", "train/lr0.2", "eval/lr0.2", "summary"]
+    up = upstream_fields(graph, names)
+    assert up["summary"] == {"data": {"rows": 10, "seed": 7}, "train": {"seed": 0}}  # no one lr: none
+    records = [StepRecord(name=n, identity="0" * 16, output_path=f"/p/{n}", status="SUCCESS", duration=1.0,
+                          versioned=flat_versioned(graph.nodes[n].payload), deps=(), resources="", held=None,
+                          upstream=up[n]) for n in names]
+    columns, values = field_columns(records)
+    assert columns == ["lr"] and [v["lr"] for v in values] == [None, 0.1, 0.1, 0.2, 0.2, None]
+    every, values = field_columns(records, every=True)
+    assert every == ["rows", "data.seed", "lr", "train.seed", "eval.seed"]
+    assert values[0]["data.seed"] == 7 and values[1]["train.seed"] == 0 and values[2]["eval.seed"] == 1

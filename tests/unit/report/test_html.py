@@ -48,3 +48,9 @@ def test_the_page_is_self_contained_and_escaped() -> None:
     assert page.count('<path class="edge"') == 2
     assert re.findall(r'<g class="node status-(\w+)" data-step="([^"]+)"', page) == [
         ("SUCCESS", "data"), ("FAILED", "&lt;evil&gt;"), ("NONE", "later")]
+
+
+def test_the_ticks_of_a_short_timeline_read_apart() -> None:
+    records = [_record("a", "SUCCESS", attempts=(_attempt("a", 1, "SUCCESS", 100.0, 100.1),))]
+    ticks = re.findall(r'<text class="ticklabel"[^>]*>([^<]*)</text>', render_report(records, "r", "/p"))
+    assert len(ticks) == 6 and len(set(ticks)) == 6, ticks

@@ -68,7 +68,10 @@ def test_a_nan_leaves_a_metric_column_numbers() -> None:
     loss_keys = re.findall(r'<tr data-step="(\w)"[^>]*>(?:<td[^>]*>.*?</td>){6}<td data-value="([^"]*)"[^>]*>', table)
     # What the report's script reads with parseFloat: NaN it puts after the numbers.
     assert loss_keys == [("a", "9.5"), ("b", "NaN"), ("c", "10.5"), ("d", "Infinity")]
-    assert metric_plots_html([_record("a", 0.1, 9.5), _record("b", 0.2, 10**400)]).count('<circle class="point') == 1
+    drawn = metric_plots_html([_record("a", 0.1, 9.5), _record("b", 0.2, 10**400), _record("c", 0.3, 9.0)])
+    assert drawn.count('<circle class="point') == 2
+    # One drawable point, one value of the field: no plot (a metric against a field that does not vary).
+    assert metric_plots_html([_record("a", 0.1, 9.5), _record("b", 0.2, 10**400)]) == ""
 
 
 def test_a_metric_named_like_a_column_of_the_table_becomes_metrics_name() -> None:
