@@ -239,6 +239,13 @@ def progress_file(job: Job) -> str:
 BudgetOf = Callable[[str], "int | RetryBudgets"]
 
 
+def announces_start(backend: Backend) -> bool:
+    """Whether ``backend``'s attempts rewrite the step's ``RUNNING`` status where they run
+    (:attr:`BackendHooks.announces_start`), looked through the retry loop around it."""
+    inner = backend.inner if isinstance(backend, Retrying) else backend
+    return hooks_of(inner).announces_start
+
+
 class Retrying:
     """A backend that runs each job until it succeeds or the budget of how it ended is spent.
 

@@ -42,10 +42,19 @@ from typing import Any, Protocol
 
 from marinbuild.backends.base import Backend, Grant, Job, Outcome, Running
 from marinbuild.backends.held_signals import HeldSignals
+from marinbuild.backends.retrying import announces_start
 from marinbuild.errors import LeaseLost, MarinbuildError
 from marinbuild.execution.admission import JOBS_WAIT, LEASE_WAIT
 from marinbuild.execution.reporting import Failure, NullReporter, Reporter, Summary
-from marinbuild.execution.step_records import DependencyBusy, RunContext, commit, link_refusal, prepare, record_failure
+from marinbuild.execution.step_records import (
+    DependencyBusy,
+    RunContext,
+    commit,
+    link_refusal,
+    prepare,
+    record_failure,
+    status_left_to_the_attempt,
+)
 from marinbuild.graph import StepNode
 from marinbuild.planner import Plan
 
@@ -489,6 +498,8 @@ class Scheduler:
                 command_shown(name, job.command)  # `run -p`: the resolved command, as it starts
         try:
             backend = self.backend_for(node)
+            if announces_start(backend):
+                status_left_to_the_attempt(info, job)
             handle = backend.start(job, lambda outcome: self.events.put((name, outcome)))
         except LeaseLost as e:
             # Its lease went to another runner before the step passed its gate: nothing ran,

@@ -415,6 +415,15 @@ def _describe_status(record: StatusRecord | None, path: str) -> str:
     return f"{record.status} at {path}"
 
 
+def status_left_to_the_attempt(info: Mapping[str, Any], job: Job) -> None:
+    """The step's attempt rewrites its ``RUNNING`` status where it runs (a backend that
+    announces its start): the commit fences on the info JSON alone, not on the status version
+    this runner wrote at its claim, which the attempt replaced."""
+    fence: StepFence | None = info.get(_FENCE)
+    if fence is not None:
+        fence.release(status_path(job.output_path))
+
+
 def commit(
     ctx: RunContext, job: Job, info: dict[str, Any], outcome: Outcome, still_owner: Callable[[], bool] | None = None
 ) -> Outcome:

@@ -76,6 +76,13 @@ class StepFence:
         with self._guard:
             self._versions[path] = version
 
+    def release(self, path: str) -> None:
+        """Stop fencing ``path``: the attempt itself rewrites it where it runs (a remote task
+        rewrites the ``RUNNING`` status as it starts), so the version claimed says nothing. The
+        other records (the info JSON, written first at the commit) still fence the step."""
+        with self._guard:
+            self._versions.pop(path, None)
+
     def commit(self, path: str, text: str) -> None:
         """Write ``text`` only if ``path`` is still what this runner wrote at its claim (or last committed)."""
         with self._guard:

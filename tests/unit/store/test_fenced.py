@@ -30,3 +30,20 @@ def test_a_commit_over_another_claim_is_refused(kind: str, tmp_path: Path) -> No
 def test_one_records_store_per_storage(tmp_path: Path) -> None:
     storage = Storage.for_prefix(str(tmp_path))
     assert records_store(storage) is records_store(storage)
+
+
+def test_a_released_record_is_written_over_whatever_the_attempt_left_while_the_others_stay_fenced(
+        tmp_path: Path) -> None:
+    storage = Storage.for_prefix(str(tmp_path))
+    status, info = (Storage.join(storage.prefix, f"out/.marinbuild/{n}") for n in ("status", "info.json"))
+    fence = StepFence(storage)
+    fence.claim(status, "RUNNING by the runner")
+    fence.claim(info, "info at the start")
+    fence.release(status)
+    storage.write_text(status, "RUNNING by the remote task, as it starts")  # the attempt's own rewrite
+    fence.commit(info, "final info")
+    fence.commit(status, "FAILED by the runner")
+    assert storage.read_text(status) == "FAILED by the runner"
+    StepFence(storage).claim(info, "info of a taker")
+    with pytest.raises(CommitRefused):
+        fence.commit(info, "final info again")
