@@ -40,7 +40,7 @@ def test_a_released_record_is_written_over_whatever_the_attempt_left_while_the_o
     fence.claim(status, "RUNNING by the runner")
     fence.claim(info, "info at the start")
     fence.release(status)
-    storage.write_text(status, "RUNNING by the remote task, as it starts")  # the attempt's own rewrite
+    storage.write_atomic(status, "RUNNING by the remote task, as it starts")  # the attempt's own rewrite
     fence.commit(info, "final info")
     fence.commit(status, "FAILED by the runner")
     assert storage.read_text(status) == "FAILED by the runner"
