@@ -280,7 +280,6 @@ OVERSIZED = {
         "backends/tpu/gang.py": 728,
         "backends/tpu/provision.py": 729,
         "execution/step_records.py": 647,
-        "store/lease.py": 732,
     },
 }
 

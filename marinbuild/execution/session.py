@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from marinbuild.execution.scheduler import Admission
     from marinbuild.graph import StepNode
     from marinbuild.resources import Request
-    from marinbuild.store.lease import LeaseSettings
+    from marinbuild.store.lease_settings import LeaseSettings
 
 __all__ = [
     "Machine",
@@ -394,7 +394,7 @@ def execute(
     from marinbuild.execution.claims import LeaseClaims
     from marinbuild.execution.scheduler import RunOptions, Scheduler
     from marinbuild.execution.step_records import RunContext
-    from marinbuild.store.lease import LeaseSettings
+    from marinbuild.store.lease_settings import LeaseSettings
 
     lease_settings = LeaseSettings.resolve(settings.lease_heartbeat, settings.lease_expiry)
     start_over, resuming = output_handling(plan, settings)
