@@ -277,7 +277,6 @@ OVERSIZED = {
     },
     "module lines": {
         "backends/ray/backend.py": 656,
-        "backends/tpu/gang.py": 728,
         "backends/tpu/provision.py": 729,
         "execution/step_records.py": 647,
     },

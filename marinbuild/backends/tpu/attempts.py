@@ -33,8 +33,10 @@ from typing import Any, Literal
 from marinbuild.backends.base import HELD_EXTRA, BackendHooks, Cause, Job, Outcome, wall_time_exceeded
 from marinbuild.backends.retrying import RetryBudgets, Retrying
 from marinbuild.backends.retrying import backoff_delay as backoff_delay  # the one policy, re-exported
+from marinbuild.backends.tpu.attempt_logs import AttemptLogs
 from marinbuild.backends.tpu.cluster import Cluster, SliceSpec
-from marinbuild.backends.tpu.gang import TOKEN_VAR, AttemptLogs, Gang, GangOutcome, HostOutcome, HostPlan
+from marinbuild.backends.tpu.gang import TOKEN_VAR, Gang, HostPlan
+from marinbuild.backends.tpu.gang_outcome import GangOutcome, HostOutcome
 from marinbuild.backends.tpu.preemption import is_preempted
 from marinbuild.backends.tpu.provision_plan import is_created_slice
 from marinbuild.backends.tpu.ssh import HostTarget, export_env, resolve_target

@@ -23,7 +23,7 @@ from marinbuild.backends.tpu.attempts import (
     run_tpu_step,
 )
 from marinbuild.backends.tpu.cluster import parse_cluster
-from marinbuild.backends.tpu.gang import HostOutcome
+from marinbuild.backends.tpu.gang_outcome import HostOutcome
 from marinbuild.errors import ClusterConfigError, StepDefinitionError
 
 CLUSTER = parse_cluster({
