@@ -257,7 +257,6 @@ OVERSIZED = {
         "backends/tpu/on_demand.py:CreatedSlices.run_attempt": 101,
         "backends/tpu/provision.py:SliceProvider.acquire": 78,
         "execution/invocation.py:invoke": 65,
-        "execution/session.py:execute": 84,
         "execution/step_records.py:prepare": 81,
         "report/records.py:collect": 66,
         "report/records.py:collect_earlier": 70,
@@ -266,7 +265,6 @@ OVERSIZED = {
     "complexity": {
         "backends/slurm/backend.py:_SlurmRun._end": 28,
         "backends/tpu/cluster.py:_parse_gcp": 33,
-        "execution/session.py:execute": 21,
         "identity.py:_Encoder.encode": 22,
         "removal.py:find_orphans": 25,
         "report/records.py:collect": 34,

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from marinbuild.backends.base import Backend, Job, Outcome
     from marinbuild.execution.output_stream import OutputFollower
     from marinbuild.execution.scheduler import Admission
+    from marinbuild.execution.step_records import RunContext
     from marinbuild.graph import StepNode
     from marinbuild.resources import Request
     from marinbuild.store.lease_settings import LeaseSettings
@@ -393,39 +394,12 @@ def execute(
     # Imported here: a dry run or plan does not pay for the machinery that runs steps.
     from marinbuild.execution.claims import LeaseClaims
     from marinbuild.execution.scheduler import RunOptions, Scheduler
-    from marinbuild.execution.step_records import RunContext
     from marinbuild.store.lease_settings import LeaseSettings
 
     lease_settings = LeaseSettings.resolve(settings.lease_heartbeat, settings.lease_expiry)
-    start_over, resuming = output_handling(plan, settings)
+    ctx = _run_context(planned, settings, to_run, warn or echo)
     gc.freeze()  # the graph and plan live to the end: later collections need not walk them
-    ctx = RunContext(
-        storage=project.storage,
-        workdir=project.workdir,
-        marinfile=project.marinfile.path,
-        outputs={n: node.output_path for n, node in project.graph.nodes.items()},
-        identities={n: node.identity for n, node in project.graph.nodes.items()},
-        fresh_output=settings.fresh_output,
-        keep_output=settings.keep_output,
-        lost_attempts=frozenset(
-            out for out in (plan.node(n).output_path for n in to_run)
-            if (r := plan.statuses.get(out)) is not None and r.status == RUNNING and not r.mismatch
-        ),
-        start_over=start_over,
-        resuming=resuming,
-        prefix=project.graph.prefix,
-        strict_outputs=settings.strict_outputs,
-        warn=warn or echo,
-    )
-    budget = parse_duration(settings.walltime) if settings.walltime is not None else None
-    # -j 0 (a bare -j): as many steps that declare nothing as the machine has cores.
-    jobs = len(planned.capacity.cores) or 1 if settings.jobs == 0 else settings.jobs
-    admission: Admission = ResourceAdmission(
-        planned.capacity, planned.requests, project.graph.prefix, walltime=budget, jobs=jobs
-    )
-    remote = [n for n in to_run if planned.kind_of(n).remote]
-    if remote:
-        admission = RemoteAdmission(admission, remote)  # type: ignore[arg-type]
+    admission, jobs = _admission(planned, settings, to_run)
     tally: dict[str, dict[str, Any]] = {}
     # A remote host's output reaches the terminal only when step output is printed.
     runner, backend_for = _backends(planned, settings, lease_settings, echo, print_output=on_output is not None,
@@ -448,13 +422,56 @@ def execute(
         claims.close()
         if recorder.follower is not None:
             recorder.follower.close()
-    elsewhere = set(summary.finished_elsewhere)
     for n in to_run:
-        outcome, error, log, duration = recorder.results.get(n, (StepOutcome.NOT_STARTED, None, None, None))
-        if n in elsewhere:
-            outcome = StepOutcome.FINISHED_ELSEWHERE
-        results[n] = StepResult(n, outcome, plan.node(n).output_path, error, log, duration, tally.get(n))
+        results[n] = _result(n, plan, recorder, n in summary.finished_elsewhere, tally)
     return RunSummary({n: results[n] for n in plan.order}, interrupted=summary.interrupted)
+
+
+def _result(name: str, plan: Plan, recorder: _Recorder, elsewhere: bool, tally: Mapping[str, dict[str, Any]]) -> StepResult:
+    outcome, error, log, duration = recorder.results.get(name, (StepOutcome.NOT_STARTED, None, None, None))
+    if elsewhere:
+        outcome = StepOutcome.FINISHED_ELSEWHERE
+    return StepResult(name, outcome, plan.node(name).output_path, error, log, duration, tally.get(name))
+
+
+def _run_context(planned: PlannedRun, settings: RunSettings, to_run: Sequence[str], warn: Callable[[str], None]) -> RunContext:
+    """What every step's records share: where outputs live, and which to start over or resume."""
+    from marinbuild.execution.step_records import RunContext
+
+    plan, project = planned.plan, planned.project
+    start_over, resuming = output_handling(plan, settings)
+    return RunContext(
+        storage=project.storage,
+        workdir=project.workdir,
+        marinfile=project.marinfile.path,
+        outputs={n: node.output_path for n, node in project.graph.nodes.items()},
+        identities={n: node.identity for n, node in project.graph.nodes.items()},
+        fresh_output=settings.fresh_output,
+        keep_output=settings.keep_output,
+        lost_attempts=frozenset(
+            out for out in (plan.node(n).output_path for n in to_run)
+            if (r := plan.statuses.get(out)) is not None and r.status == RUNNING and not r.mismatch
+        ),
+        start_over=start_over,
+        resuming=resuming,
+        prefix=project.graph.prefix,
+        strict_outputs=settings.strict_outputs,
+        warn=warn,
+    )
+
+
+def _admission(planned: PlannedRun, settings: RunSettings, to_run: Sequence[str]) -> tuple[Admission, int | None]:
+    """Which steps may start together, and how many steps that declare nothing run at once."""
+    budget = parse_duration(settings.walltime) if settings.walltime is not None else None
+    # -j 0 (a bare -j): as many steps that declare nothing as the machine has cores.
+    jobs = len(planned.capacity.cores) or 1 if settings.jobs == 0 else settings.jobs
+    admission: Admission = ResourceAdmission(
+        planned.capacity, planned.requests, planned.project.graph.prefix, walltime=budget, jobs=jobs
+    )
+    remote = [n for n in to_run if planned.kind_of(n).remote]
+    if remote:
+        admission = RemoteAdmission(admission, remote)  # type: ignore[arg-type]
+    return admission, jobs
 
 
 def _finished(record: StatusRecord | None) -> bool:
