@@ -28,7 +28,8 @@ from marinbuild.cli.options import (
     step_targets,
 )
 from marinbuild.cli.printing import err, out, print_plan, step_line_printer, terminal_safe, with_environments
-from marinbuild.execution.invocation import RunParameters, RunVoice, invoke
+from marinbuild.execution.invocation import RunVoice, invoke
+from marinbuild.execution.run_parameters import RunParameters
 from marinbuild.store.lease_settings import DEFAULT_EXPIRY, DEFAULT_HEARTBEAT
 
 if TYPE_CHECKING:

@@ -25,6 +25,7 @@ from marinbuild.capacity import Capacity, detect_capacity, parse_named_counts, w
 from marinbuild.execution.admission import RemoteAdmission, ResourceAdmission, check_plan_fits, requests_of
 from marinbuild.execution.backend_fields import FieldCheck, check_fields
 from marinbuild.execution.reporting import NullReporter, Reporter, Summary
+from marinbuild.execution.run_parameters import Machine, RunParameters
 from marinbuild.planner import Plan
 from marinbuild.project import Project, open_project, plan_targets, probe, project_of_steps
 from marinbuild.steps import Step
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 __all__ = [
     "Machine",
     "PlannedRun",
-    "RunSettings",
     "RunSummary",
     "StepOutcome",
     "StepResult",
@@ -51,46 +51,6 @@ __all__ = [
     "load",
     "plan_run",
 ]
-
-
-@dataclass(frozen=True)
-class Machine:
-    """What this run may use of the machine; ``None`` means detected."""
-
-    cores: int | None = None
-    mem: str | None = None
-    resources: tuple[str, ...] = ()
-    tokens: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """How a run behaves; the command line's ``run`` options, one field each."""
-
-    jobs: int | None = None
-    """Steps running at once; steps that declare no resources then take no core. 0: the core count."""
-    keep_going: bool = False
-    backend: str | None = None
-    """The kind of backend steps run on (a name ``--backend`` takes); None: the Marinfile's
-    ``DEFAULT_BACKEND``, else local."""
-    options: Mapping[str, Any] = field(default_factory=dict)
-    """The run options the kinds of backend declare, by name (a flag ``--x-y`` is ``x_y``)."""
-    lease_heartbeat: float | None = None
-    lease_expiry: float | None = None
-    fresh_output: bool = False
-    """Clear a failed run's partial output before the step runs again, instead of resuming from it."""
-    keep_output: bool = False
-    """A step rerun over its finished output continues in place instead of starting from an empty folder."""
-    max_retries_preemption: int = 100
-    max_retries_failure: int = 0
-    max_retries_hang: int = 2
-    max_retries_infra: int = 2
-    sync: bool = True
-    walltime: str | None = None
-    allow_cross_region: bool = False
-    """Run steps on capacity created in a region other than that of their prefix and ``gs://`` inputs."""
-    strict_outputs: bool = False
-    """A step that writes outside its output folder fails instead of being warned about."""
 
 
 @dataclass(frozen=True)
@@ -214,7 +174,7 @@ def plan_run(
     force_all: bool = False,
     machine: Machine = Machine(),
     cluster: str | None = None,
-    settings: RunSettings | None = None,
+    settings: RunParameters | None = None,
     explain: bool = True,
     dry: bool = True,
     allow_cross_region: bool | None = None,
@@ -240,7 +200,7 @@ def plan_run(
         if placed is not None:
             companions.append(placed)
             given = replace(given, capacity=placed.offer(given.capacity))
-    chosen = chosen_kind(backend_choice(settings or RunSettings(), project))
+    chosen = chosen_kind(backend_choice(settings or RunParameters(), project))
     first = chosen.plan(given) if chosen.name != _HERE else None
     here = chosen_kind(_HERE).plan(given)
     assert here is not None
@@ -268,7 +228,7 @@ def _taker(order: Sequence[PlacedKind], name: str, request: Request) -> PlacedKi
     return order[-1]
 
 
-def backend_choice(settings: RunSettings, project: Project) -> str:
+def backend_choice(settings: RunParameters, project: Project) -> str:
     """``settings.backend``, else the Marinfile's ``DEFAULT_BACKEND``, else local; a name ``--backend`` takes."""
     choice = str(settings.backend or project.marinfile.default("DEFAULT_BACKEND") or _HERE)
     return chosen_kind(choice).name
@@ -365,7 +325,7 @@ def load_run_modules() -> None:
 
 def execute(
     planned: PlannedRun,
-    settings: RunSettings = RunSettings(),
+    settings: RunParameters = RunParameters(),
     reporter: Reporter | None = None,
     echo: Callable[[str], None] = print,
     on_output: Callable[[str, str], None] | None = None,
@@ -434,7 +394,7 @@ def _result(name: str, plan: Plan, recorder: _Recorder, elsewhere: bool, tally: 
     return StepResult(name, outcome, plan.node(name).output_path, error, log, duration, tally.get(name))
 
 
-def _run_context(planned: PlannedRun, settings: RunSettings, to_run: Sequence[str], warn: Callable[[str], None]) -> RunContext:
+def _run_context(planned: PlannedRun, settings: RunParameters, to_run: Sequence[str], warn: Callable[[str], None]) -> RunContext:
     """What every step's records share: where outputs live, and which to start over or resume."""
     from marinbuild.execution.step_records import RunContext
 
@@ -460,7 +420,7 @@ def _run_context(planned: PlannedRun, settings: RunSettings, to_run: Sequence[st
     )
 
 
-def _admission(planned: PlannedRun, settings: RunSettings, to_run: Sequence[str]) -> tuple[Admission, int | None]:
+def _admission(planned: PlannedRun, settings: RunParameters, to_run: Sequence[str]) -> tuple[Admission, int | None]:
     """Which steps may start together, and how many steps that declare nothing run at once."""
     budget = parse_duration(settings.walltime) if settings.walltime is not None else None
     # -j 0 (a bare -j): as many steps that declare nothing as the machine has cores.
@@ -478,7 +438,7 @@ def _finished(record: StatusRecord | None) -> bool:
     return record is not None and record.status == SUCCESS
 
 
-def output_handling(plan: Plan, settings: RunSettings) -> tuple[frozenset[str], dict[str, str]]:
+def output_handling(plan: Plan, settings: RunParameters) -> tuple[frozenset[str], dict[str, str]]:
     """How each step to run treats what its output folder holds: ``start_over`` and ``resuming`` of
     :class:`~marinbuild.execution.step_records.RunContext`.
 
@@ -513,7 +473,7 @@ def _redone(project: Project, plan: Plan) -> dict[str, StatusRecord]:
 
 def _backends(
     planned: PlannedRun,
-    settings: RunSettings,
+    settings: RunParameters,
     lease: LeaseSettings,
     echo: Callable[[str], None],
     print_output: bool = True,
@@ -550,7 +510,7 @@ class _Untaken:
 
 def _retrying(
     planned: PlannedRun,
-    settings: RunSettings,
+    settings: RunParameters,
     backend: Backend,
     backend_for: Callable[[StepNode], Backend] | None,
     tally: dict[str, dict[str, Any]] | None = None,
@@ -568,7 +528,6 @@ def _retrying(
             failure=settings.max_retries_failure if s.max_retries_failure is None else s.max_retries_failure,
             preemption=settings.max_retries_preemption if s.max_retries_preemption is None else s.max_retries_preemption,
             hang=settings.max_retries_hang if s.max_retries_hang is None else s.max_retries_hang,
-            infra=settings.max_retries_infra,
             provision_timeout=provision_timeout,
         )
 

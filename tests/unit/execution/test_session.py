@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from marinbuild.errors import ResourceError, UserError
+from marinbuild.execution.run_parameters import RunParameters
 from marinbuild.execution.session import (
     Machine,
-    RunSettings,
     RunSummary,
     StepOutcome,
     StepResult,
@@ -36,11 +36,11 @@ def test_run_summary() -> None:
 
 def test_backend_choice(tmp_path: Path) -> None:
     project = load(steps=[step("s", cmd="true")], prefix=str(tmp_path))
-    assert backend_choice(RunSettings(), project) == "local"
-    assert backend_choice(RunSettings(backend="Ray"), project) == "ray"
-    assert backend_choice(RunSettings(backend="slurm"), project) == "slurm"
+    assert backend_choice(RunParameters(), project) == "local"
+    assert backend_choice(RunParameters(backend="Ray"), project) == "ray"
+    assert backend_choice(RunParameters(backend="slurm"), project) == "slurm"
     with pytest.raises(UserError, match="--backend must be 'local' or 'ray' or 'slurm', not 'lsf'"):
-        backend_choice(RunSettings(backend="lsf"), project)
+        backend_choice(RunParameters(backend="lsf"), project)
 
 
 def test_plan_run_refuses_a_step_nothing_here_could_hold(tmp_path: Path) -> None:
@@ -64,7 +64,7 @@ def test_execute_runs_what_the_plan_says(tmp_path: Path) -> None:
     bad = step("bad", cmd="exit 3")
     project = load(steps=[b, bad], prefix=str(tmp_path))
     echoed: list[str] = []
-    summary = execute(plan_run(project, []), RunSettings(keep_going=True), echo=echoed.append)
+    summary = execute(plan_run(project, []), RunParameters(keep_going=True), echo=echoed.append)
     assert summary.names(StepOutcome.RAN) == ["a", "b"] and summary.names(StepOutcome.FAILED) == ["bad"]
     assert Path(summary.steps["b"].output_path, "copy.txt").read_text() == "4\n"
     assert summary.steps["bad"].error and summary.steps["bad"].log
