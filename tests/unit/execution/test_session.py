@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -81,3 +84,32 @@ def test_output_lines_and_commands_reach_their_callbacks(tmp_path: Path) -> None
     assert summary.ok
     assert lines == [("talk", "hello"), ("talk", "there")]
     assert commands == [("talk", "echo hello; echo there")]
+
+
+def test_a_run_imports_nothing_of_its_machinery_after_the_pre_import(tmp_path: Path) -> None:
+    """The rule behind ``load_run_modules``: once it has run, running a step on this machine
+    imports no module of marinbuild (nor ``pwd``) that was not loaded already."""
+    script = textwrap.dedent(f"""
+        import sys
+        import marinbuild
+        import marinbuild.execution.invocation as invocation
+        from marinbuild import step
+
+        seen = []
+        original = invocation.load_run_modules
+
+        def recording():
+            original()
+            seen.append(set(sys.modules))
+
+        invocation.load_run_modules = recording
+        summary = marinbuild.run(steps=[step("a", cmd="true"), step("b", cmd="true")], prefix={str(tmp_path / 'out')!r})
+        assert summary.ok, summary
+        (before,) = seen
+        late = sorted(m for m in set(sys.modules) - before if m.startswith("marinbuild") or m == "pwd")
+        print(",".join(late))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""
+
