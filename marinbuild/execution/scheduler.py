@@ -44,8 +44,9 @@ from marinbuild.backends.base import Backend, Grant, Job, Outcome, Running
 from marinbuild.backends.held_signals import HeldSignals
 from marinbuild.errors import LeaseLost, MarinbuildError
 from marinbuild.execution.admission import JOBS_WAIT, LEASE_WAIT
+from marinbuild.execution.dependency_check import DependencyBusy
 from marinbuild.execution.reporting import Failure, NullReporter, Reporter, Summary
-from marinbuild.execution.step_records import DependencyBusy, RunContext, commit, link_refusal, prepare, record_failure
+from marinbuild.execution.step_records import RunContext, commit, link_refusal, prepare, record_failure
 from marinbuild.graph import StepNode
 from marinbuild.planner import Plan
 
