@@ -293,20 +293,24 @@ class _Recorder(NullReporter):
         self.inner.run_finished(summary)
 
 
-_RUN_MODULES = (
-    "pwd",  # getpass.getuser, for the info of the first step recorded
-    "marinbuild.backends.container",
-    "marinbuild.backends.environments",
-    "marinbuild.backends.final_records",
-    "marinbuild.backends.local.backend",
-    "marinbuild.backends.retrying",
-    "marinbuild.execution.claims",
-    "marinbuild.execution.output_stream",
-    "marinbuild.execution.scheduler",
-    "marinbuild.execution.step_records",
-    "marinbuild.store.lease",
-)
-"""What :func:`execute` imports to run steps on this machine, beyond what planning needed."""
+_RUN_PACKAGES = ("marinbuild.execution", "marinbuild.backends", f"marinbuild.backends.{_HERE}")
+"""Where the machinery that runs steps on this machine lives: a run loads each of their modules
+before it starts (``tests/unit/execution/test_session.py`` checks that a run then loads no more)."""
+_STEP_PROCESS_ONLY = frozenset({"marinbuild.backends.worker"})
+"""Modules that run in a step's own process, never in the runner's."""
+
+
+def run_modules() -> list[str]:
+    """What :func:`execute` imports to run steps on this machine: every module of :data:`_RUN_PACKAGES`."""
+    import importlib
+    import os
+
+    found = ["pwd"]  # getpass.getuser, for the info of the first step recorded
+    for package in _RUN_PACKAGES:
+        (folder,) = importlib.import_module(package).__path__
+        names = (f"{package}.{f[:-3]}" for f in sorted(os.listdir(folder)) if f.endswith(".py") and f != "__init__.py")
+        found += [name for name in names if name not in _STEP_PROCESS_ONLY and name not in found]
+    return found
 
 
 def load_run_modules() -> None:
@@ -319,7 +323,7 @@ def load_run_modules() -> None:
     """
     import importlib
 
-    for name in _RUN_MODULES:
+    for name in run_modules():
         importlib.import_module(name)
 
 
