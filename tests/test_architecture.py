@@ -273,7 +273,6 @@ OVERSIZED = {
         "store/markers.py:_plain_record": 25,
     },
     "module lines": {
-        "backends/ray/backend.py": 656,
         "backends/tpu/provision.py": 729,
         "execution/step_records.py": 629,
     },
