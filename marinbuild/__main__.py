@@ -29,10 +29,10 @@ def entry_point() -> None:
             raise
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a storm of them must not cut the line short
         sys.stderr.write("marinbuild: interrupted\n")
-        # The interrupted import leaves CPython's "unhandled KeyboardInterrupt" flag set, and
-        # `python -m` would end by SIGINT instead of this status: the next exec() of a string
-        # clears it (as in app.console_script).
-        exec("pass")
+        # Imported again: the Ctrl-C may have cut its first import short (SIGINT is ignored now).
+        from marinbuild.cli.ctrl_c import clear_interrupt_flag
+
+        clear_interrupt_flag()  # or `python -m` would end by SIGINT, not this status
         sys.exit(130)
     command()
 

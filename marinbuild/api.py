@@ -22,8 +22,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from marinbuild.backends.retrying import RetryBudgets
-from marinbuild.execution.invocation import RunParameters, RunVoice, invoke
+from marinbuild.execution.invocation import RunVoice, invoke
 from marinbuild.execution.reporting import JsonReporter, NullReporter, PlainReporter, Reporter, json_step_lines
+from marinbuild.execution.run_parameters import RunParameters
 from marinbuild.execution.session import Machine, RunSummary, load, plan_run
 from marinbuild.planner import Plan
 from marinbuild.steps import Step, declaring
@@ -178,7 +179,7 @@ def run(
 
     Takes every option of ``marinbuild run`` as a keyword of the same name (``--lease-heartbeat``
     is ``lease_heartbeat``, ``--plan FILE`` is ``plan="FILE"``, ``--token`` is ``token``;
-    :class:`~marinbuild.execution.invocation.RunParameters` documents each). ``backend``:
+    :class:`~marinbuild.execution.run_parameters.RunParameters` documents each). ``backend``:
     ``"local"``, ``"ray"``, ``"slurm"`` or a kind registered with
     :func:`marinbuild.backends.registry.register`, default the Marinfile's ``DEFAULT_BACKEND``,
     else local.

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from marinbuild.config_walk import LEAF_TYPES, SET, children, is_placeholder, walk
 from marinbuild.errors import MarinbuildError, StepDefinitionError, UserError
+from marinbuild.store.frozen_fill import frozen_filled
 
 __all__ = [
     "ConfigScan",
@@ -302,11 +303,9 @@ def step(
         raise StepDefinitionError(f"step {name!r}: slurm must be a dict of [slurm] settings, got {type(slurm).__name__}")
     if fresh_output and resume_output:
         raise StepDefinitionError(f"step {name!r}: fresh_output=True and resume_output=True exclude each other")
-    # The frozen dataclass __init__ sets its 11 fields one object.__setattr__ call at a
-    # time; filling the instance dict at once is 3x cheaper, and a Marinfile calls step()
-    # once per step on every command. Step(...) itself still works the usual way.
-    s = object.__new__(Step)
-    s.__dict__.update(
+    # A Marinfile calls step() once per step on every command; Step(...) itself still works the usual way.
+    s = frozen_filled(
+        Step,
         name=name,
         fn=fn,
         config=config,

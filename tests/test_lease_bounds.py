@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from marinbuild.errors import UserError
-from marinbuild.store.lease import MAX_EXPIRY, MIN_EXPIRY, MIN_HEARTBEAT, LeaseSettings
+from marinbuild.store.lease_settings import MAX_EXPIRY, MIN_EXPIRY, MIN_HEARTBEAT, LeaseSettings
 
 from .helpers import marinbuild, write_marinfile
 

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from marinbuild.backends.ray.backend import LeaseFence, TaskSpec, execute_task
+from marinbuild.backends.ray.backend import TaskSpec, execute_task
 from marinbuild.backends.ray.cluster import TOKEN_SHARE, RayNode, place, placement_of
+from marinbuild.backends.ray.lease_fence import LeaseFence
 from marinbuild.errors import ResourceError
 from marinbuild.resources import Cores, Custom, Gpus, Memory, Request, Slices, Token, as_request
 from marinbuild.store.lease import LeaseRecord, Owner

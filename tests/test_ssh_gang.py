@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from marinbuild.backends.retrying import RetryBudgets
 from marinbuild.backends.tpu.attempts import TpuJob, run_tpu_step
 from marinbuild.backends.tpu.cluster import load_cluster
 from marinbuild.backends.tpu.workdir_sync import list_project_files, pack_workdir
@@ -121,7 +122,7 @@ def test_unknown_host_key_is_refused_unless_opted_in(fleet: FakeFleet, tmp_path:
     empty = tmp_path / "known_hosts_empty"
     empty.write_text("")
     refused = run_job(fleet, tmp_path, [("one", "v4-8", [3])], "true",
-                      ssh={"known_hosts": str(empty)}, max_retries_failure=3)
+                      ssh={"known_hosts": str(empty)}, budgets=RetryBudgets(failure=3))
     assert refused.status == "INFRA"
     assert len(refused.attempts) == 1  # a refused key is never retried
     assert fleet.hosts[3].entry in (refused.error or "")
@@ -155,7 +156,7 @@ def test_host_that_stops_answering_ssh_counts_as_preempted(fleet: FakeFleet, tmp
     t.start()
     result = run_job(fleet, tmp_path, [("pair", "v4-16", [0, 1])],
                      'touch "$MARINBUILD_OUTPUT/started_$FAKE_HOST_ID"; exec sleep 3018',
-                     max_retries_preemption=0)
+                     budgets=RetryBudgets(preemption=0))
     t.join()
     assert result.status == "PREEMPTED"
     (attempt,) = result.attempts
@@ -252,7 +253,7 @@ def test_unresolvable_host_fails_fast_and_a_refusing_host_is_infra_on_its_own_bu
     path = tmp_path / "cluster.toml"
     path.write_text(base.replace(fleet.hosts[0].entry, "no-such-host.invalid"))
     job = TpuJob(name="step", output_path=str(tmp_path / "a"), command="true", slices=("one",),
-                 max_retries_preemption=5)
+                 budgets=RetryBudgets(preemption=5))
     result = run_tpu_step(job, load_cluster(path), workdir=None, cancel=threading.Event(), console=lambda s: None)
     assert result.status == "INFRA" and len(result.attempts) == 1
     assert "cannot resolve 'no-such-host.invalid'" in (result.error or "")
@@ -261,7 +262,7 @@ def test_unresolvable_host_fails_fast_and_a_refusing_host_is_infra_on_its_own_bu
     # infrastructure budget (2 retries), not the preemption budget (100), ends it.
     path.write_text(base.replace(fleet.hosts[0].entry, "127.0.0.1:1"))
     job = TpuJob(name="step", output_path=str(tmp_path / "b"), command="true", slices=("one",),
-                 max_retries_preemption=100, max_retries_infra=2)
+                 budgets=RetryBudgets(preemption=100, infra=2))
     lines: list[str] = []
     result = run_tpu_step(job, load_cluster(path), workdir=None, cancel=threading.Event(), console=lines.append)
     assert result.status == "INFRA"
@@ -292,7 +293,7 @@ def test_unresolvable_host_fails_fast_and_a_refusing_host_is_infra_on_its_own_bu
         path.write_text(base.replace(fleet.hosts[0].entry, f"127.0.0.1:{port}"))
         capfd.readouterr()
         job = TpuJob(name="step", output_path=str(tmp_path / "c"), command="true", slices=("one",),
-                     max_retries_infra=0)
+                     budgets=RetryBudgets(infra=0))
         result = run_tpu_step(job, load_cluster(path), workdir=None, cancel=threading.Event(), console=lambda s: None)
         stop.set()
         t.join()
@@ -312,7 +313,7 @@ def test_a_host_that_answered_before_and_now_refuses_counts_as_preempted(fleet: 
     t = threading.Thread(target=vanish)
     t.start()
     result = run_job(fleet, tmp_path, [("one", "v4-8", [0])], 'touch "$MARINBUILD_OUTPUT/started"; exec sleep 3019',
-                     max_retries_preemption=1, max_retries_infra=0)
+                     budgets=RetryBudgets(preemption=1, infra=0))
     t.join()
     assert result.status == "PREEMPTED"
     assert [a.classification for a in result.attempts] == ["PREEMPTED", "PREEMPTED"]

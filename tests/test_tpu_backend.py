@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from marinbuild.backends.retrying import RetryBudgets
 from marinbuild.backends.tpu.attempts import backoff_delay, host_env
 from marinbuild.backends.tpu.preemption import (
     AttemptClass,
@@ -138,10 +139,10 @@ def test_preemption_is_retried_and_both_attempts_recorded(fleet: FakeFleet, tmp_
 
 def test_failure_budget_and_numbering_across_runs(fleet: FakeFleet, tmp_path: Path) -> None:
     flaky = 'echo "$MARINBUILD_ATTEMPT" >> "$MARINBUILD_OUTPUT/tries"; [ "$MARINBUILD_ATTEMPT" -ge 2 ]'
-    ok = run_job(fleet, tmp_path, [("one", "v4-8", [0])], flaky, max_retries_failure=1)
+    ok = run_job(fleet, tmp_path, [("one", "v4-8", [0])], flaky, budgets=RetryBudgets(failure=1))
     assert ok.status == "SUCCESS", ok.error
     assert [a.classification for a in ok.attempts] == ["FAILED", "SUCCESS"]
-    failing = run_job(fleet, tmp_path, [("one", "v4-8", [0])], "exit 3", max_retries_failure=1)
+    failing = run_job(fleet, tmp_path, [("one", "v4-8", [0])], "exit 3", budgets=RetryBudgets(failure=1))
     assert failing.status == "FAILED"
     assert [a.number for a in failing.attempts] == [3, 4]  # continues the step's record
     assert "exited 3" in (failing.error or "")
@@ -152,7 +153,7 @@ def test_failure_budget_and_numbering_across_runs(fleet: FakeFleet, tmp_path: Pa
 def test_preemption_budget_is_separate(fleet: FakeFleet, tmp_path: Path) -> None:
     fleet.hosts[0].set_preempted(True)
     result = run_job(fleet, tmp_path, [("one", "v4-8", [0])], "exit 1",
-                     max_retries_preemption=2, max_retries_failure=0)
+                     budgets=RetryBudgets(preemption=2, failure=0))
     assert result.status == "PREEMPTED"
     assert [a.classification for a in result.attempts] == ["PREEMPTED"] * 3
     assert "preemption budget" in (result.error or "")

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from marinbuild.capacity import Capacity
     from marinbuild.graph import StepNode
     from marinbuild.resources import Request, ResourceConfig
-    from marinbuild.store.lease import LeaseSettings
+    from marinbuild.store.lease_settings import LeaseSettings
 
 __all__ = [
     "HELD_EXTRA",

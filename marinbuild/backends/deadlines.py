@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from marinbuild.store.lease import StepProcess
+from marinbuild.store.lease_owner import StepProcess
 
 __all__ = ["Deadline", "Deadlines", "deadlines"]
 

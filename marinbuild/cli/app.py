@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
+from marinbuild.cli import ctrl_c
 from marinbuild.cli.exits import ignore_ctrl_c, interrupted, interrupted_while_parsing, pipe_closed
 from marinbuild.cli.printing import err
 
@@ -261,8 +262,4 @@ def console_script() -> None:
         # garbage is collected now; the rest is left to the process's exit.
         gc.collect(1)
         gc.freeze()
-        # A Ctrl-C that landed inside an exec() of a string (dataclasses make their methods so,
-        # in modules a run imports late) leaves CPython's "unhandled KeyboardInterrupt" flag
-        # set although the command handled it, and `python -m` then ends by SIGINT instead of
-        # the exit status given. The next exec() of a string clears the flag.
-        exec("pass")
+        ctrl_c.clear_interrupt_flag()  # a Ctrl-C handled inside an exec() would end `python -m` by SIGINT

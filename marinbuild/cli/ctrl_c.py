@@ -16,7 +16,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-__all__ = ["handled", "install", "on_ctrl_c", "raise_if_swallowed"]
+__all__ = ["clear_interrupt_flag", "handled", "install", "on_ctrl_c", "raise_if_swallowed"]
 
 _received = False
 
@@ -46,3 +46,14 @@ def handled() -> None:
     """The Ctrl-C was taken (the command reported it): a later command in this process starts afresh."""
     global _received
     _received = False
+
+
+def clear_interrupt_flag() -> None:
+    """Clear CPython's "unhandled KeyboardInterrupt" flag, set although the Ctrl-C was handled.
+
+    A Ctrl-C that landed inside an interrupted import, or inside an exec() of a string
+    (dataclasses make their methods so, in modules a run imports late), leaves the flag set,
+    and ``python -m`` then ends by SIGINT instead of the exit status given. The next exec()
+    of a string clears it.
+    """
+    exec("pass")

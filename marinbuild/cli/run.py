@@ -28,8 +28,9 @@ from marinbuild.cli.options import (
     step_targets,
 )
 from marinbuild.cli.printing import err, out, print_plan, step_line_printer, terminal_safe, with_environments
-from marinbuild.execution.invocation import RunParameters, RunVoice, invoke
-from marinbuild.store.lease import DEFAULT_EXPIRY, DEFAULT_HEARTBEAT
+from marinbuild.execution.invocation import RunVoice, invoke
+from marinbuild.execution.run_parameters import RunParameters
+from marinbuild.store.lease_settings import DEFAULT_EXPIRY, DEFAULT_HEARTBEAT
 
 if TYPE_CHECKING:
     from marinbuild.execution.reporting import Reporter
@@ -50,7 +51,7 @@ def _lease_flag(ctx: typer.Context, param: typer.CallbackParam, value: float | N
         given[other] = ctx.params[other]
     if all(v is None for v in given.values()):
         return value
-    from marinbuild.store.lease import lease_flag_problem
+    from marinbuild.store.lease_settings import lease_flag_problem
     if other in given:
         beat = given["lease_heartbeat"] if given["lease_heartbeat"] is not None else DEFAULT_HEARTBEAT
         expiry = given["lease_expiry"] if given["lease_expiry"] is not None else DEFAULT_EXPIRY

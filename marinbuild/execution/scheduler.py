@@ -45,9 +45,9 @@ from marinbuild.backends.held_signals import HeldSignals
 from marinbuild.backends.retrying import announces_start
 from marinbuild.errors import LeaseLost, MarinbuildError
 from marinbuild.execution.admission import JOBS_WAIT, LEASE_WAIT
+from marinbuild.execution.dependency_check import DependencyBusy
 from marinbuild.execution.reporting import Failure, NullReporter, Reporter, Summary
 from marinbuild.execution.step_records import (
-    DependencyBusy,
     RunContext,
     commit,
     link_refusal,

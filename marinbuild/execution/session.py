@@ -25,6 +25,7 @@ from marinbuild.capacity import Capacity, detect_capacity, parse_named_counts, w
 from marinbuild.execution.admission import RemoteAdmission, ResourceAdmission, check_plan_fits, requests_of
 from marinbuild.execution.backend_fields import FieldCheck, check_fields
 from marinbuild.execution.reporting import NullReporter, Reporter, Summary
+from marinbuild.execution.run_parameters import Machine, RunParameters
 from marinbuild.planner import Plan
 from marinbuild.project import Project, open_project, plan_targets, probe, project_of_steps
 from marinbuild.steps import Step
@@ -35,14 +36,14 @@ if TYPE_CHECKING:
     from marinbuild.backends.base import Backend, Job, Outcome
     from marinbuild.execution.output_stream import OutputFollower
     from marinbuild.execution.scheduler import Admission
+    from marinbuild.execution.step_records import RunContext
     from marinbuild.graph import StepNode
     from marinbuild.resources import Request
-    from marinbuild.store.lease import LeaseSettings
+    from marinbuild.store.lease_settings import LeaseSettings
 
 __all__ = [
     "Machine",
     "PlannedRun",
-    "RunSettings",
     "RunSummary",
     "StepOutcome",
     "StepResult",
@@ -50,46 +51,6 @@ __all__ = [
     "load",
     "plan_run",
 ]
-
-
-@dataclass(frozen=True)
-class Machine:
-    """What this run may use of the machine; ``None`` means detected."""
-
-    cores: int | None = None
-    mem: str | None = None
-    resources: tuple[str, ...] = ()
-    tokens: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """How a run behaves; the command line's ``run`` options, one field each."""
-
-    jobs: int | None = None
-    """Steps running at once; steps that declare no resources then take no core. 0: the core count."""
-    keep_going: bool = False
-    backend: str | None = None
-    """The kind of backend steps run on (a name ``--backend`` takes); None: the Marinfile's
-    ``DEFAULT_BACKEND``, else local."""
-    options: Mapping[str, Any] = field(default_factory=dict)
-    """The run options the kinds of backend declare, by name (a flag ``--x-y`` is ``x_y``)."""
-    lease_heartbeat: float | None = None
-    lease_expiry: float | None = None
-    fresh_output: bool = False
-    """Clear a failed run's partial output before the step runs again, instead of resuming from it."""
-    keep_output: bool = False
-    """A step rerun over its finished output continues in place instead of starting from an empty folder."""
-    max_retries_preemption: int = 100
-    max_retries_failure: int = 0
-    max_retries_hang: int = 2
-    max_retries_infra: int = 2
-    sync: bool = True
-    walltime: str | None = None
-    allow_cross_region: bool = False
-    """Run steps on capacity created in a region other than that of their prefix and ``gs://`` inputs."""
-    strict_outputs: bool = False
-    """A step that writes outside its output folder fails instead of being warned about."""
 
 
 @dataclass(frozen=True)
@@ -213,7 +174,7 @@ def plan_run(
     force_all: bool = False,
     machine: Machine = Machine(),
     cluster: str | None = None,
-    settings: RunSettings | None = None,
+    settings: RunParameters | None = None,
     explain: bool = True,
     dry: bool = True,
     allow_cross_region: bool | None = None,
@@ -239,7 +200,7 @@ def plan_run(
         if placed is not None:
             companions.append(placed)
             given = replace(given, capacity=placed.offer(given.capacity))
-    chosen = chosen_kind(backend_choice(settings or RunSettings(), project))
+    chosen = chosen_kind(backend_choice(settings or RunParameters(), project))
     first = chosen.plan(given) if chosen.name != _HERE else None
     here = chosen_kind(_HERE).plan(given)
     assert here is not None
@@ -267,7 +228,7 @@ def _taker(order: Sequence[PlacedKind], name: str, request: Request) -> PlacedKi
     return order[-1]
 
 
-def backend_choice(settings: RunSettings, project: Project) -> str:
+def backend_choice(settings: RunParameters, project: Project) -> str:
     """``settings.backend``, else the Marinfile's ``DEFAULT_BACKEND``, else local; a name ``--backend`` takes."""
     choice = str(settings.backend or project.marinfile.default("DEFAULT_BACKEND") or _HERE)
     return chosen_kind(choice).name
@@ -332,20 +293,24 @@ class _Recorder(NullReporter):
         self.inner.run_finished(summary)
 
 
-_RUN_MODULES = (
-    "pwd",  # getpass.getuser, for the info of the first step recorded
-    "marinbuild.backends.container",
-    "marinbuild.backends.environments",
-    "marinbuild.backends.final_records",
-    "marinbuild.backends.local.backend",
-    "marinbuild.backends.retrying",
-    "marinbuild.execution.claims",
-    "marinbuild.execution.output_stream",
-    "marinbuild.execution.scheduler",
-    "marinbuild.execution.step_records",
-    "marinbuild.store.lease",
-)
-"""What :func:`execute` imports to run steps on this machine, beyond what planning needed."""
+_RUN_PACKAGES = ("marinbuild.execution", "marinbuild.backends", f"marinbuild.backends.{_HERE}")
+"""Where the machinery that runs steps on this machine lives: a run loads each of their modules
+before it starts (``tests/unit/execution/test_session.py`` checks that a run then loads no more)."""
+_STEP_PROCESS_ONLY = frozenset({"marinbuild.backends.worker"})
+"""Modules that run in a step's own process, never in the runner's."""
+
+
+def run_modules() -> list[str]:
+    """What :func:`execute` imports to run steps on this machine: every module of :data:`_RUN_PACKAGES`."""
+    import importlib
+    import os
+
+    found = ["pwd"]  # getpass.getuser, for the info of the first step recorded
+    for package in _RUN_PACKAGES:
+        (folder,) = importlib.import_module(package).__path__
+        names = (f"{package}.{f[:-3]}" for f in sorted(os.listdir(folder)) if f.endswith(".py") and f != "__init__.py")
+        found += [name for name in names if name not in _STEP_PROCESS_ONLY and name not in found]
+    return found
 
 
 def load_run_modules() -> None:
@@ -358,13 +323,13 @@ def load_run_modules() -> None:
     """
     import importlib
 
-    for name in _RUN_MODULES:
+    for name in run_modules():
         importlib.import_module(name)
 
 
 def execute(
     planned: PlannedRun,
-    settings: RunSettings = RunSettings(),
+    settings: RunParameters = RunParameters(),
     reporter: Reporter | None = None,
     echo: Callable[[str], None] = print,
     on_output: Callable[[str, str], None] | None = None,
@@ -393,39 +358,12 @@ def execute(
     # Imported here: a dry run or plan does not pay for the machinery that runs steps.
     from marinbuild.execution.claims import LeaseClaims
     from marinbuild.execution.scheduler import RunOptions, Scheduler
-    from marinbuild.execution.step_records import RunContext
-    from marinbuild.store.lease import LeaseSettings
+    from marinbuild.store.lease_settings import LeaseSettings
 
     lease_settings = LeaseSettings.resolve(settings.lease_heartbeat, settings.lease_expiry)
-    start_over, resuming = output_handling(plan, settings)
+    ctx = _run_context(planned, settings, to_run, warn or echo)
     gc.freeze()  # the graph and plan live to the end: later collections need not walk them
-    ctx = RunContext(
-        storage=project.storage,
-        workdir=project.workdir,
-        marinfile=project.marinfile.path,
-        outputs={n: node.output_path for n, node in project.graph.nodes.items()},
-        identities={n: node.identity for n, node in project.graph.nodes.items()},
-        fresh_output=settings.fresh_output,
-        keep_output=settings.keep_output,
-        lost_attempts=frozenset(
-            out for out in (plan.node(n).output_path for n in to_run)
-            if (r := plan.statuses.get(out)) is not None and r.status == RUNNING and not r.mismatch
-        ),
-        start_over=start_over,
-        resuming=resuming,
-        prefix=project.graph.prefix,
-        strict_outputs=settings.strict_outputs,
-        warn=warn or echo,
-    )
-    budget = parse_duration(settings.walltime) if settings.walltime is not None else None
-    # -j 0 (a bare -j): as many steps that declare nothing as the machine has cores.
-    jobs = len(planned.capacity.cores) or 1 if settings.jobs == 0 else settings.jobs
-    admission: Admission = ResourceAdmission(
-        planned.capacity, planned.requests, project.graph.prefix, walltime=budget, jobs=jobs
-    )
-    remote = [n for n in to_run if planned.kind_of(n).remote]
-    if remote:
-        admission = RemoteAdmission(admission, remote)  # type: ignore[arg-type]
+    admission, jobs = _admission(planned, settings, to_run)
     tally: dict[str, dict[str, Any]] = {}
     # A remote host's output reaches the terminal only when step output is printed.
     runner, backend_for = _backends(planned, settings, lease_settings, echo, print_output=on_output is not None,
@@ -448,20 +386,63 @@ def execute(
         claims.close()
         if recorder.follower is not None:
             recorder.follower.close()
-    elsewhere = set(summary.finished_elsewhere)
     for n in to_run:
-        outcome, error, log, duration = recorder.results.get(n, (StepOutcome.NOT_STARTED, None, None, None))
-        if n in elsewhere:
-            outcome = StepOutcome.FINISHED_ELSEWHERE
-        results[n] = StepResult(n, outcome, plan.node(n).output_path, error, log, duration, tally.get(n))
+        results[n] = _result(n, plan, recorder, n in summary.finished_elsewhere, tally)
     return RunSummary({n: results[n] for n in plan.order}, interrupted=summary.interrupted)
+
+
+def _result(name: str, plan: Plan, recorder: _Recorder, elsewhere: bool, tally: Mapping[str, dict[str, Any]]) -> StepResult:
+    outcome, error, log, duration = recorder.results.get(name, (StepOutcome.NOT_STARTED, None, None, None))
+    if elsewhere:
+        outcome = StepOutcome.FINISHED_ELSEWHERE
+    return StepResult(name, outcome, plan.node(name).output_path, error, log, duration, tally.get(name))
+
+
+def _run_context(planned: PlannedRun, settings: RunParameters, to_run: Sequence[str], warn: Callable[[str], None]) -> RunContext:
+    """What every step's records share: where outputs live, and which to start over or resume."""
+    from marinbuild.execution.step_records import RunContext
+
+    plan, project = planned.plan, planned.project
+    start_over, resuming = output_handling(plan, settings)
+    return RunContext(
+        storage=project.storage,
+        workdir=project.workdir,
+        marinfile=project.marinfile.path,
+        outputs={n: node.output_path for n, node in project.graph.nodes.items()},
+        identities={n: node.identity for n, node in project.graph.nodes.items()},
+        fresh_output=settings.fresh_output,
+        keep_output=settings.keep_output,
+        lost_attempts=frozenset(
+            out for out in (plan.node(n).output_path for n in to_run)
+            if (r := plan.statuses.get(out)) is not None and r.status == RUNNING and not r.mismatch
+        ),
+        start_over=start_over,
+        resuming=resuming,
+        prefix=project.graph.prefix,
+        strict_outputs=settings.strict_outputs,
+        warn=warn,
+    )
+
+
+def _admission(planned: PlannedRun, settings: RunParameters, to_run: Sequence[str]) -> tuple[Admission, int | None]:
+    """Which steps may start together, and how many steps that declare nothing run at once."""
+    budget = parse_duration(settings.walltime) if settings.walltime is not None else None
+    # -j 0 (a bare -j): as many steps that declare nothing as the machine has cores.
+    jobs = len(planned.capacity.cores) or 1 if settings.jobs == 0 else settings.jobs
+    admission: Admission = ResourceAdmission(
+        planned.capacity, planned.requests, planned.project.graph.prefix, walltime=budget, jobs=jobs
+    )
+    remote = [n for n in to_run if planned.kind_of(n).remote]
+    if remote:
+        admission = RemoteAdmission(admission, remote)  # type: ignore[arg-type]
+    return admission, jobs
 
 
 def _finished(record: StatusRecord | None) -> bool:
     return record is not None and record.status == SUCCESS
 
 
-def output_handling(plan: Plan, settings: RunSettings) -> tuple[frozenset[str], dict[str, str]]:
+def output_handling(plan: Plan, settings: RunParameters) -> tuple[frozenset[str], dict[str, str]]:
     """How each step to run treats what its output folder holds: ``start_over`` and ``resuming`` of
     :class:`~marinbuild.execution.step_records.RunContext`.
 
@@ -496,7 +477,7 @@ def _redone(project: Project, plan: Plan) -> dict[str, StatusRecord]:
 
 def _backends(
     planned: PlannedRun,
-    settings: RunSettings,
+    settings: RunParameters,
     lease: LeaseSettings,
     echo: Callable[[str], None],
     print_output: bool = True,
@@ -533,7 +514,7 @@ class _Untaken:
 
 def _retrying(
     planned: PlannedRun,
-    settings: RunSettings,
+    settings: RunParameters,
     backend: Backend,
     backend_for: Callable[[StepNode], Backend] | None,
     tally: dict[str, dict[str, Any]] | None = None,
@@ -551,7 +532,6 @@ def _retrying(
             failure=settings.max_retries_failure if s.max_retries_failure is None else s.max_retries_failure,
             preemption=settings.max_retries_preemption if s.max_retries_preemption is None else s.max_retries_preemption,
             hang=settings.max_retries_hang if s.max_retries_hang is None else s.max_retries_hang,
-            infra=settings.max_retries_infra,
             provision_timeout=provision_timeout,
         )
 

@@ -49,6 +49,7 @@ from marinbuild.config_walk import (
 )
 from marinbuild.drift import code_record
 from marinbuild.errors import LeaseLost, MarinbuildError, StorageError
+from marinbuild.execution.dependency_check import check_dependencies, describe_status
 from marinbuild.execution.stray_writes import (
     Layout,
     Snapshot,
@@ -67,14 +68,13 @@ from marinbuild.steps import Step, find_mirrored
 from marinbuild.store.aside import ASIDE_PREFIX, asides, set_aside, step_entries
 from marinbuild.store.attempt_ledger import read_attempts
 from marinbuild.store.fenced import CommitRefused, StepFence
-from marinbuild.store.lease import LeaseRecord, LeaseSettings, Owner, Verdict, Watch, judge, observe, read_leases
+from marinbuild.store.lease import Owner, Watch
 from marinbuild.store.links import stored_link_problem
 from marinbuild.store.markers import (
     FAILED,
     MARKER_DIR,
     RUNNING,
     SUCCESS,
-    StatusRecord,
     info_path,
     info_text,
     read_status,
@@ -87,9 +87,7 @@ from marinbuild.store.step_logs import LOG_NOTE_EXTRA, begin_step_log, staged_lo
 from marinbuild.store.storage import Storage, overlapped
 
 __all__ = [
-    "DependencyBusy",
     "RunContext",
-    "check_dependencies",
     "clear_output",
     "commit",
     "link_refusal",
@@ -98,14 +96,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-
-class DependencyBusy(MarinbuildError):
-    """A dependency is being redone by another runner: the step waits, it has not failed."""
-
-
-class DependencyChanged(MarinbuildError):
-    """A dependency no longer holds the ``SUCCESS`` the step was planned on, and nobody redoes it."""
 
 
 @dataclass(frozen=True)
@@ -173,46 +163,103 @@ def link_refusal(ctx: RunContext, node: StepNode) -> str | None:
     return f"refusing to write under {node.output_path}: {problem}{why}"
 
 
+@dataclass(frozen=True)
+class StepInputs:
+    """What a step runs with, resolved once: the job and ``info.json`` both take it from here."""
+
+    config: Any
+    """The config with every placeholder resolved (dependency outputs, mirrored copies)."""
+    command: str | None
+    """The shell command rendered from the template, for a ``cmd`` step."""
+    env: dict[str, str]
+    environment: EnvSpec | None
+    held: dict[str, Any]
+    """What the step holds of the machine (:func:`marinbuild.accounting.held_by`)."""
+
+
 def prepare(ctx: RunContext, node: StepNode, extra_env: Mapping[str, str], cores: tuple[int, ...] = (),
             timeout: float | None = None) -> tuple[Job, dict[str, Any]]:
     """Check the dependencies, write the RUNNING marker and build the job; returns the job and the info to record.
 
-    Raises :class:`DependencyBusy` when a dependency is being redone elsewhere (the step
-    waits), and another :class:`~marinbuild.errors.MarinbuildError` naming the path when
-    the step cannot start (it fails alone).
+    In stages: the dependencies, the output folder, the inputs (one :class:`StepInputs`),
+    then the records that claim the step. Raises :class:`DependencyBusy` when a dependency
+    is being redone elsewhere (the step waits), and another
+    :class:`~marinbuild.errors.MarinbuildError` naming the path when the step cannot start
+    (it fails alone).
     """
-    s = node.step
-    out = node.output_path
-    storage = ctx.storage
     seen = check_dependencies(ctx, node)
+    note, earlier = _output_folder(ctx, node)
+    inputs = _resolved_inputs(ctx, node, extra_env, cores)
+    log_file = begin_step_log(ctx.storage, node.output_path)  # this run's attempts start a new log; the last run's is kept
+    info = _started_info(ctx, node, inputs, seen, earlier)
+    previous = _claim(ctx, node, info)
+    s = node.step
+    job = Job(
+        name=s.name,
+        output_path=node.output_path,
+        log_file=log_file,
+        workdir=ctx.workdir,
+        env=inputs.env,
+        fn=s.fn,
+        config=inputs.config,
+        command=inputs.command,
+        cores=cores,
+        timeout=timeout,
+        extra={**_extra(s, inputs.environment), HELD_EXTRA: inputs.held,
+               **({LOG_NOTE_EXTRA: note} if note is not None else {}),
+               DEPS_EXTRA: node.deps, **({STRICT_EXTRA: True} if s.strict_outputs else {})},
+        previous_attempts=previous,
+        lost_attempt=node.output_path in ctx.lost_attempts,
+        progress_timeout=s.progress_timeout,
+    )
+    return job, info
+
+
+def _output_folder(ctx: RunContext, node: StepNode) -> tuple[str | None, list[str]]:
+    """The step's output folder made ready (earlier contents set aside or kept); the log note and what was set aside."""
+    out = node.output_path
     status_file = status_path(out)
-    on_disk = storage.local_file(status_file)
+    on_disk = ctx.storage.local_file(status_file)
     if on_disk is not None and os.path.isdir(on_disk):
-        raise StorageError(f"{status_file} is a folder, not a status file; move it away to run {s.name}")
+        raise StorageError(f"{status_file} is a folder, not a status file; move it away to run {node.step.name}")
     note, earlier = _prepare_output(ctx, node)
-    _stored(f"create {out}", lambda: storage.makedirs(out))
-    mirrors = {m.source: ensure_mirrored(m, storage) for m in find_mirrored(s.config)}
+    _stored(f"create {out}", lambda: ctx.storage.makedirs(out))
+    return note, earlier
+
+
+def _resolved_inputs(ctx: RunContext, node: StepNode, extra_env: Mapping[str, str], cores: tuple[int, ...] = ()) -> StepInputs:
+    """The step's config, command, environment variables, Python environment and holdings, resolved."""
+    s, out = node.step, node.output_path
+    mirrors = {m.source: ensure_mirrored(m, ctx.storage) for m in find_mirrored(s.config)}
     config = resolve_config(s.config, out, ctx.outputs, mirrors)
     command = render_command(s.cmd, config, out, s.name) if s.cmd is not None else None
-    log_file = begin_step_log(storage, out)  # this run's attempts start a new log; the last run's is kept
-    env = step_environment(s, out, extra_env)
-    environment = environment_of(s.name, s.pip_dependency_groups, ctx.marinfile)
-    held = held_by(s.resources, cores)
+    return StepInputs(
+        config=config,
+        command=command,
+        env=step_environment(s, out, extra_env),
+        environment=environment_of(s.name, s.pip_dependency_groups, ctx.marinfile),
+        held=held_by(s.resources, cores),
+    )
+
+
+def _started_info(ctx: RunContext, node: StepNode, inputs: StepInputs, seen: dict[str, float], earlier: list[str]) -> dict[str, Any]:
+    """``info.json`` as the step starts, from the same inputs as its job."""
+    s, out = node.step, node.output_path
     info: dict[str, Any] = {
         "name": s.name,
         "identity": node.identity,
         "identity_payload": node.payload,
         "output_path": out,
-        "config": to_jsonable(config),
+        "config": to_jsonable(inputs.config),
         "dependencies": {d: ctx.outputs[d] for d in node.deps},
         "dependency_status_times": seen,
         "kind": s.kind,
         "function": _describe_fn(s.fn) if s.fn is not None else None,
-        "command": command,
+        "command": inputs.command,
         "description": s.description,
-        "environment": environment.to_json() if environment is not None else None,
+        "environment": inputs.environment.to_json() if inputs.environment is not None else None,
         "env_vars": redact_env(env_vars_of(s)),
-        "held": held,
+        "held": inputs.held,
         **code_record(s),  # what plan and why compare to tell drift (drift.py)
         "start_time": time.time(),
         **ctx.provenance,
@@ -221,41 +268,30 @@ def prepare(ctx: RunContext, node: StepNode, extra_env: Mapping[str, str], cores
         info[_EARLIER] = earlier
     if ctx.prefix:
         ctx._spans[s.name] = [time.monotonic(), math.inf]
-        info[_BEFORE] = take_snapshot(storage, ctx.prefix, out, [ctx.outputs[d] for d in node.deps], ctx.layout.seen)
-    # The claim: the RUNNING status (who runs it, since when) and the info as it stands now,
-    # each written whatever is there and its version kept: the final info and status are
-    # written only over these very versions (store/fenced.py), so that a runner that lost
-    # the step meanwhile cannot commit. The attempt ledger is read meanwhile.
+        info[_BEFORE] = take_snapshot(ctx.storage, ctx.prefix, out, [ctx.outputs[d] for d in node.deps], ctx.layout.seen)
+    return info
+
+
+def _claim(ctx: RunContext, node: StepNode, info: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """Write the RUNNING status and the info as it stands; returns what the attempt ledger holds of earlier runs.
+
+    Each is written whatever is there and its version kept: the final info and status are
+    written only over these very versions (store/fenced.py), so that a runner that lost the
+    step meanwhile cannot commit. The attempt ledger is read meanwhile.
+    """
+    storage, out = ctx.storage, node.output_path
     fence = StepFence(storage)
     started = info_text({k: v for k, v in info.items() if k != _EARLIER})
     info[_FENCE] = fence
-    previous = _while_reading_attempts(storage, out, lambda: _stored(
-        f"write {status_file}",
+    return _while_reading_attempts(storage, out, lambda: _stored(
+        f"write {status_path(out)}",
         lambda: overlapped(
             storage,
-            lambda: write_status(storage, out, RUNNING, put=fence.claim, owner=_owner(), name=s.name,
+            lambda: write_status(storage, out, RUNNING, put=fence.claim, owner=_owner(), name=node.step.name,
                                  identity=node.identity),
             lambda: fence.claim(info_path(out), started),
         ),
     ))
-    job = Job(
-        name=s.name,
-        output_path=out,
-        log_file=log_file,
-        workdir=ctx.workdir,
-        env=env,
-        fn=s.fn,
-        config=config,
-        command=command,
-        cores=cores,
-        timeout=timeout,
-        extra={**_extra(s, environment), HELD_EXTRA: held, **({LOG_NOTE_EXTRA: note} if note is not None else {}),
-               DEPS_EXTRA: node.deps, **({STRICT_EXTRA: True} if s.strict_outputs else {})},
-        previous_attempts=previous,
-        lost_attempt=out in ctx.lost_attempts,
-        progress_timeout=s.progress_timeout,
-    )
-    return job, info
 
 
 _EARLIER = "earlier_output"
@@ -357,62 +393,6 @@ def step_environment(s: Step, out: str, extra_env: Mapping[str, str]) -> dict[st
     env.update((k, v) for k, v in extra_env.items() if k.startswith("MARINBUILD_"))
     env.update(MARINBUILD_OUTPUT=out, MARINBUILD_STEP=s.name, MARINBUILD_ATTEMPT="1")
     return env
-
-
-def check_dependencies(ctx: RunContext, node: StepNode) -> dict[str, float]:
-    """Right before a step starts: every dependency still holds ``SUCCESS`` and nobody redoes it.
-
-    The plan was made from statuses read earlier; meanwhile another runner may have begun
-    a forced rerun of a dependency (``run a --force a``), rewriting its output in place.
-    A dependency whose lease another live runner holds is being redone (or about to be):
-    :class:`DependencyBusy`, the step waits and is asked again a poll interval later. A
-    lease seen unchanged for its expiry is a dead runner's and does not count. A dependency
-    whose status is not ``SUCCESS`` for its identity and that nobody holds raises
-    :class:`DependencyChanged`. Returns each dependency's status time, which
-    :func:`commit` compares once the step has run.
-    """
-    if not node.deps:
-        return {}
-    outputs = {d: ctx.outputs[d] for d in node.deps}
-    identities = {ctx.outputs[d]: ctx.identities[d] for d in node.deps if d in ctx.identities}
-    statuses = read_statuses(ctx.storage, outputs.values(), identities)
-    leases = read_leases(ctx.storage, outputs.values())
-    seen: dict[str, float] = {}
-    now = time.monotonic()
-    for dep, out in outputs.items():
-        record = statuses.get(out)
-        if out in leases:
-            holder = _live_holder(ctx, out, leases[out], now)
-            if holder is not None:
-                raise DependencyBusy(f"dependency {dep} is being redone: leased by {holder}")
-        ctx._watches.pop(out, None)
-        if record is None or record.mismatch or record.status != SUCCESS:
-            raise DependencyChanged(f"dependency {dep} is no longer done: {_describe_status(record, status_path(out))}; run it again")
-        seen[dep] = record.time
-    return seen
-
-
-def _live_holder(ctx: RunContext, out: str, lease: LeaseRecord | None, now: float) -> str | None:
-    """Who holds a dependency's lease, or None when that lease is a dead runner's."""
-    watch = ctx._watches[out] = observe(ctx._watches.get(out), repr(lease), now)
-    nobody = Owner("", 0, "", "not-a-runner")  # a dependency's lease is never this step's own
-    if judge(lease, True, watch, now, nobody, _DEPENDENCY_LEASES) in (Verdict.ORPHANED, Verdict.EXPIRED):
-        return None
-    return lease.describe() if lease is not None else "an unreadable lease"
-
-
-_DEPENDENCY_LEASES = LeaseSettings()
-"""Expiry for a dependency's lease that states none; a lease's own expiry wins."""
-
-
-def _describe_status(record: StatusRecord | None, path: str) -> str:
-    if record is None:
-        return f"no status at {path}"
-    if record.mismatch:
-        return f"{path} holds the {record.mismatch}"
-    if record.error and record.status not in (SUCCESS, RUNNING):
-        return f"{record.status} ({record.error})"
-    return f"{record.status} at {path}"
 
 
 def status_left_to_the_attempt(info: Mapping[str, Any], job: Job) -> None:
@@ -533,7 +513,7 @@ def _dependencies_changed(ctx: RunContext, info: dict[str, Any]) -> str | None:
     for out, dep in outputs.items():
         record = now.get(out)
         if record is None or record.status != SUCCESS or record.time != seen[dep]:
-            state = "redone meanwhile" if record is not None and record.status == SUCCESS else _describe_status(record, status_path(out))
+            state = "redone meanwhile" if record is not None and record.status == SUCCESS else describe_status(record, status_path(out))
             return f"dependency {dep} changed while this step ran ({state}); its output may mix both: run it again"
     return None
 

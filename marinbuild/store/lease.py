@@ -30,21 +30,28 @@ True
 from __future__ import annotations
 
 import enum
-import functools
 import json
 import math
-import os
-import socket
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from marinbuild.store.conditional import ConditionalStore, Versioned
-from marinbuild.store.errors import UserError
 from marinbuild.store.json_text import loads_or_none, number_or_none
+from marinbuild.store.lease_owner import Owner, StepProcess, owner_alive, process_running
+from marinbuild.store.lease_settings import (
+    DEFAULT_EXPIRY,
+    DEFAULT_HEARTBEAT,
+    DEFAULT_POLL,
+    MAX_EXPIRY,
+    MIN_EXPIRY,
+    MIN_HEARTBEAT,
+    LeaseSettings,
+    lease_flag_problem,
+)
 from marinbuild.store.markers import MARKER_DIR, read_texts
 from marinbuild.store.retry import each_request_within
 from marinbuild.store.storage import Storage
@@ -72,236 +79,6 @@ __all__ = [
     "read_leases",
     "waiting_reason",
 ]
-
-DEFAULT_HEARTBEAT = 10.0
-"""Seconds between renewals (``MARINBUILD_LEASE_HEARTBEAT``, ``--lease-heartbeat``)."""
-DEFAULT_EXPIRY = 60.0
-"""Seconds a lease must be seen unchanged before it is taken over (``MARINBUILD_LEASE_EXPIRY``)."""
-MIN_HEARTBEAT = 0.1
-"""Shortest heartbeat a runner accepts (``--lease-heartbeat``): below it renewals of a remote
-store overlap and a loaded machine misses them, so every step would be fenced."""
-DEFAULT_POLL = 5.0
-"""Upper bound on seconds between two looks at a step leased elsewhere (``MARINBUILD_LEASE_POLL``)."""
-
-
-@dataclass(frozen=True)
-class LeaseSettings:
-    """Heartbeat, expiry and poll interval, in seconds.
-
-    >>> LeaseSettings.resolve(heartbeat=1, expiry=5, env={}).poll
-    1.0
-    """
-
-    heartbeat: float = DEFAULT_HEARTBEAT
-    expiry: float = DEFAULT_EXPIRY
-    poll: float = DEFAULT_POLL
-
-    @property
-    def fence_after(self) -> float:
-        """Seconds without a successful renewal after which a holder gives its step up."""
-        return max(self.heartbeat, self.expiry - self.heartbeat)
-
-    @property
-    def kill_after(self) -> float:
-        """Seconds after the last successful renewal was sent by which the step must be dead.
-
-        Halfway between the holder's fence (its own SIGTERM) and the earliest takeover: the
-        guardian outside the runner SIGKILLs whatever is left then.
-        """
-        return (self.fence_after + self.expiry) / 2
-
-    @property
-    def fence_read_interval(self) -> float:
-        """How often a fence beside remote work (a Ray task, a Slurm job) reads the lease: twice a heartbeat.
-
-        Such a fence kills its step once the lease names another runner, or once it has seen
-        no renewal for :attr:`fence_after`: a renewal is seen at most this long after it was
-        written, so the step is dead before ``fence_after`` plus this interval, which is within
-        the expiry after which a waiter takes over.
-        """
-        return self.heartbeat / 2
-
-    @property
-    def remote_kill_after(self) -> float:
-        """Seconds a fence beside remote work waits, from the last renewal it saw, before it kills the step."""
-        return self.fence_after
-
-    @classmethod
-    def resolve(
-        cls, heartbeat: float | None = None, expiry: float | None = None, env: Mapping[str, str] | None = None
-    ) -> LeaseSettings:
-        """Flags first, then ``MARINBUILD_LEASE_*`` variables, then the defaults."""
-        env = os.environ if env is None else env
-        beat = heartbeat if heartbeat is not None else _env_seconds(env, "MARINBUILD_LEASE_HEARTBEAT", DEFAULT_HEARTBEAT)
-        exp = expiry if expiry is not None else _env_seconds(env, "MARINBUILD_LEASE_EXPIRY", DEFAULT_EXPIRY)
-        poll = _env_seconds(env, "MARINBUILD_LEASE_POLL", min(DEFAULT_POLL, beat))
-        if not 0 < poll < math.inf:  # NaN fails every comparison
-            raise UserError(f"lease poll interval must be positive (got {poll:g} s)")
-        problem = lease_flag_problem(beat, exp)
-        if problem is not None:
-            raise UserError(problem)
-        return cls(heartbeat=float(beat), expiry=float(exp), poll=float(poll))
-
-
-def lease_flag_problem(heartbeat: float | None = None, expiry: float | None = None) -> str | None:
-    """What is wrong with a lease heartbeat and expiry (either may be None: not given); None if nothing.
-
-    The bounds: a heartbeat of at least :data:`MIN_HEARTBEAT`; an expiry between
-    :data:`MIN_EXPIRY` and :data:`MAX_EXPIRY`, and at least twice the heartbeat.
-
-    >>> lease_flag_problem(1e-9)
-    'lease heartbeat (1e-09 s) must be at least 0.1 s: a renewal reads and writes the store, and one that cannot keep up fences every step'
-    >>> lease_flag_problem(2, 60) is None
-    True
-    """
-    if heartbeat is not None:
-        if not 0 < heartbeat < math.inf:  # NaN fails every comparison
-            return f"lease heartbeat must be positive (got {heartbeat:g} s)"
-        if heartbeat < MIN_HEARTBEAT:
-            return (
-                f"lease heartbeat ({heartbeat:g} s) must be at least {MIN_HEARTBEAT:g} s: a renewal reads and writes "
-                "the store, and one that cannot keep up fences every step"
-            )
-    if expiry is not None:
-        if not expiry >= MIN_EXPIRY:  # NaN fails every comparison
-            return f"lease expiry ({expiry:g} s) must be at least {MIN_EXPIRY:g} s: waiters honour no shorter one"
-        if expiry > MAX_EXPIRY:
-            return (
-                f"lease expiry ({expiry:g} s) must be at most {MAX_EXPIRY:g} s: waiters take a lease over after that "
-                "long unrenewed, whatever it says"
-            )
-        if heartbeat is not None and expiry < 2 * heartbeat:
-            return (
-                f"lease expiry ({expiry:g} s) must be at least twice the heartbeat ({heartbeat:g} s), "
-                "or a slow renewal would look like a dead runner"
-            )
-    return None
-
-
-def _env_seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise UserError(f"{name} must be a number of seconds, not {raw!r}") from None
-
-
-# -- who holds a lease ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Owner:
-    """A runner process. ``machine`` (boot id and pid namespace) says which pids it can see."""
-
-    host: str
-    pid: int
-    started: str
-    """The process's start time in clock ticks since boot: tells a reused pid apart."""
-    nonce: str
-    machine: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.pid}"
-
-    @classmethod
-    def current(cls, nonce: str | None = None) -> Owner:
-        """This process, with a fresh random nonce unless one is given."""
-        pid = os.getpid()
-        return cls(
-            host=socket.gethostname(),
-            pid=pid,
-            started=_start_time(pid) or "",
-            nonce=nonce or os.urandom(8).hex(),
-            machine=_machine(),
-        )
-
-    def same(self, other: Owner) -> bool:
-        return self.nonce == other.nonce and self.pid == other.pid and self.host == other.host
-
-
-@functools.cache
-def _machine() -> str:
-    """Boot id and pid namespace: two processes see each other's pids only when both match."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
-    except OSError:
-        return ""
-
-
-def _start_time(pid: int) -> str | None:
-    """Start time of a live process from ``/proc``; None when there is no such process."""
-    try:
-        # Raw reads: read at every step's start, where a text file object's set-up (fstat,
-        # ioctl, two seeks) costs more than the read.
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            raw = os.read(fd, 4096)
-        finally:
-            os.close(fd)
-        fields = raw.decode(errors="replace").rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    if fields[0] in ("Z", "X"):  # a zombie has finished; only its exit status is left
-        return None
-    return fields[19]
-
-
-def process_running(pid: int) -> bool:
-    """Whether ``pid`` is a live process here (a zombie is not: it only waits to be reaped)."""
-    return _start_time(pid) is not None
-
-
-def owner_alive(owner: Owner) -> bool | None:
-    """Whether the owner's process still runs: None when it is on another machine."""
-    if owner.host != socket.gethostname() or owner.machine != _machine():
-        return None
-    if not owner.machine:  # no /proc here: the pid alone has to do
-        try:
-            os.kill(owner.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    started = _start_time(owner.pid)
-    return started is not None and started == owner.started
-
-
-@dataclass(frozen=True)
-class StepProcess:
-    """The first process of the step run under a lease, as its runner saw it when it started.
-
-    A runner taking the step over on this machine, in this pid namespace (:meth:`here`),
-    kills its process group; the start time (clock ticks since boot) tells the first
-    process from a later one given the same pid. Containers on one host share a boot id but
-    not their pids, so the pid namespace is compared too, and a pgid from elsewhere is
-    never signalled.
-    """
-
-    host: str
-    pid: int
-    pgid: int
-    started: str
-    boot_id: str
-    pid_ns: str
-    """``/proc/self/ns/pid`` of the runner that started it, e.g. ``pid:[4026531836]``."""
-    cgroup: str = ""
-    """Its cgroup (v2) folder, where it has one."""
-
-    @classmethod
-    def of(cls, pid: int, pgid: int, cgroup: str = "") -> StepProcess:
-        """A process this runner started, in its own pid namespace."""
-        boot, _, ns = _machine().partition("/")
-        return cls(socket.gethostname(), pid, pgid, _start_time(pid) or "", boot, ns, cgroup)
-
-    def here(self) -> bool:
-        """Whether its pids mean the same processes here: same host, boot and pid namespace."""
-        boot, _, ns = _machine().partition("/")
-        return bool(boot and ns) and (self.host, self.boot_id, self.pid_ns) == (socket.gethostname(), boot, ns)
 
 
 def _parse_step(o: object) -> StepProcess | None:
@@ -359,19 +136,20 @@ class LeaseRecord:
         owner = _parse_owner(raw["owner"])
         if owner is None:
             return None
-        return cls(owner, _wall_time(raw.get("acquired")), _wall_time(raw.get("renewed")), _lease_count(raw.get("beat")),
-                   _expiry(raw.get("expiry")), _parse_step(raw.get("step")))
+        return cls(
+            owner,
+            _wall_time(raw.get("acquired")),
+            _wall_time(raw.get("renewed")),
+            _lease_count(raw.get("beat")),
+            _expiry(raw.get("expiry")),
+            _parse_step(raw.get("step")),
+        )
 
     def describe(self) -> str:
         """``host:pid since 2024-05-01 12:00:00``, for plans and waiting messages."""
         return f"{self.owner} since {_clock_text(self.acquired)}"
 
 
-MIN_EXPIRY = 1.0
-"""Shortest expiry a waiter honours, whatever a lease says (clamping up only makes it wait longer)."""
-MAX_EXPIRY = 3600.0
-"""Longest expiry a waiter honours, and the longest a runner may be given: a lease from
-another host that says ``Infinity`` or ``1e12`` is taken over after an hour unrenewed."""
 _MAX_PID = 1 << 22  # Linux's pid_max ceiling
 _LATEST_WALL = 32503680000.0  # year 3000: later is a corrupt clock; localtime() overflows far past it
 
@@ -499,7 +277,11 @@ def judge(
 
 
 def waiting_reason(
-    holder: str, record: LeaseRecord | None, watch: Watch | None, now: float, settings: LeaseSettings,
+    holder: str,
+    record: LeaseRecord | None,
+    watch: Watch | None,
+    now: float,
+    settings: LeaseSettings,
     wall: Callable[[], float] = time.time,
 ) -> str:
     """Whom a waiter waits for and when it will take over, for the waiting line.
@@ -604,7 +386,9 @@ class Lease:
             assert record is not None
             return self._took(seen.version, record, sent, "acquired (it already named this runner)")
         if verdict is Verdict.HELD:
-            return Attempt(False, waiting_reason(holder, record, self._watch, now, self.settings, self._wall), holder=record)
+            return Attempt(
+                False, waiting_reason(holder, record, self._watch, now, self.settings, self._wall), holder=record
+            )
         if record is not None:
             # Its processes may live on after their runner (a zombie, a guardian still killing).
             survivors = self._clear_previous(record)

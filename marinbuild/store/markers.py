@@ -32,6 +32,7 @@ from typing import Any
 
 import xxhash
 
+from marinbuild.store.frozen_fill import frozen_filled
 from marinbuild.store.json_text import loads_or_none, number_or_none
 from marinbuild.store.retry_counts import valid_retries_code
 from marinbuild.store.storage import Storage
@@ -170,6 +171,11 @@ def parse_status(text: str, path: str) -> StatusRecord:
         fast = _plain_record(raw, status)
         if fast is not None:
             return fast
+    return _general_record(raw, status)
+
+
+def _general_record(raw: dict[str, Any], status: str) -> StatusRecord:
+    """The record of any marker object with a status: each field checked and clipped on its own."""
     return StatusRecord(
         status=_clip(status, _STATUS_LEN) or status,
         time=_finite(raw.get("time"), 0.0) or 0.0,
@@ -233,15 +239,13 @@ def _plain_record(raw: dict[str, Any], status: str) -> StatusRecord | None:
             if type(seen) is not float or not 0 <= seen < math.inf:
                 return None
         inputs = tuple(sorted(inputs.items()))
-    # As in graph._node: a frozen dataclass's __init__ sets its fields one object.__setattr__
-    # at a time; filling the instance dict at once costs a third, once per marker of a no-op.
-    record = object.__new__(StatusRecord)
-    record.__dict__.update(
+    # Once per marker of a no-op run: see marinbuild.store.frozen_fill.
+    return frozen_filled(
+        StatusRecord,
         status=status, time=when, error=texts[0], duration=duration, owner=texts[1], name=texts[2],
         identity=texts[3], drift=drift, retries=retries, inputs=inputs, starting_over=starting_over,
         inputs_digest=None, leased_by=None, mismatch=None,
     )
-    return record
 
 
 def _finite(value: Any, default: float | None) -> float | None:

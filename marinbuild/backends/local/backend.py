@@ -41,7 +41,7 @@ from marinbuild.backends.local.fence import FENCE_FD, NO_GATE, Shell, fence_line
 from marinbuild.backends.local.guardian import shared_guardian
 from marinbuild.backends.local.reaper import Timer, shared_reaper
 from marinbuild.backends.local.spawn import Environment, spawn
-from marinbuild.store.lease import StepProcess
+from marinbuild.store.lease_owner import StepProcess
 from marinbuild.store.step_logs import open_log
 
 __all__ = ["LocalBackend"]

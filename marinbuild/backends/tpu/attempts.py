@@ -33,8 +33,10 @@ from typing import Any, Literal
 from marinbuild.backends.base import HELD_EXTRA, BackendHooks, Cause, Job, Outcome, wall_time_exceeded
 from marinbuild.backends.retrying import RetryBudgets, Retrying
 from marinbuild.backends.retrying import backoff_delay as backoff_delay  # the one policy, re-exported
+from marinbuild.backends.tpu.attempt_logs import AttemptLogs
 from marinbuild.backends.tpu.cluster import Cluster, SliceSpec
-from marinbuild.backends.tpu.gang import TOKEN_VAR, AttemptLogs, Gang, GangOutcome, HostOutcome, HostPlan
+from marinbuild.backends.tpu.gang import TOKEN_VAR, Gang, HostPlan
+from marinbuild.backends.tpu.gang_outcome import GangOutcome, HostOutcome
 from marinbuild.backends.tpu.preemption import is_preempted
 from marinbuild.backends.tpu.provision_plan import is_created_slice
 from marinbuild.backends.tpu.ssh import HostTarget, export_env, resolve_target
@@ -78,11 +80,8 @@ class TpuJob:
     command: str
     env: Mapping[str, str] = field(default_factory=dict)
     slices: tuple[str, ...] = ()
-    max_retries_preemption: int = 100
-    max_retries_failure: int = 0
-    max_retries_infra: int = 2
-    """Retries of an attempt that failed for SSH or setup trouble (a host that never
-    answered, a failed upload): a few, since a wrong port or a down host rarely heals."""
+    budgets: RetryBudgets = field(default_factory=RetryBudgets)
+    """How many retries each cause may take (:class:`~marinbuild.backends.retrying.RetryBudgets`)."""
     setup: str = ""
     """Shell lines every host runs before ``command`` in the same shell (building the
     step's Python environment); kept out of ``attempts.json``."""
@@ -92,12 +91,6 @@ class TpuJob:
     """An earlier run's attempt was never recorded (``Job.lost_attempt``)."""
     progress_timeout: float | None = None
     """Seconds without progress on any host (logs and ``$MARINBUILD_PROGRESS``) before a hang."""
-    max_retries_hang: int = 2
-
-    @property
-    def budgets(self) -> RetryBudgets:
-        return RetryBudgets(failure=self.max_retries_failure, preemption=self.max_retries_preemption,
-                            hang=self.max_retries_hang, infra=self.max_retries_infra)
 
 
 @dataclass(frozen=True)
@@ -544,8 +537,7 @@ def run_tpu_step(
     """Run ``job`` on its slices until it succeeds, is cancelled, or a budget runs out.
 
     Blocking: the TPU backend driven by the one retry loop, with the job's own budgets
-    (``max_retries_preemption``, ``max_retries_failure``, ``max_retries_infra``,
-    ``max_retries_hang``); a refused host key or login is never retried. Set ``cancel`` to
+    (``job.budgets``, one :class:`~marinbuild.backends.retrying.RetryBudgets`); a refused host key or login is never retried. Set ``cancel`` to
     stop it (every host is torn down and the result is CANCELLED). ``workdir`` (when given)
     is packed and synced to every host, less the folders in ``exclude``. ``console`` gets a
     line per attempt; ``output`` (default ``console``) the lines slice 0 worker 0 prints.

@@ -59,7 +59,7 @@ def test_subscribers_hear_every_new_deadline_until_they_stop() -> None:
 
 def test_a_started_process_is_recorded_before_started_returns_and_a_failed_record_is_raised():
     from marinbuild.backends.deadlines import Deadlines
-    from marinbuild.store.lease import StepProcess
+    from marinbuild.store.lease_owner import StepProcess
 
     d = Deadlines()
     seen: list[StepProcess] = []

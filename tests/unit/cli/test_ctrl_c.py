@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
+import marinbuild
 from marinbuild.cli import ctrl_c
 
 
@@ -20,3 +24,14 @@ def test_a_swallowed_ctrl_c_is_raised_again_once_and_a_handled_one_not_at_all() 
         ctrl_c.raise_if_swallowed()
     finally:
         ctrl_c.handled()
+
+
+def test_only_the_ctrl_c_module_clears_the_interrupt_flag() -> None:
+    """CPython's interrupt flag is cleared by an ``exec`` of a string in one function, nowhere else."""
+    package = Path(marinbuild.__file__).parent
+    calls = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "exec":
+                calls.append(path.relative_to(package).as_posix())
+    assert calls == ["cli/ctrl_c.py"]

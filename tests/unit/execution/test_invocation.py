@@ -20,8 +20,9 @@ from marinbuild import StepOutcome, step, versioned
 from marinbuild.backends.registry import kind_options
 from marinbuild.cli.app import app
 from marinbuild.errors import UserError
-from marinbuild.execution.invocation import RunParameters, RunVoice, invoke, load_review
+from marinbuild.execution.invocation import RunVoice, invoke, load_review
 from marinbuild.execution.reporting import NullReporter
+from marinbuild.execution.run_parameters import RunParameters
 
 LIBRARY_ONLY = {"steps", "reporter"}
 """Keywords of marinbuild.run with no option: Step objects instead of a Marinfile, and a reporter object."""
@@ -67,20 +68,8 @@ def test_library_defaults_are_the_command_lines():
         assert (tuple(library) if isinstance(library, tuple | list) else library) == (tuple(cli or ()) if p.multiple else cli), p.name
 
 
-def test_of_takes_lists_none_and_one_target():
-    params = RunParameters.of(targets="train/*", force=None, resources=["gpu=2"], token=("gcs",), backend=None)
-    assert params.targets == ("train/*",) and params.force == () and params.resources == ("gpu=2",)
-    assert params.machine.tokens == ("gcs",) and params.machine.resources == ("gpu=2",)
-    with pytest.raises(TypeError):
-        RunParameters.of(not_an_option=1)
 
 
-def test_settings_and_what_is_printed_follow_the_options():
-    assert RunParameters(no_sync=True).settings.sync is False
-    assert RunParameters(lease_heartbeat=2.0, walltime="1:00").settings.lease_heartbeat == 2.0
-    assert RunParameters().prints_output and not RunParameters(quiet=True).prints_output
-    assert not RunParameters(json=True).prints_output
-    assert RunParameters(quiet=True, print_output=True).prints_output
 
 
 def _voice(lines: list[str]) -> RunVoice:

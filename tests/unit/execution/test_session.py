@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from marinbuild.errors import ResourceError, UserError
+from marinbuild.execution.run_parameters import RunParameters
 from marinbuild.execution.session import (
     Machine,
-    RunSettings,
     RunSummary,
     StepOutcome,
     StepResult,
@@ -36,11 +39,11 @@ def test_run_summary() -> None:
 
 def test_backend_choice(tmp_path: Path) -> None:
     project = load(steps=[step("s", cmd="true")], prefix=str(tmp_path))
-    assert backend_choice(RunSettings(), project) == "local"
-    assert backend_choice(RunSettings(backend="Ray"), project) == "ray"
-    assert backend_choice(RunSettings(backend="slurm"), project) == "slurm"
+    assert backend_choice(RunParameters(), project) == "local"
+    assert backend_choice(RunParameters(backend="Ray"), project) == "ray"
+    assert backend_choice(RunParameters(backend="slurm"), project) == "slurm"
     with pytest.raises(UserError, match="--backend must be 'local' or 'ray' or 'slurm', not 'lsf'"):
-        backend_choice(RunSettings(backend="lsf"), project)
+        backend_choice(RunParameters(backend="lsf"), project)
 
 
 def test_plan_run_refuses_a_step_nothing_here_could_hold(tmp_path: Path) -> None:
@@ -64,7 +67,7 @@ def test_execute_runs_what_the_plan_says(tmp_path: Path) -> None:
     bad = step("bad", cmd="exit 3")
     project = load(steps=[b, bad], prefix=str(tmp_path))
     echoed: list[str] = []
-    summary = execute(plan_run(project, []), RunSettings(keep_going=True), echo=echoed.append)
+    summary = execute(plan_run(project, []), RunParameters(keep_going=True), echo=echoed.append)
     assert summary.names(StepOutcome.RAN) == ["a", "b"] and summary.names(StepOutcome.FAILED) == ["bad"]
     assert Path(summary.steps["b"].output_path, "copy.txt").read_text() == "4\n"
     assert summary.steps["bad"].error and summary.steps["bad"].log
@@ -81,3 +84,32 @@ def test_output_lines_and_commands_reach_their_callbacks(tmp_path: Path) -> None
     assert summary.ok
     assert lines == [("talk", "hello"), ("talk", "there")]
     assert commands == [("talk", "echo hello; echo there")]
+
+
+def test_a_run_imports_nothing_of_its_machinery_after_the_pre_import(tmp_path: Path) -> None:
+    """The rule behind ``load_run_modules``: once it has run, running a step on this machine
+    imports no module of marinbuild (nor ``pwd``) that was not loaded already."""
+    script = textwrap.dedent(f"""
+        import sys
+        import marinbuild
+        import marinbuild.execution.invocation as invocation
+        from marinbuild import step
+
+        seen = []
+        original = invocation.load_run_modules
+
+        def recording():
+            original()
+            seen.append(set(sys.modules))
+
+        invocation.load_run_modules = recording
+        summary = marinbuild.run(steps=[step("a", cmd="true"), step("b", cmd="true")], prefix={str(tmp_path / 'out')!r})
+        assert summary.ok, summary
+        (before,) = seen
+        late = sorted(m for m in set(sys.modules) - before if m.startswith("marinbuild") or m == "pwd")
+        print(",".join(late))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""
+

@@ -11,13 +11,11 @@ from typing import NamedTuple
 
 import pytest
 
-from marinbuild.backends.base import Outcome
+from marinbuild.backends.base import HELD_EXTRA, Outcome
 from marinbuild.errors import LeaseLost, StorageError
+from marinbuild.execution.dependency_check import DependencyBusy, DependencyChanged, check_dependencies
 from marinbuild.execution.step_records import (
-    DependencyBusy,
-    DependencyChanged,
     RunContext,
-    check_dependencies,
     clear_output,
     commit,
     prepare,
@@ -87,6 +85,15 @@ def test_prepare_writes_running_and_builds_the_job(storage: Storage, tmp_path: P
     status = read_status(storage, node.output_path)
     assert status is not None and status.status == RUNNING and status.identity == node.identity
     assert Path(node.output_path).is_dir()
+
+
+def test_the_job_and_its_info_take_the_same_resolved_inputs(storage: Storage, tmp_path: Path) -> None:
+    graph = _graph(storage)
+    _succeed(storage, graph, "a")
+    job, info = prepare(_ctx(storage, graph, tmp_path), graph.nodes["b"], {}, cores=(0,))
+    assert info["command"] == job.command and info["command"] is not None
+    assert info["config"] == to_jsonable(job.config)
+    assert info["held"] == job.extra[HELD_EXTRA]
 
 
 def test_a_dependency_without_success_is_refused(storage: Storage, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from marinbuild.backends.ray.backend import LeaseFence, _attempt_of_owner, _token
+from marinbuild.backends.ray.backend import _attempt_of_owner, _token
 from marinbuild.store.lease import LeaseRecord, Owner, lease_path
 from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, log_path, read_status, write_status
 from marinbuild.store.retry_counts import decode_retries
@@ -22,7 +22,8 @@ from tests.helpers import REPO
 
 TASK = r"""
 import dataclasses, json, sys
-from marinbuild.backends.ray.backend import TaskSpec, execute_task, LeaseFence
+from marinbuild.backends.ray.backend import TaskSpec, execute_task
+from marinbuild.backends.ray.lease_fence import LeaseFence
 from marinbuild.store.lease import Owner
 args = json.loads(sys.argv[1])
 fence = args.pop("fence", None)
@@ -111,16 +112,6 @@ def test_a_lease_naming_another_runner_stops_the_step_before_it_starts(tmp_path:
     assert read_status(Storage.for_prefix(str(tmp_path)), str(out)) is None
 
 
-def test_fence_check_reads_the_lease(tmp_path: Path) -> None:
-    me = Owner("h", 7, "1", "mine")
-    path = lease_path(str(tmp_path / "s-1"))
-    fence = LeaseFence(str(tmp_path), path, me)
-    assert not fence.held()
-    Storage.for_prefix(str(tmp_path)).write_atomic(path, LeaseRecord(me, 1.0, 1.0, expiry=60.0).to_json())
-    try:
-        assert fence.held()
-    finally:
-        fence.stop()
 
 
 def test_owner_words() -> None:

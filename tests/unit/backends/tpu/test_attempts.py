@@ -23,7 +23,7 @@ from marinbuild.backends.tpu.attempts import (
     run_tpu_step,
 )
 from marinbuild.backends.tpu.cluster import parse_cluster
-from marinbuild.backends.tpu.gang import HostOutcome
+from marinbuild.backends.tpu.gang_outcome import HostOutcome
 from marinbuild.errors import ClusterConfigError, StepDefinitionError
 
 CLUSTER = parse_cluster({
@@ -45,12 +45,6 @@ def test_bad_input_is_refused_before_any_host_is_touched(tmp_path: Path) -> None
         make(slices=("a", "b"))
     with pytest.raises(StepDefinitionError, match="step 's'"):
         make(slices=("b",), env={"BAD NAME": "x"})
-
-
-def test_a_job_gives_its_budgets_to_the_loop() -> None:
-    b = TpuJob(name="s", output_path="/o", command="true", max_retries_preemption=7, max_retries_failure=1,
-               max_retries_infra=0, max_retries_hang=3).budgets
-    assert (b.preemption, b.failure, b.infra, b.hang) == (7, 1, 0, 3)
 
 
 def test_an_attempt_becomes_an_outcome_with_its_cause_and_its_hosts(tmp_path: Path) -> None:
@@ -107,7 +101,7 @@ class _Misconfigured(_CapacityFirst):
 def test_a_hook_that_raises_ends_the_step_with_one_line_and_no_retry(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("MARINBUILD_RETRY_BASE_DELAY", "0.001")
     (tmp_path / "out").mkdir()
-    job = TpuJob(name="s", output_path=str(tmp_path / "out"), command="true", slices=("b",), max_retries_failure=5)
+    job = TpuJob(name="s", output_path=str(tmp_path / "out"), command="true", slices=("b",), budgets=RetryBudgets(failure=5))
     step = TpuStep(job, CLUSTER, packed=None, staging_dir=str(tmp_path), console=lambda line: None)
     hook = _Misconfigured(step, shortages=0)
     done: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
