@@ -86,12 +86,14 @@ def _kill_runner_guardian_and_sentinel(runner: subprocess.Popen[str], pgid: int)
     (guardian,) = guardians_of(runner.pid)
     sentinel = _members_with_token(pgid)
     assert sentinel, "the step's sentinel was not found"
-    # The runner last: its guardian and sentinel would kill the step at its end.
-    for pid in (guardian, *sentinel, runner.pid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    # Stopped first, all three, so that none of them sees another die and kills the step
+    # (on a loaded machine the test may be descheduled between two kills); then killed.
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in (runner.pid, guardian, *sentinel):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
     runner.communicate(timeout=30)
 
 
