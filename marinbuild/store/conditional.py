@@ -244,13 +244,7 @@ class LocalConditionalStore:
             now = self._read(path)
             if now is None or now.version != expected:
                 return None
-            tmp = self._temporary(path, text)
-            try:
-                self._make_room(path)
-                os.rename(tmp, path)
-            except BaseException:
-                unlink_quietly(tmp)
-                raise
+            self._replace(path, text)
         return content_version(text)
 
     def put(self, path: str, text: str) -> str:
@@ -260,14 +254,18 @@ class LocalConditionalStore:
         # Under the lock a swap holds: a put cannot land between a swap's comparison and its rename.
         os.makedirs(os.path.dirname(path), exist_ok=True)  # as a plain write makes the marker folder
         with _path_locked(path):
-            tmp = self._temporary(path, text)
-            try:
-                self._make_room(path)
-                os.rename(tmp, path)
-            except BaseException:
-                unlink_quietly(tmp)
-                raise
+            self._replace(path, text)
         return content_version(text)
+
+    def _replace(self, path: str, text: str) -> None:
+        """Put ``text`` at ``path`` by a rename (the caller holds the path's lock)."""
+        tmp = self._temporary(path, text)
+        try:
+            self._make_room(path)
+            os.rename(tmp, path)
+        except BaseException:
+            unlink_quietly(tmp)
+            raise
 
     def delete(self, path: str, expected: str) -> bool:
         return call_with_retries(lambda: self._delete(path, expected), f"delete {path}")
