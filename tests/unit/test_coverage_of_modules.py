@@ -66,12 +66,8 @@ def test_every_unit_test_folder_is_a_package() -> None:
     assert not missing, "unit-test folders without an __init__.py (test files sharing a name would clash): " + ", ".join(missing)
 
 
-NAMED_AFTER_A_MODULE = {
-    # Scenario suites in tests/ still named after a module, to be merged into the module's unit
-    # file or named for the behaviour they test; the list only shrinks.
-    "test_logs.py", "test_run.py",
-    "test_slurm.py",
-}
+NAMED_AFTER_A_MODULE: set[str] = set()
+"""Scenario suites in tests/ still named after a module; empty, and it stays so."""
 
 
 def test_no_scenario_suite_is_named_after_a_module() -> None:
