@@ -24,7 +24,7 @@ WORKERS = 4
 """Parallel workers for a whole-suite run; measured on the 2-core CI machine (see README)."""
 
 _RAY_FIXTURES = frozenset({"ray_cluster", "ray_token_cluster"})
-_RAY_MODULES = frozenset({"test_ray.py", "test_never_twice_ray.py"})
+_RAY_MODULES = frozenset({"test_ray_cluster_runs.py", "test_never_twice_ray.py"})
 
 LONGEST_FIRST = (
     "tests/test_torture.py::",
