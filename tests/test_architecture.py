@@ -260,7 +260,6 @@ OVERSIZED = {
         "report/records.py:collect": 66,
         "report/records.py:collect_earlier": 70,
         "report/sweep.py:_one_plot": 81,
-        "steps.py:step": 80,
     },
     "complexity": {
         "backends/slurm/backend.py:_SlurmRun._end": 31,
@@ -270,7 +269,6 @@ OVERSIZED = {
         "report/records.py:collect": 34,
         "report/records.py:collect_earlier": 28,
         "report/sweep.py:_one_plot": 30,
-        "steps.py:step": 27,
         "store/markers.py:_plain_record": 25,
     },
     "module lines": {
