@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from marinbuild.backends.registry import kind_names, kinds
-from marinbuild.backends.retrying import RetryBudgets
+from marinbuild.backends.retry_budgets import RetryBudgets
 from marinbuild.cli import ctrl_c
 from marinbuild.cli.exits import handles_errors
 from marinbuild.cli.options import (
