@@ -18,6 +18,16 @@ __all__ = ["entry_point"]
 def entry_point() -> None:
     """Load the command line and run it (:func:`marinbuild.cli.app.console_script`)."""
     try:
+        _load_and_run()
+    finally:
+        # Imported again: a Ctrl-C may have cut its first import short.
+        from marinbuild.cli.ctrl_c import clear_interrupt_flag
+
+        clear_interrupt_flag()  # a Ctrl-C handled inside an exec() would end `python -m` by SIGINT, not its status
+
+
+def _load_and_run() -> None:
+    try:
         from marinbuild.cli import ctrl_c
 
         ctrl_c.install()
@@ -29,10 +39,6 @@ def entry_point() -> None:
             raise
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a storm of them must not cut the line short
         sys.stderr.write("marinbuild: interrupted\n")
-        # Imported again: the Ctrl-C may have cut its first import short (SIGINT is ignored now).
-        from marinbuild.cli.ctrl_c import clear_interrupt_flag
-
-        clear_interrupt_flag()  # or `python -m` would end by SIGINT, not this status
         sys.exit(130)
     command()
 

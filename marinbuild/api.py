@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from marinbuild.backends.retrying import RetryBudgets
+from marinbuild.backends.retry_budgets import RetryBudgets
 from marinbuild.execution.invocation import RunVoice, invoke
 from marinbuild.execution.reporting import JsonReporter, NullReporter, PlainReporter, Reporter, json_step_lines
 from marinbuild.execution.run_parameters import RunParameters

@@ -108,6 +108,8 @@ def code_record(step: Step) -> dict[str, Any]:
 
 
 _CODE_FIELDS = ("command_template", "function_source", "plain_config")
+_DIGEST_ENCODER = json.JSONEncoder(sort_keys=True, default=repr)
+"""``json.dumps(..., sort_keys=True, default=repr)`` made once: a plan digests every up-to-date step."""
 
 
 def drift_digest(record: Mapping[str, Any]) -> str | None:
@@ -124,7 +126,7 @@ def drift_digest(record: Mapping[str, Any]) -> str | None:
     if not all(k in record for k in _CODE_FIELDS):
         return None
     try:
-        text = json.dumps([record[k] for k in _CODE_FIELDS], sort_keys=True, default=repr)
+        text = _DIGEST_ENCODER.encode([record[k] for k in _CODE_FIELDS])
     except (TypeError, ValueError):
         return None  # keys JSON cannot sort: no digest, and plan reads the info JSON
     return xxhash.xxh3_64_hexdigest(text.encode("utf-8"))

@@ -281,6 +281,34 @@ def step(
     'cmd'
     """
     _check_name(name)
+    _check_body(name, fn, cmd)
+    env_pairs = _env_pairs(name, env) if env else ()
+    groups = _check_groups(name, pip_dependency_groups) if pip_dependency_groups else ()
+    timeout = _check_progress_timeout(name, progress_timeout) if progress_timeout is not None else None
+    if max_retries_preemption is not None or max_retries_failure is not None or max_retries_hang is not None:
+        _check_budgets(name, max_retries_preemption=max_retries_preemption, max_retries_failure=max_retries_failure,
+                       max_retries_hang=max_retries_hang)
+    if slurm is not None and not isinstance(slurm, Mapping):
+        raise StepDefinitionError(f"step {name!r}: slurm must be a dict of [slurm] settings, got {type(slurm).__name__}")
+    if fresh_output and resume_output:
+        raise StepDefinitionError(f"step {name!r}: fresh_output=True and resume_output=True exclude each other")
+    # A Marinfile calls step() once per step on every command; Step(...) itself still works the usual way.
+    s = frozen_filled(
+        Step, name=name, fn=fn, config=config, cmd=cmd, resources=resources, description=description,
+        override_output_path=override_output_path, fresh_output=fresh_output, resume_output=bool(resume_output),
+        strict_outputs=bool(strict_outputs), env=env_pairs, max_retries_preemption=max_retries_preemption,
+        max_retries_failure=max_retries_failure, max_retries_hang=max_retries_hang, progress_timeout=timeout,
+        pip_dependency_groups=groups, hash_code=bool(hash_code),
+        slurm=tuple(sorted((str(k), v) for k, v in slurm.items())) if slurm else (),
+    )
+    declared = _declared.get()
+    if declared is not None:
+        declared.append(s)
+    return s
+
+
+def _check_body(name: str, fn: object, cmd: object) -> None:
+    """A step runs exactly one of a callable or a command template."""
     if (fn is None) == (cmd is None):
         raise StepDefinitionError(f"step {name!r} needs exactly one of fn= or cmd=")
     if fn is not None and not callable(fn):
@@ -289,46 +317,21 @@ def step(
         raise StepDefinitionError(f"step {name!r}: cmd must be a string template")
     if cmd is not None and "\0" in cmd:
         raise StepDefinitionError(f"step {name!r}: the command template holds a NUL byte")
-    env_pairs = tuple(sorted((str(k), str(v)) for k, v in env.items())) if env else ()
-    for k, v in env_pairs:
+
+
+def _env_pairs(name: str, env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """``env`` as sorted pairs of text, each a variable a process can be given."""
+    pairs = tuple(sorted((str(k), str(v)) for k, v in env.items()))
+    for k, v in pairs:
         if "\0" in k or "\0" in v or "=" in k or not k:
             raise StepDefinitionError(f"step {name!r}: env {k!r} is not a valid variable (no NUL byte, no '=')")
-    groups = _check_groups(name, pip_dependency_groups) if pip_dependency_groups else ()
-    timeout = _check_progress_timeout(name, progress_timeout) if progress_timeout is not None else None
-    for what, count in (("max_retries_preemption", max_retries_preemption), ("max_retries_failure", max_retries_failure),
-                        ("max_retries_hang", max_retries_hang)):
+    return pairs
+
+
+def _check_budgets(name: str, **budgets: int | None) -> None:
+    for what, count in budgets.items():
         if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
             raise StepDefinitionError(f"step {name!r}: {what} must be a whole number ≥ 0, got {count!r}")
-    if slurm is not None and not isinstance(slurm, Mapping):
-        raise StepDefinitionError(f"step {name!r}: slurm must be a dict of [slurm] settings, got {type(slurm).__name__}")
-    if fresh_output and resume_output:
-        raise StepDefinitionError(f"step {name!r}: fresh_output=True and resume_output=True exclude each other")
-    # A Marinfile calls step() once per step on every command; Step(...) itself still works the usual way.
-    s = frozen_filled(
-        Step,
-        name=name,
-        fn=fn,
-        config=config,
-        cmd=cmd,
-        resources=resources,
-        description=description,
-        override_output_path=override_output_path,
-        fresh_output=fresh_output,
-        resume_output=bool(resume_output),
-        strict_outputs=bool(strict_outputs),
-        env=env_pairs,
-        max_retries_preemption=max_retries_preemption,
-        max_retries_failure=max_retries_failure,
-        max_retries_hang=max_retries_hang,
-        progress_timeout=timeout,
-        pip_dependency_groups=groups,
-        hash_code=bool(hash_code),
-        slurm=tuple(sorted((str(k), v) for k, v in slurm.items())) if slurm else (),
-    )
-    declared = _declared.get()
-    if declared is not None:
-        declared.append(s)
-    return s
 
 
 def _check_progress_timeout(name: str, value: object) -> float:

@@ -24,14 +24,14 @@ WORKERS = 4
 """Parallel workers for a whole-suite run; measured on the 2-core CI machine (see README)."""
 
 _RAY_FIXTURES = frozenset({"ray_cluster", "ray_token_cluster"})
-_RAY_MODULES = frozenset({"test_ray.py", "test_never_twice_ray.py"})
+_RAY_MODULES = frozenset({"test_ray_cluster_runs.py", "test_never_twice_ray.py"})
 
 LONGEST_FIRST = (
     "tests/test_torture.py::",
     "tests/test_gcs_runners_under_fire.py::",
     "tests/test_gcs_torture.py::",
-    "tests/test_slurm.py::",
-    "tests/test_run.py::test_sigkill_of_the_tool_mid_step",
+    "tests/test_slurm_jobs.py::",
+    "tests/test_running_end_to_end.py::test_sigkill_of_the_tool_mid_step",
     "tests/test_gcs_scale.py::",
     "tests/test_tpu_provisioning.py::",
     "tests/test_ssh_gang.py::",

@@ -260,7 +260,6 @@ OVERSIZED = {
         "report/records.py:collect": 66,
         "report/records.py:collect_earlier": 70,
         "report/sweep.py:_one_plot": 81,
-        "steps.py:step": 80,
     },
     "complexity": {
         "backends/slurm/backend.py:_SlurmRun._end": 31,
@@ -270,7 +269,6 @@ OVERSIZED = {
         "report/records.py:collect": 34,
         "report/records.py:collect_earlier": 28,
         "report/sweep.py:_one_plot": 30,
-        "steps.py:step": 27,
         "store/markers.py:_plain_record": 25,
     },
     "module lines": {
@@ -447,8 +445,8 @@ def test_no_help_text_writes_a_default_out():
 
 
 SIGNAL_OWNERS = {
-    "__main__.py", "cli/app.py", "cli/ctrl_c.py", "cli/exits.py",  # the command line's start-up and exit
-    "cli/run.py", "execution/scheduler.py", "backends/held_signals.py",  # a run's handlers and its safe points
+    "__main__.py", "cli/app.py", "cli/ctrl_c.py", "cli/exits.py", "cli/startup.py",  # the command line's start-up and exit
+    "execution/scheduler.py", "backends/held_signals.py",  # a run's loop and its safe points
     "backends/local/backend.py",  # a step's forked child resets the handlers it inherited
     "backends/slurm/node.py",  # the program inside a Slurm job, a process of its own
 }
@@ -467,3 +465,20 @@ def test_only_the_modules_that_own_signals_handle_them():
                 handling.add(where)
     assert sorted(handling - SIGNAL_OWNERS - SIGNALS_ELSEWHERE) == []
     assert sorted(SIGNALS_ELSEWHERE - handling) == [], "no longer handles signals: strike it out of SIGNALS_ELSEWHERE"
+
+
+def _callers(function: str) -> set[str]:
+    """The modules that call ``function`` (by its bare or dotted name)."""
+    found = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == function:
+                found.add(path.relative_to(PACKAGE).as_posix())
+    return found
+
+
+def test_a_swallowed_ctrl_c_is_raised_only_at_the_start_up_boundary_and_the_flag_cleared_once():
+    assert _callers("raise_if_swallowed") == {"cli/startup.py"}
+    assert _callers("clear_interrupt_flag") == {"__main__.py"}
+    exits = ast.parse((PACKAGE / "cli" / "exits.py").read_text())
+    assert "startup.command_begins" in {ast.unparse(n.func) for n in ast.walk(exits) if isinstance(n, ast.Call)}

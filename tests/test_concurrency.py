@@ -210,7 +210,7 @@ def _kill_two_mid_step_then_finish(project: Path, runners: list, log: Path, gate
         time.sleep(0.05)
     assert len(victims) == 2, "two runners should have been caught in the middle of a step"
     for shell in {shell for _, shell, runner, what in events(log) if what == "start" and runner in victims}:
-        # The guardian kills a dead runner's steps (tests/test_run.py checks it); a runner
+        # The guardian kills a dead runner's steps (tests/test_running_end_to_end.py checks it); a runner
         # killed in the instant between starting a shell step and registering it with its
         # guardian leaves that step behind. Either way it must be gone before the gate opens,
         # or it would finish its step beside the runner that took it over.

@@ -59,8 +59,8 @@ def die(*args, **kwargs):
 
 aside.asides = die
 sys.argv = ["marinbuild", *sys.argv[1:]]
-from marinbuild.cli.app import console_script
-console_script()
+from marinbuild.__main__ import entry_point
+entry_point()
 """
 
 CHECKPOINTING = """

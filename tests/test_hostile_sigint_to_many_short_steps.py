@@ -107,7 +107,7 @@ def test_sigint_storm_prints_no_traceback(tmp_path: Path) -> None:
 _INTERRUPTED_REPORT = """
 import os, signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)  # this test's SIGINTs, even from a job that ignores it
-from marinbuild.cli.app import console_script
+from marinbuild.__main__ import entry_point
 from marinbuild.cli.printing import err
 
 plain_print = err.print
@@ -119,7 +119,7 @@ def print_under_fire(*objects, **options):
 
 err.print = print_under_fire
 sys.argv = ["marinbuild", "plan", "-f", "Marinfile.py"]
-console_script()
+entry_point()
 """
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .helpers import alive, marinbuild, start_marinbuild, write_marinfile
 from .test_never_twice import FAST
-from .test_ray import SLOW, events, ray_env, wait_for
+from .test_ray_cluster_runs import SLOW, events, ray_env, wait_for
 
 pytest_plugins = ["tests.fixtures_ray"]
 

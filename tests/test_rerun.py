@@ -190,8 +190,8 @@ def set_aside_then_die(*args, **kwargs):
 
 aside.set_aside = set_aside_then_die
 sys.argv = ["marinbuild", *sys.argv[1:]]
-from marinbuild.cli.app import console_script
-console_script()
+from marinbuild.__main__ import entry_point
+entry_point()
 """
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .fixtures_slurm import SlurmCluster, _wait
 from .helpers import cli_env, marinbuild, plan_json
-from .test_slurm import _env, _ledger, _marker, _project, _run, _start, _wait_state
+from .test_slurm_jobs import _env, _ledger, _marker, _project, _run, _start, _wait_state
 
 pytest_plugins = ["tests.fixtures_slurm"]
 

@@ -43,6 +43,7 @@ from typing import Any
 
 from marinbuild.backends.base import HELD_EXTRA, PROGRESS_VAR, Backend, BackendHooks, Cause, Job, Outcome, hooks_of
 from marinbuild.backends.progress import FileProgress, HangWatch
+from marinbuild.backends.retry_budgets import BUDGET_NAMES, RetryBudgets
 from marinbuild.store.attempt_ledger import LEDGER, AttemptLedger, ended_progress_note, iso_time, write_progress_note
 from marinbuild.store.markers import status_path
 from marinbuild.store.retry import RetryPolicy
@@ -70,14 +71,6 @@ RETRY_BASE_DELAY_ENV = "MARINBUILD_RETRY_BASE_DELAY"
 _DEFAULT_BASE_DELAY_S = 5.0
 _MAX_DELAY_S = 120.0
 
-BUDGET_NAMES: Mapping[Cause, str] = {
-    Cause.FAILED: "failure",
-    Cause.PREEMPTED: "preemption",
-    Cause.HANG: "hang",
-    Cause.INFRA: "infra",
-    Cause.PROVISIONING: "provisioning",
-}
-"""Each retryable cause and the name of its budget (``max_retries_<name>``, the ``retries`` keys)."""
 
 _VERBS = {
     Cause.FAILED: "failed",
@@ -103,25 +96,6 @@ def step_retry_policy(base: float | None = None) -> RetryPolicy:
 def backoff_delay(retry: int, base: float | None = None) -> float:
     """Seconds to wait before retry number ``retry`` (1-based) of a step; see :func:`step_retry_policy`."""
     return step_retry_policy(base).delay(retry)
-
-
-@dataclass(frozen=True)
-class RetryBudgets:
-    """How many retries each cause may take in one run of a step; provisioning is bounded by time."""
-
-    failure: int = 0
-    preemption: int = 100
-    hang: int = 2
-    infra: int = 2
-    provision_timeout: float = 3600.0
-    """Seconds a step may go on failing to get hosts (from its first such attempt in a row)."""
-
-    def of(self, cause: Cause) -> int | None:
-        """The count budget of ``cause``; None for provisioning (bounded by time) and final causes."""
-        name = BUDGET_NAMES.get(cause)
-        counts = {Cause.FAILED: self.failure, Cause.PREEMPTED: self.preemption, Cause.HANG: self.hang,
-                  Cause.INFRA: self.infra}
-        return counts.get(cause) if name is not None else None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from typing import Annotated, Any
 
 import typer
 
-from marinbuild.cli import ctrl_c
 from marinbuild.cli.exits import ignore_ctrl_c, interrupted, interrupted_while_parsing, pipe_closed
 from marinbuild.cli.printing import err
 
@@ -262,4 +261,3 @@ def console_script() -> None:
         # garbage is collected now; the rest is left to the process's exit.
         gc.collect(1)
         gc.freeze()
-        ctrl_c.clear_interrupt_flag()  # a Ctrl-C handled inside an exec() would end `python -m` by SIGINT

@@ -7,12 +7,11 @@ from typing import Annotated
 
 import typer
 
-from marinbuild.cli import ctrl_c
 from marinbuild.cli.exits import handles_errors
 from marinbuild.cli.options import FileOpt, PrefixOpt, TargetsArg, VerboseOpt, step_targets
 from marinbuild.cli.printing import err, out
+from marinbuild.cli.startup import opened_project
 from marinbuild.errors import UserError
-from marinbuild.project import open_project
 
 __all__ = ["clean_command"]
 
@@ -37,7 +36,7 @@ def clean_command(
         from marinbuild.store.storage import check_writable_prefix
 
         check_writable_prefix(prefix)  # a read-only prefix: one line, before anything is listed
-    project = open_project(file, prefix)
+    project = opened_project(file, prefix)
     chosen = choose_outputs(project, step_targets(project, targets), orphans=orphans, any_orphans=any_orphans,
                             force=force, outside_prefix=outside_prefix)
     for skipped in chosen.skipped:
@@ -58,7 +57,6 @@ def clean_command(
     if not yes and not typer.confirm(f"Remove {len(victims)} output(s)?"):
         err.print("marinbuild: nothing removed", markup=False)
         raise typer.Exit(1)
-    ctrl_c.raise_if_swallowed()  # a Ctrl-C lost while the Marinfile loaded: nothing is deleted
     done = remove_outputs(
         project.storage,
         victims,

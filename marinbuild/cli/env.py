@@ -26,11 +26,11 @@ class EnvBuildFailed(MarinbuildError):
 
 def _environments(file: str, prefix: str | None, targets: list[str] | None) -> dict[str, list[str]]:
     """Key -> requirements of every environment the targets (and what they need) use, and the steps."""
+    from marinbuild.cli.startup import opened_project
     from marinbuild.planner import closure, select
-    from marinbuild.project import open_project
     from marinbuild.pyenv.spec import environment_of
 
-    project = open_project(file, prefix)
+    project = opened_project(file, prefix)
     graph = project.graph
     needed = closure(graph, select(graph, targets or []))
     found: dict[str, list[str]] = {}

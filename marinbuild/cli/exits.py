@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from marinbuild.cli import ctrl_c
+from marinbuild.cli import ctrl_c, startup
 from marinbuild.cli.printing import err
 from marinbuild.errors import MarinbuildError, missing_extra
 from marinbuild.store.storage import store_refusal
@@ -36,9 +36,7 @@ def handles_errors(fn: F) -> F:
         _command_started = True
         verbose = bool(kwargs.get("verbose"))
         try:
-            # A Ctrl-C that a finalizer swallowed while the command loaded stops it before it
-            # begins (`clean --yes` must not go on to delete).
-            ctrl_c.raise_if_swallowed()
+            startup.command_begins()
             return fn(*args, **kwargs)
         except MarinbuildError as e:
             if verbose:

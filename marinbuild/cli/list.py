@@ -27,10 +27,10 @@ def print_step_names(file: str, prefix: str | None, targets: list[str] | None) -
 
     Nothing under the prefix is read: listing is as cheap as loading the Marinfile.
     """
+    from marinbuild.cli.startup import opened_project
     from marinbuild.planner import select
-    from marinbuild.project import open_project
 
-    project = open_project(file, prefix)
+    project = opened_project(file, prefix)
     graph = project.graph
     chosen = set(select(graph, step_targets(project, targets))) if targets else None
     names = [n for n in graph.order if chosen is None or n in chosen]

@@ -41,10 +41,10 @@ def logs_command(
     verbose: VerboseOpt = False,
 ) -> None:
     """Print a step's log: the latest attempt, or --attempt N; TPU steps per host (--host)."""
+    from marinbuild.cli.startup import opened_project
     from marinbuild.planner import select
-    from marinbuild.project import open_project
 
-    project = open_project(file, prefix)
+    project = opened_project(file, prefix)
     names = select(project.graph, step_targets(project, [step]))
     if len(names) != 1:
         raise UserError(f"{step!r} names {len(names)} steps; logs shows one: {', '.join(names[:5])}")

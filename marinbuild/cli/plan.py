@@ -68,9 +68,10 @@ def plan_command(
 
         print_step_names(file, prefix, targets)
         return
+    from marinbuild.cli.startup import opened_project
     from marinbuild.execution import session
 
-    project = session.load(file, prefix=prefix)
+    project = opened_project(file, prefix)
     planned = session.plan_run(
         project,
         step_targets(project, targets),

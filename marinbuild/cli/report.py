@@ -30,12 +30,12 @@ def report_command(
 ) -> None:
     """Write an HTML report of the targets and what they need: the sweep's table and metric plots, DAG by status,
     timeline of attempts, hours held, provenance and failed steps' logs."""
+    from marinbuild.cli.startup import opened_project
     from marinbuild.planner import closure, select
-    from marinbuild.project import open_project
     from marinbuild.report.html import render_report
     from marinbuild.report.records import collect
 
-    project = open_project(file, prefix)
+    project = opened_project(file, prefix)
     graph = project.graph
     needed = closure(graph, select(graph, step_targets(project, targets)))
     names = [n for n in graph.order if n in needed]

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import enum
-import signal
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from marinbuild.backends.registry import kind_names, kinds
-from marinbuild.backends.retrying import RetryBudgets
+from marinbuild.backends.retry_budgets import RetryBudgets
 from marinbuild.cli import ctrl_c
 from marinbuild.cli.exits import handles_errors
 from marinbuild.cli.options import (
@@ -28,6 +27,7 @@ from marinbuild.cli.options import (
     step_targets,
 )
 from marinbuild.cli.printing import err, out, print_plan, step_line_printer, terminal_safe, with_environments
+from marinbuild.cli.startup import signals_of_a_run
 from marinbuild.execution.invocation import RunVoice, invoke
 from marinbuild.execution.run_parameters import RunParameters
 from marinbuild.store.lease_settings import DEFAULT_EXPIRY, DEFAULT_HEARTBEAT
@@ -115,25 +115,19 @@ def run_command(
     params = RunParameters.of(**locals())
     quiet = params.quiet
     made: dict[str, PlannedRun] = {}  # the plan, once made: the live view's estimates
-    voice = RunVoice(
-        reporter=lambda: _reporter(quiet, params.json, made.get("plan")),
-        planned=lambda planned: made.update(plan=planned),
-        # With --json, stdout holds JSON lines only: "nothing to do" and what TPU hosts say go to stderr.
-        echo=_silent if quiet else _to_stderr if params.json else lambda line: out.print(line, markup=False, highlight=False),
-        warn=_to_stderr,
-        on_output=step_line_printer(params.json, "output", "[{step}] {text}") if params.prints_output else None,
-        on_command=step_line_printer(params.json, "command", "[{step}] $ {text}") if params.print_commands else None,
-        show_plan=lambda planned: _show_dry_run(planned, params),
-        starting=_stop_on_signals,
-    )
-    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    try:
+    with signals_of_a_run() as starting:
+        voice = RunVoice(
+            reporter=lambda: _reporter(quiet, params.json, made.get("plan")),
+            planned=lambda planned: made.update(plan=planned),
+            # With --json, stdout holds JSON lines only: "nothing to do" and what TPU hosts say go to stderr.
+            echo=_silent if quiet else _to_stderr if params.json else lambda line: out.print(line, markup=False, highlight=False),
+            warn=_to_stderr,
+            on_output=step_line_printer(params.json, "output", "[{step}] {text}") if params.prints_output else None,
+            on_command=step_line_printer(params.json, "command", "[{step}] $ {text}") if params.print_commands else None,
+            show_plan=lambda planned: _show_dry_run(planned, params),
+            starting=starting,
+        )
         summary = invoke(params, voice, target_names=step_targets)
-    finally:
-        # Once the run has stopped, a SIGTERM must not become an exception in whatever runs
-        # then (the summary, atexit's logging shutdown and thread joins): it ends the process.
-        signal.signal(signal.SIGTERM, handlers[0])
-        signal.signal(signal.SIGINT, handlers[1])
     if params.dry or params.list:
         return  # the plan was the answer
     if summary.interrupted:
@@ -182,23 +176,6 @@ def _silent(line: str) -> None:
 
 def _to_stderr(line: str) -> None:
     err.print(terminal_safe(line), markup=False, highlight=False)
-
-
-def _stop_on_signals() -> None:
-    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
-    # A background job of a script starts with SIGINT ignored, and Python then leaves it
-    # ignored: `kill -INT` would do nothing. The runner stops on it as on Ctrl-C.
-    signal.signal(signal.SIGINT, ctrl_c.on_ctrl_c)
-    # A Ctrl-C swallowed while the run loaded (inside a finalizer) is taken now, before any step starts.
-    ctrl_c.raise_if_swallowed()
-
-
-def _terminate_as_interrupt(signum: int, frame: Any) -> None:
-    # The first SIGTERM stops the run as Ctrl-C does. Another one while it stops ends the
-    # process as SIGTERM does by default (the steps' fences clean up after it) instead of
-    # raising again inside the stop's own clean-up, half-undoing whatever ran there.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    raise KeyboardInterrupt
 
 
 def _reporter(quiet: bool, json_events: bool, planned: PlannedRun | None = None) -> Reporter:

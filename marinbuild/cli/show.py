@@ -53,13 +53,13 @@ def show_command(
     verbose: VerboseOpt = False,
 ) -> None:
     """A table of steps: versioned config, status, duration, attempts, hours held and metrics."""
+    from marinbuild.cli.startup import opened_project
     from marinbuild.planner import select
-    from marinbuild.project import open_project
     from marinbuild.report.records import collect
 
     if as_json and as_csv:
         raise UserError("--json and --csv exclude each other")
-    project = open_project(file, prefix)
+    project = opened_project(file, prefix)
     names = select(project.graph, step_targets(project, targets))
     if diff and not history:
         raise UserError("--diff compares a step's identities: it needs --history")

@@ -12,7 +12,7 @@ import typer
 from marinbuild.cli.exits import handles_errors
 from marinbuild.cli.options import FileOpt, PrefixOpt, TargetsArg, VerboseOpt, step_targets
 from marinbuild.cli.printing import err, print_table
-from marinbuild.project import open_project
+from marinbuild.cli.startup import opened_project
 
 __all__ = ["status_command"]
 
@@ -29,7 +29,7 @@ def status_command(
     """Each step's stored status, output path and last duration."""
     from marinbuild.report.status import status_rows
 
-    project = open_project(file, prefix)
+    project = opened_project(file, prefix)
     report = status_rows(project, step_targets(project, targets))
     for line in report.warnings:
         err.print(f"marinbuild: warning: {line}", markup=False)

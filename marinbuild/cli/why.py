@@ -9,9 +9,10 @@ import typer
 from marinbuild.cli.exits import handles_errors
 from marinbuild.cli.options import FileOpt, PrefixOpt, VerboseOpt, complete_steps, step_targets
 from marinbuild.cli.printing import out, terminal_safe
+from marinbuild.cli.startup import opened_project
 from marinbuild.history import RunIndex, earlier_info
 from marinbuild.planner import select
-from marinbuild.project import Project, open_project, plan_targets
+from marinbuild.project import Project, plan_targets
 from marinbuild.staleness import Action, Decision, diff_payloads
 from marinbuild.store.markers import read_info
 
@@ -26,7 +27,7 @@ def why_command(
     verbose: VerboseOpt = False,
 ) -> None:
     """Why steps would (or would not) run: a field-level diff against each one's last run."""
-    project = open_project(file, prefix)
+    project = opened_project(file, prefix)
     names = select(project.graph, step_targets(project, targets))
     the_plan = plan_targets(project, list(names))
     index = RunIndex(project.storage, project.graph, list(names))

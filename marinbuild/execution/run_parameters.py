@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from marinbuild.backends.retrying import RetryBudgets
+from marinbuild.backends.retry_budgets import RetryBudgets
 
 __all__ = ["Machine", "RunParameters"]
 

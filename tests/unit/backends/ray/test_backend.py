@@ -2,7 +2,7 @@
 
 :func:`execute` is what each Ray task runs. Here it runs in a child process that leads its own
 process group, as Ray's workers do, so that what a step leaves behind is killed as on a node;
-no Ray cluster is needed (the backend's submission is exercised by tests/test_ray.py).
+no Ray cluster is needed (the backend's submission is exercised by tests/test_ray_cluster_runs.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Unit tests of marinbuild.backends.slurm.backend: an attempt's job states read into its outcome.
 
-The states come as the poller hands them over (what ``squeue`` said); tests/test_slurm.py runs
+The states come as the poller hands them over (what ``squeue`` said); tests/test_slurm_jobs.py runs
 the same against a real Slurm.
 """
 
