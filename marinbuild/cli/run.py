@@ -111,8 +111,18 @@ def run_command(
 
         print_step_names(file, prefix, targets)
         return
-    # Every option is a field of RunParameters: one added here fails until the library takes it too.
-    params = RunParameters.of(**locals())
+    # Every option is a field of RunParameters, passed by name (tests/unit/cli/test_run.py checks
+    # that the command line, marinbuild.run and RunParameters name the same options).
+    params = RunParameters.of(
+        targets=targets, file=file, prefix=prefix, jobs=jobs, keep_going=keep_going, force=force,
+        force_all=force_all, dry=dry, print_output=print_output, json=json, cores=cores, mem=mem,
+        resources=resources, token=token, walltime=walltime, backend=backend, ray_address=ray_address,
+        lease_heartbeat=lease_heartbeat, lease_expiry=lease_expiry, fresh_output=fresh_output,
+        keep_output=keep_output, cluster=cluster, max_retries_preemption=max_retries_preemption,
+        max_retries_failure=max_retries_failure, max_retries_hang=max_retries_hang, no_sync=no_sync,
+        allow_cross_region=allow_cross_region, plan=plan, print_commands=print_commands, wide=wide,
+        strict_outputs=strict_outputs, list=list, quiet=quiet, verbose=verbose,
+    )
     quiet = params.quiet
     made: dict[str, PlannedRun] = {}  # the plan, once made: the live view's estimates
     with signals_of_a_run() as starting:

@@ -63,3 +63,25 @@ def test_plain_lines_name_the_step_and_quiet_drops_them(tmp_path):
     assert again.returncode == 0 and "[hello]" not in again.stdout
     nothing = _run(folder)
     assert nothing.stdout.strip() == "nothing to do: 1 step up to date"
+
+
+def test_the_command_line_the_library_and_run_parameters_name_the_same_options_each_passed_by_name() -> None:
+    import ast
+    import dataclasses
+    import inspect
+
+    import marinbuild.cli.run as cli_run
+    from marinbuild import api
+    from marinbuild.backends.registry import kind_options
+    from marinbuild.execution.run_parameters import RunParameters
+
+    # Options a kind of backend declares (--ray-address) travel in backend_options.
+    fields = {f.name for f in dataclasses.fields(RunParameters)} - {"backend_options"} | set(kind_options())
+    command = set(inspect.signature(cli_run.run_command).parameters)
+    library = set(inspect.signature(api.run).parameters) - {"steps", "reporter"}
+    assert command == fields and library == fields
+    for module in (cli_run, api):
+        calls = [n for n in ast.walk(ast.parse(inspect.getsource(module)))
+                 if isinstance(n, ast.Call) and ast.unparse(n.func) == "RunParameters.of"]
+        assert len(calls) == 1 and not calls[0].args
+        assert {k.arg for k in calls[0].keywords} == fields  # no **locals(): every option named
