@@ -265,7 +265,6 @@ OVERSIZED = {
     "complexity": {
         "backends/slurm/backend.py:_SlurmRun._end": 31,
         "backends/tpu/cluster.py:_parse_gcp": 33,
-        "identity.py:_Encoder.encode": 22,
         "removal.py:find_orphans": 25,
         "report/records.py:collect": 34,
         "report/records.py:collect_earlier": 28,
