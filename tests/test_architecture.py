@@ -265,7 +265,6 @@ OVERSIZED = {
     "complexity": {
         "backends/slurm/backend.py:_SlurmRun._end": 31,
         "backends/tpu/cluster.py:_parse_gcp": 33,
-        "removal.py:find_orphans": 25,
         "report/records.py:collect": 34,
         "report/records.py:collect_earlier": 28,
         "report/sweep.py:_one_plot": 30,
