@@ -257,13 +257,11 @@ OVERSIZED = {
         "backends/tpu/on_demand.py:CreatedSlices.run_attempt": 101,
         "backends/tpu/provision.py:SliceProvider.acquire": 78,
         "execution/invocation.py:invoke": 65,
-        "report/sweep.py:_one_plot": 81,
         "steps.py:step": 80,
     },
     "complexity": {
         "backends/slurm/backend.py:_SlurmRun._end": 31,
         "backends/tpu/cluster.py:_parse_gcp": 33,
-        "report/sweep.py:_one_plot": 30,
         "steps.py:step": 27,
         "store/markers.py:_plain_record": 25,
     },
