@@ -25,7 +25,7 @@ import json
 import math
 import pathlib
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn
 
 import xxhash
@@ -160,6 +160,7 @@ class _Encoder:
     """Exact encoding of versioned values, refusing what has none.
 
     A step reference inside a versioned value is recorded in ``dependencies`` as well.
+    Each value is encoded by the handler of its type (see :func:`_handler_for`).
     """
 
     def __init__(self, step_name: str, dep_ids: Mapping[Step, str], dependencies: dict[str, str]) -> None:
@@ -173,47 +174,75 @@ class _Encoder:
 
     def encode(self, value: Any, path: str) -> JSON:
         """Encode a versioned value exactly, or refuse it."""
-        if value is None or isinstance(value, (bool, str)):
-            return value
-        if isinstance(value, int) and not isinstance(value, enum.Enum):
-            if value.bit_length() > MAX_INT_BITS:
-                self._refuse(path, value, "an integer over 4,000 digits")
-            return value
-        if isinstance(value, float):
-            if not math.isfinite(value):
-                self._refuse(path, value, "a non-finite float")
-            return value
-        if isinstance(value, enum.Enum):
-            return self.encode(value.value, path)
-        if isinstance(value, pathlib.PurePath):
-            return str(value)
-        if isinstance(value, (Step, OutputPathOf)):
-            ref = self.ref(value, None) if isinstance(value, Step) else self.ref(value.step, value.sub)
-            self.dependencies[path or "."] = ref
-            return {"__output_path_of__": ref}
-        if isinstance(value, ThisOutputPath):
-            return {"__this_output_path__": value.sub}
-        if isinstance(value, Mirrored):
-            return {"__mirrored__": value.source}
-        if isinstance(value, VersionedValue):
-            return self.encode(value.value, path)
+        handler = _BY_TYPE.get(type(value)) or _handler_for(type(value))
+        return handler(self, value, path)
+
+    def _as_is(self, value: Any, path: str) -> JSON:
+        return value
+
+    def _encode_int(self, value: int, path: str) -> JSON:
+        if value.bit_length() > MAX_INT_BITS:
+            self._refuse(path, value, "an integer over 4,000 digits")
+        return value
+
+    def _encode_float(self, value: float, path: str) -> JSON:
+        if not math.isfinite(value):
+            self._refuse(path, value, "a non-finite float")
+        return value
+
+    def _encode_enum(self, value: enum.Enum, path: str) -> JSON:
+        return self.encode(value.value, path)
+
+    def _encode_path(self, value: pathlib.PurePath, path: str) -> JSON:
+        return str(value)
+
+    def _encode_step(self, value: Step, path: str) -> JSON:
+        return self._reference(self.ref(value, None), path)
+
+    def _encode_output_path_of(self, value: OutputPathOf, path: str) -> JSON:
+        return self._reference(self.ref(value.step, value.sub), path)
+
+    def _reference(self, ref: str, path: str) -> JSON:
+        self.dependencies[path or "."] = ref
+        return {"__output_path_of__": ref}
+
+    def _encode_this_output_path(self, value: ThisOutputPath, path: str) -> JSON:
+        return {"__this_output_path__": value.sub}
+
+    def _encode_mirrored(self, value: Mirrored, path: str) -> JSON:
+        return {"__mirrored__": value.source}
+
+    def _encode_versioned(self, value: VersionedValue, path: str) -> JSON:
+        return self.encode(value.value, path)
+
+    def _encode_dict(self, value: Mapping[Any, Any], path: str) -> JSON:
+        return self._encode_pairs(value, value.items(), path)
+
+    def _encode_list(self, value: list[Any] | tuple[Any, ...], path: str) -> JSON:
+        return [self.encode(v, join_path(path, str(i))) for i, v in enumerate(value)]
+
+    def _encode_container(self, value: Any, path: str) -> JSON:
+        """Any other value: a container as :func:`~marinbuild.config_walk.children` enters it, or refused."""
         found = children(value)
         if found is None:
             return self._refuse(path, value, f"a value of type {type(value).__name__}")
         shape, items = found
         if shape == MAPPING:
-            out: dict[str, JSON] = {}
-            for k, v in items:
-                if not isinstance(k, str):
-                    self._refuse(path, value, f"a dict key of type {type(k).__name__}")
-                out[k] = self.encode(v, join_path(path, k))
-            return out
+            return self._encode_pairs(value, items, path)
         if shape == SET:
             return self._encode_set(value, path)
         if isinstance(value, (list, tuple)):  # a NamedTuple too: by position, as any tuple
             return [self.encode(v, join_path(path, str(i))) for i, v in items]
         # A dataclass: its fields by name (a ClassVar or an InitVar is no field).
         return {f: self.encode(v, join_path(path, f)) for f, v in items}
+
+    def _encode_pairs(self, value: Any, items: Iterable[tuple[Any, Any]], path: str) -> JSON:
+        out: dict[str, JSON] = {}
+        for k, v in items:
+            if not isinstance(k, str):
+                self._refuse(path, value, f"a dict key of type {type(k).__name__}")
+            out[k] = self.encode(v, join_path(path, k))
+        return out
 
     def _encode_set(self, value: set[Any] | frozenset[Any], path: str) -> JSON:
         kinds = {type(v) for v in value}
@@ -231,3 +260,42 @@ class _Encoder:
             f"step {self.step_name!r}: versioned field {field!r} holds {what}, which has no stable "
             "encoding; use plain data (str, int, float, bool, None, list, tuple, dict, set, dataclass, enum, path)"
         )
+
+
+_Handler = Callable[[_Encoder, Any, str], JSON]
+
+# The handler of a value is decided by the first of these bases its type has. Order matters
+# where a type has two: a StrEnum is a string, a float enum a float, an IntEnum an enum
+# (encoded by its value), and a bool is no int. Anything else is a container or refused.
+_BY_BASE: tuple[tuple[type | tuple[type, ...], _Handler], ...] = (
+    ((type(None), bool, str), _Encoder._as_is),
+    (float, _Encoder._encode_float),
+    (enum.Enum, _Encoder._encode_enum),
+    (int, _Encoder._encode_int),
+    (pathlib.PurePath, _Encoder._encode_path),
+    (Step, _Encoder._encode_step),
+    (OutputPathOf, _Encoder._encode_output_path_of),
+    (ThisOutputPath, _Encoder._encode_this_output_path),
+    (Mirrored, _Encoder._encode_mirrored),
+    (VersionedValue, _Encoder._encode_versioned),
+)
+
+_BY_TYPE: dict[type, _Handler] = {
+    dict: _Encoder._encode_dict,
+    list: _Encoder._encode_list,
+    tuple: _Encoder._encode_list,
+    set: _Encoder._encode_set,
+    frozenset: _Encoder._encode_set,
+}
+"""The handler of each type met so far (looked up by exact type: a payload of 10,000 steps meets
+a few types, a million times); the plain containers are known from the start."""
+_MAX_TYPES = 4096
+"""Types kept in :data:`_BY_TYPE` at most: a config that makes a class per value is still encoded, uncached."""
+
+
+def _handler_for(cls: type) -> _Handler:
+    """The handler of the values of type ``cls``: the first base of :data:`_BY_BASE` it has, else a container's."""
+    handler = next((h for base, h in _BY_BASE if issubclass(cls, base)), _Encoder._encode_container)
+    if len(_BY_TYPE) < _MAX_TYPES:
+        _BY_TYPE[cls] = handler
+    return handler

@@ -159,38 +159,12 @@ def find_orphans(
     """
     current = {_normalized(n.output_path) for n in graph.nodes.values()}
     prefix = _normalized(graph.prefix)
-    wanted: dict[str, set[str]] = {}
-    for name in graph.nodes:
-        sub, _, base = name.rpartition("/")
-        folder = Storage.join(prefix, sub) if sub else prefix
-        wanted.setdefault(folder, set()).add(base)
-    candidates: list[tuple[str, str]] = []  # (path, step name)
+    depth = max([_ANY_ORPHANS_DEPTH] + [n.count("/") + 1 for n in graph.nodes])
     if any_shape:
-        depth = max([_ANY_ORPHANS_DEPTH] + [n.count("/") + 1 for n in graph.nodes])
-        stack = [(prefix, "", 0)]
-        while stack:
-            folder, sub, level = stack.pop()
-            for entry in storage.list_names(folder):
-                path = Storage.join(folder, entry)
-                if entry.startswith(".") or not storage.walkable(path):
-                    continue
-                shaped = _OUTPUT_DIR.match(entry)
-                if shaped and MARKER_DIR in storage.list_names(path):
-                    candidates.append((path, f"{sub}{shaped.group(1)}"))
-                elif not shaped and level + 1 < depth:
-                    stack.append((path, f"{sub}{entry}/", level + 1))
+        candidates = _shaped_with_markers(storage, prefix, depth)
     else:
-        for folder, bases in wanted.items():
-            for entry in storage.list_names(folder):
-                shaped = _OUTPUT_DIR.match(entry)
-                if shaped is None or shaped.group(1) not in bases:
-                    continue
-                path = Storage.join(folder, entry)
-                if storage.walkable(path) and MARKER_DIR in storage.list_names(path):
-                    rel = folder[len(prefix) + 1:]
-                    candidates.append((path, f"{rel}/{shaped.group(1)}" if rel else shaped.group(1)))
+        candidates = _named_like_steps(storage, graph, prefix)
         if marinfile is not None:
-            depth = max([_ANY_ORPHANS_DEPTH] + [n.count("/") + 1 for n in graph.nodes])
             known = current | {path for path, _ in candidates}
             candidates += _written_by(storage, prefix, marinfile, depth, known)
     orphans: list[str] = []
@@ -206,6 +180,46 @@ def find_orphans(
         else:
             skipped.append(Skipped(path, problem))
     return orphans, skipped
+
+
+def _shaped_with_markers(storage: Storage, prefix: str, depth: int) -> list[tuple[str, str]]:
+    """``(path, step name)`` of every ``NAME-HASH`` folder holding markers, up to ``depth`` levels below
+    ``prefix`` (``--any-orphans``); output folders and symlinks are not descended into."""
+    found: list[tuple[str, str]] = []
+    stack = [(prefix, "", 0)]
+    while stack:
+        folder, sub, level = stack.pop()
+        for entry in storage.list_names(folder):
+            path = Storage.join(folder, entry)
+            if entry.startswith(".") or not storage.walkable(path):
+                continue
+            shaped = _OUTPUT_DIR.match(entry)
+            if shaped and MARKER_DIR in storage.list_names(path):
+                found.append((path, f"{sub}{shaped.group(1)}"))
+            elif not shaped and level + 1 < depth:
+                stack.append((path, f"{sub}{entry}/", level + 1))
+    return found
+
+
+def _named_like_steps(storage: Storage, graph: StepGraph, prefix: str) -> list[tuple[str, str]]:
+    """``(path, step name)`` of each ``NAME-HASH`` folder with markers named for one of the graph's
+    steps, in the folder where that step puts its outputs."""
+    wanted: dict[str, set[str]] = {}
+    for name in graph.nodes:
+        sub, _, base = name.rpartition("/")
+        folder = Storage.join(prefix, sub) if sub else prefix
+        wanted.setdefault(folder, set()).add(base)
+    found: list[tuple[str, str]] = []
+    for folder, bases in wanted.items():
+        rel = folder[len(prefix) + 1:]
+        for entry in storage.list_names(folder):
+            shaped = _OUTPUT_DIR.match(entry)
+            if shaped is None or shaped.group(1) not in bases:
+                continue
+            path = Storage.join(folder, entry)
+            if storage.walkable(path) and MARKER_DIR in storage.list_names(path):
+                found.append((path, f"{rel}/{shaped.group(1)}" if rel else shaped.group(1)))
+    return found
 
 
 def _written_by(storage: Storage, prefix: str, marinfile: str, depth: int, known: set[str]) -> list[tuple[str, str]]:

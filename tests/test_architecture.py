@@ -257,18 +257,10 @@ OVERSIZED = {
         "backends/tpu/on_demand.py:CreatedSlices.run_attempt": 101,
         "backends/tpu/provision.py:SliceProvider.acquire": 78,
         "execution/invocation.py:invoke": 65,
-        "report/records.py:collect": 66,
-        "report/records.py:collect_earlier": 70,
-        "report/sweep.py:_one_plot": 81,
     },
     "complexity": {
         "backends/slurm/backend.py:_SlurmRun._end": 31,
         "backends/tpu/cluster.py:_parse_gcp": 33,
-        "identity.py:_Encoder.encode": 22,
-        "removal.py:find_orphans": 25,
-        "report/records.py:collect": 34,
-        "report/records.py:collect_earlier": 28,
-        "report/sweep.py:_one_plot": 30,
         "store/markers.py:_plain_record": 25,
     },
     "module lines": {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import types
@@ -190,3 +191,16 @@ def test_stray_writes_bench_measures_both_layouts_without_false_findings(tmp_pat
     for shape in ("fanout", "sweep"):
         result = measure(shape, 300, str(tmp_path))
         assert result["steps"] == (299 if shape == "fanout" else 200)  # and measure() found no stray
+
+
+def test_identity_payloads_bench_builds_a_payload_per_step_of_its_sweep(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.identity_payloads import main, sweep_configs
+    from marinbuild.identity import identity_payload
+
+    configs, dep_ids = sweep_configs(3)
+    payloads = [identity_payload(name, config, dep_ids, scan) for name, config, scan in configs]
+    assert [sorted(p["versioned"]) for p in payloads] == [["model", "opt", "schedule", "seed", "tags", "tokenizer"]] * 3
+    assert payloads[1]["versioned"]["opt"]["name"] == "adam" and payloads[1]["dependencies"] == {"data": "data-0123456789abcdef"}
+    assert len({json.dumps(p, sort_keys=True) for p in payloads}) == 3
+    main(["--steps", "5", "--rounds", "2"])
+    assert capsys.readouterr().out.startswith("5 payloads: best ")

@@ -15,10 +15,19 @@ from typing import TYPE_CHECKING, Any
 from marinbuild.accounting import Usage, attempt_usage, parse_time, provisioned_usage
 from marinbuild.store.attempt_ledger import LEDGER, ledger_attempts
 from marinbuild.store.json_notes import read_json_many
-from marinbuild.store.markers import FAILED, UNREADABLE, info_path, log_path, read_statuses, read_texts
+from marinbuild.store.markers import (
+    FAILED,
+    UNREADABLE,
+    StatusRecord,
+    info_path,
+    log_path,
+    read_statuses,
+    read_texts,
+)
 from marinbuild.store.storage import Storage
 
 if TYPE_CHECKING:
+    from marinbuild.graph import StepGraph, StepNode
     from marinbuild.project import Project
 
 __all__ = ["AttemptRecord", "StepRecord", "collect", "collect_earlier", "describe_retries", "flatten",
@@ -134,18 +143,40 @@ def collect(
 
     ``log_tails``: also the last :data:`LOG_TAIL` lines of each failed step's log (one batch).
     """
+    reads = _read_current(project, names, metrics_file, log_tails)
+    return [_current_record(project.graph.nodes[n], reads) for n in names]
+
+
+@dataclass(frozen=True)
+class _CurrentReads:
+    """What the batched reads found beside the current outputs of a report's steps."""
+
+    graph: StepGraph
+    metrics_file: str | None
+    statuses: Mapping[str, StatusRecord]
+    infos: Mapping[str, Any]
+    ledgers: Mapping[str, Any]
+    metrics: Mapping[str, Any]
+    """Each metrics file read: the steps' own and their evaluations' (see :func:`~marinbuild.report.chain.evaluators`)."""
+    judges: Mapping[str, list[str]]
+    logs: Mapping[str, str]
+    outside: Mapping[str, tuple[str, ...]]
+    upstream: Mapping[str, Mapping[str, Mapping[str, Any]]]
+    resources: Mapping[str, str]
+    """Each step's resources, described."""
+
+
+def _read_current(project: Project, names: Sequence[str], metrics_file: str | None, log_tails: bool) -> _CurrentReads:
+    """Everything :func:`collect` shows, read for all the steps at once: a batch per kind of file."""
     from marinbuild.execution.admission import describe_request, requests_of
     from marinbuild.project import probe
-
-    graph, storage = project.graph, project.storage
-    nodes = [graph.nodes[n] for n in names]
-    statuses = probe(project, names)
-    ran = [n.output_path for n in nodes if n.output_path in statuses]
-    infos = read_json_many(storage, [info_path(p) for p in ran])
-    ledgers = read_json_many(storage, [Storage.join(p, LEDGER) for p in ran])
     from marinbuild.report.chain import evaluators, upstream_fields
 
-    upstream = upstream_fields(graph, names)
+    graph, storage = project.graph, project.storage
+    statuses = probe(project, names)
+    ran = [graph.nodes[n].output_path for n in names if graph.nodes[n].output_path in statuses]
+    infos = read_json_many(storage, [info_path(p) for p in ran])
+    ledgers = read_json_many(storage, [Storage.join(p, LEDGER) for p in ran])
     # A row without a metrics file of its own shows its evaluation's: read in the same batch.
     judges = evaluators(graph, names) if metrics_file else {}
     judged = list(dict.fromkeys(graph.nodes[j].output_path for found in judges.values() for j in found))
@@ -154,48 +185,61 @@ def collect(
     failed = [p for p in ran if statuses[p].status == FAILED and not statuses[p].mismatch]
     # A log holding bytes that are not UTF-8 is left out rather than failing the report.
     logs = read_texts(storage, [log_path(p) for p in failed])[0] if log_tails and failed else {}
-    requests = requests_of(graph, names)
     outside = outside_writes_of(storage, [p for p in ran if statuses[p].status in ("SUCCESS", "FAILED")])
-    out: list[StepRecord] = []
-    for node in nodes:
-        path = node.output_path
-        rec = statuses.get(path)
-        usable = rec is not None and not rec.mismatch and rec.status != UNREADABLE
-        info = _object(infos.get(info_path(path)))
-        held = info.get("held") if isinstance(info.get("held"), dict) else None
-        ledger = _object(ledgers.get(Storage.join(path, LEDGER)))
-        entries = list(ledger_attempts(ledger)) if usable else []
-        found = metrics.get(Storage.join(path, metrics_file)) if metrics_file else None
-        metrics_from = None
-        if metrics_file and not isinstance(found, (dict, list)):
-            for judge in judges.get(node.name, ()):
-                theirs = metrics.get(Storage.join(graph.nodes[judge].output_path, metrics_file))
-                if isinstance(theirs, (dict, list)):
-                    found, metrics_from = theirs, judge
-                    break
-        out.append(
-            StepRecord(
-                name=node.name,
-                identity=node.identity,
-                output_path=path,
-                status=rec.status if usable and rec is not None else "NONE",
-                duration=rec.duration if usable and rec is not None else None,
-                versioned=flatten(dict(node.payload.get("versioned") or {})) if node.payload.get("versioned") else {},
-                deps=node.deps,
-                resources=describe_request(requests[node.name]),
-                held=held,
-                attempts=tuple(_attempt(node.name, a, held) for a in entries),
-                metrics=flatten(found) if isinstance(found, (dict, list)) else {},
-                error=rec.error if usable and rec is not None and rec.status != "SUCCESS" else None,
-                retries=_retries_of(ledger) if usable else None,
-                provenance={k: info[k] for k in PROVENANCE if info.get(k) is not None} if usable else {},
-                log_tail=_last_lines(logs[log_path(path)]) if log_path(path) in logs else None,
-                upstream=upstream.get(node.name, {}),
-                metrics_from=metrics_from,
-                outside_writes=outside.get(path, ()) if usable else (),
-            )
-        )
-    return out
+    return _CurrentReads(
+        graph=graph, metrics_file=metrics_file, statuses=statuses, infos=infos, ledgers=ledgers, metrics=metrics,
+        judges=judges, logs=logs, outside=outside, upstream=upstream_fields(graph, names),
+        resources={n: describe_request(r) for n, r in requests_of(graph, names).items()},
+    )
+
+
+def _current_record(node: StepNode, reads: _CurrentReads) -> StepRecord:
+    """The record of a step's current identity from what was read."""
+    path = node.output_path
+    rec = reads.statuses.get(path)
+    if rec is not None and (rec.mismatch or rec.status == UNREADABLE):
+        rec = None  # another identity's marker, or one that cannot be read: as if it never ran
+    info = _object(reads.infos.get(info_path(path)))
+    held = _held_of(info)
+    ledger = _object(reads.ledgers.get(Storage.join(path, LEDGER)))
+    found, metrics_from = _metrics_of(node.name, reads)
+    versioned = node.payload.get("versioned")
+    return StepRecord(
+        name=node.name,
+        identity=node.identity,
+        output_path=path,
+        status=rec.status if rec is not None else "NONE",
+        duration=rec.duration if rec is not None else None,
+        versioned=flatten(dict(versioned)) if versioned else {},
+        deps=node.deps,
+        resources=reads.resources[node.name],
+        held=held,
+        attempts=tuple(_attempt(node.name, a, held) for a in ledger_attempts(ledger)) if rec is not None else (),
+        metrics=flatten(found) if isinstance(found, (dict, list)) else {},
+        error=rec.error if rec is not None and rec.status != "SUCCESS" else None,
+        retries=_retries_of(ledger) if rec is not None else None,
+        provenance=_provenance_of(info) if rec is not None else {},
+        log_tail=_last_lines(reads.logs[log_path(path)]) if log_path(path) in reads.logs else None,
+        upstream=reads.upstream.get(node.name, {}),
+        metrics_from=metrics_from,
+        outside_writes=reads.outside.get(path, ()) if rec is not None else (),
+    )
+
+
+def _metrics_of(name: str, reads: _CurrentReads) -> tuple[Any, str | None]:
+    """A step's metrics as read, and the step downstream whose file they come from (None: its own);
+    a step without a metrics file of its own has the first of its evaluations' that has one."""
+    if not reads.metrics_file:
+        return None, None
+    nodes, file = reads.graph.nodes, reads.metrics_file
+    found = reads.metrics.get(Storage.join(nodes[name].output_path, file))
+    if isinstance(found, (dict, list)):
+        return found, None
+    for judge in reads.judges.get(name, ()):
+        theirs = reads.metrics.get(Storage.join(nodes[judge].output_path, file))
+        if isinstance(theirs, (dict, list)):
+            return theirs, judge
+    return found, None
 
 
 def collect_earlier(project: Project, names: Sequence[str], metrics_file: str | None = None) -> list[StepRecord]:
@@ -206,67 +250,115 @@ def collect_earlier(project: Project, names: Sequence[str], metrics_file: str | 
     An output folder that holds no status marker (cleaned, or never started) is no run: it is left out.
     """
     from marinbuild.history import RunIndex
-    from marinbuild.report.chain import evaluators, grouped
+    from marinbuild.report.chain import evaluators
 
-    graph, storage = project.graph, project.storage
+    graph = project.graph
     judges = evaluators(graph, names) if metrics_file else {}
     judge_names = list(dict.fromkeys(j for found in judges.values() for j in found))
-    index = RunIndex(storage, graph, [*names, *judge_names])
+    index = RunIndex(project.storage, graph, [*names, *judge_names])
     found = [(name, p) for name in names for p in index.others(graph.nodes[name])]
     judge_outputs = [p for j in judge_names for p in index.outputs(graph.nodes[j])]
+    reads = _read_earlier(project.storage, found, judge_outputs, metrics_file)
+    out = [_earlier_record(name, path, tuple(graph.nodes[name].deps), reads) for name, path in reads.runs]
+    order = {n: i for i, n in enumerate(names)}
+    out.sort(key=lambda r: (order[r.name], -(r.when or 0.0)))
+    return out
+
+
+@dataclass(frozen=True)
+class _EarlierReads:
+    """What the batched reads found in the output folders of earlier identities (and their evaluations')."""
+
+    runs: tuple[tuple[str, str], ...]
+    """``(step name, output path)`` of each earlier identity with a readable status marker."""
+    metrics_file: str | None
+    statuses: Mapping[str, StatusRecord]
+    infos: Mapping[str, Any]
+    """The info JSON of each run and of each earlier evaluation, by info path."""
+    ledgers: Mapping[str, Any]
+    judged_by: Mapping[str, str]
+    """The output of the earlier evaluation that read each output, by output path."""
+    upstream_infos: Mapping[str, Mapping[str, Any]]
+    metrics: Mapping[str, Any]
+
+
+def _read_earlier(
+    storage: Storage, found: Sequence[tuple[str, str]], judge_outputs: Sequence[str], metrics_file: str | None
+) -> _EarlierReads:
+    """Everything :func:`collect_earlier` shows of the runs ``found``, read for all of them at once."""
     statuses = read_statuses(storage, [p for _, p in found])
-    found = [(name, p) for name, p in found if p in statuses and statuses[p].status != UNREADABLE]
-    infos = read_json_many(storage, [info_path(p) for _, p in found] + [info_path(p) for p in judge_outputs])
-    ledgers = read_json_many(storage, [Storage.join(p, LEDGER) for _, p in found])
+    runs = tuple((name, p) for name, p in found if p in statuses and statuses[p].status != UNREADABLE)
+    infos = read_json_many(storage, [info_path(p) for _, p in runs] + [info_path(p) for p in judge_outputs])
+    ledgers = read_json_many(storage, [Storage.join(p, LEDGER) for _, p in runs])
     # Which earlier evaluation read which output: the dependencies its info records.
     judged_by: dict[str, str] = {}
     for p in judge_outputs:
         for dep in (_object(infos.get(info_path(p))).get("dependencies") or {}).values():
             judged_by.setdefault(str(dep), p)
-    dep_infos = _upstream_infos(storage, [_object(infos.get(info_path(p))) for _, p in found])
-    metric_paths = [Storage.join(p, metrics_file) for _, p in found] if metrics_file else []
-    metric_paths += [Storage.join(judged_by[p], metrics_file) for _, p in found if metrics_file and p in judged_by]
+    upstream_infos = _upstream_infos(storage, [_object(infos.get(info_path(p))) for _, p in runs])
+    metric_paths = [Storage.join(p, metrics_file) for _, p in runs] if metrics_file else []
+    metric_paths += [Storage.join(judged_by[p], metrics_file) for _, p in runs if metrics_file and p in judged_by]
     metrics = read_json_many(storage, metric_paths) if metric_paths else {}
-    from marinbuild.report.chain import flat_versioned
+    return _EarlierReads(runs=runs, metrics_file=metrics_file, statuses=statuses, infos=infos, ledgers=ledgers,
+                         judged_by=judged_by, upstream_infos=upstream_infos, metrics=metrics)
 
-    out: list[StepRecord] = []
-    for name, path in found:
-        info = _object(infos.get(info_path(path)))
-        payload = _object(info.get("identity_payload"))
-        held = info.get("held") if isinstance(info.get("held"), dict) else None
-        rec = statuses[path]
-        # As for the current identity: two recorded runs upstream of one group go by their full names.
-        upstream = grouped([(dep_name, flat_versioned(_object(dep_info.get("identity_payload"))))
-                            for dep_name, dep_info in _ancestry(info, dep_infos)])
-        own = metrics.get(Storage.join(path, metrics_file)) if metrics_file else None
-        metrics_from = None
-        if metrics_file and not isinstance(own, (dict, list)) and path in judged_by:
-            own = metrics.get(Storage.join(judged_by[path], metrics_file))
-            metrics_from = str(_object(infos.get(info_path(judged_by[path]))).get("name") or "") or None
-        ended = info.get("end_time")
-        out.append(StepRecord(
-            name=name,
-            identity=str(info.get("identity") or path.rsplit("-", 1)[-1]),
-            output_path=path,
-            status=rec.status,
-            duration=rec.duration,
-            versioned=flat_versioned(payload),
-            deps=tuple(graph.nodes[name].deps),
-            resources="",
-            held=held,
-            attempts=tuple(_attempt(name, a, held) for a in ledger_attempts(_object(ledgers.get(Storage.join(path, LEDGER))))),
-            metrics=flatten(own) if isinstance(own, (dict, list)) else {},
-            error=rec.error if rec.status != "SUCCESS" else None,
-            retries=_retries_of(_object(ledgers.get(Storage.join(path, LEDGER)))),
-            provenance={k: info[k] for k in PROVENANCE if info.get(k) is not None},
-            upstream=upstream,
-            metrics_from=metrics_from,
-            earlier=True,
-            when=float(ended) if isinstance(ended, (int, float)) and not isinstance(ended, bool) else rec.time or None,
-        ))
-    order = {n: i for i, n in enumerate(names)}
-    out.sort(key=lambda r: (order[r.name], -(r.when or 0.0)))
-    return out
+
+def _earlier_record(name: str, path: str, deps: tuple[str, ...], reads: _EarlierReads) -> StepRecord:
+    """The record of the earlier identity of ``name`` at ``path``, from what its run recorded."""
+    from marinbuild.report.chain import flat_versioned, grouped
+
+    info = _object(reads.infos.get(info_path(path)))
+    held = _held_of(info)
+    rec = reads.statuses[path]
+    ledger = _object(reads.ledgers.get(Storage.join(path, LEDGER)))
+    # As for the current identity: two recorded runs upstream of one group go by their full names.
+    upstream = grouped([(dep_name, flat_versioned(_object(dep_info.get("identity_payload"))))
+                        for dep_name, dep_info in _ancestry(info, reads.upstream_infos)])
+    own, metrics_from = _earlier_metrics_of(path, reads)
+    ended = info.get("end_time")
+    return StepRecord(
+        name=name,
+        identity=str(info.get("identity") or path.rsplit("-", 1)[-1]),
+        output_path=path,
+        status=rec.status,
+        duration=rec.duration,
+        versioned=flat_versioned(_object(info.get("identity_payload"))),
+        deps=deps,
+        resources="",
+        held=held,
+        attempts=tuple(_attempt(name, a, held) for a in ledger_attempts(ledger)),
+        metrics=flatten(own) if isinstance(own, (dict, list)) else {},
+        error=rec.error if rec.status != "SUCCESS" else None,
+        retries=_retries_of(ledger),
+        provenance=_provenance_of(info),
+        upstream=upstream,
+        metrics_from=metrics_from,
+        earlier=True,
+        when=float(ended) if isinstance(ended, (int, float)) and not isinstance(ended, bool) else rec.time or None,
+    )
+
+
+def _earlier_metrics_of(path: str, reads: _EarlierReads) -> tuple[Any, str | None]:
+    """An earlier identity's metrics as read, and the name of the earlier evaluation whose file they
+    come from (None: its own)."""
+    if not reads.metrics_file:
+        return None, None
+    own = reads.metrics.get(Storage.join(path, reads.metrics_file))
+    judge = reads.judged_by.get(path)
+    if isinstance(own, (dict, list)) or judge is None:
+        return own, None
+    judge_name = str(_object(reads.infos.get(info_path(judge))).get("name") or "") or None
+    return reads.metrics.get(Storage.join(judge, reads.metrics_file)), judge_name
+
+
+def _held_of(info: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """What the run's info says it held, when that is an object."""
+    held = info.get("held")
+    return held if isinstance(held, dict) else None
+
+
+def _provenance_of(info: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: info[k] for k in PROVENANCE if info.get(k) is not None}
 
 
 _UPSTREAM_LEVELS = 8

@@ -356,89 +356,174 @@ def _said(r: StepRecord, labelled: bool, is_best: bool) -> str:
     return " ".join(t for t in (label, "★ best" if is_best else "") if t)
 
 
+@dataclass(frozen=True)
+class _Point:
+    """A step's point on a plot: its row's index among the records, its record, its values, its series."""
+
+    n: int
+    record: StepRecord
+    x: float
+    y: float
+    series: str
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """A point where it is drawn, in its series' colour."""
+
+    point: _Point
+    color: str
+    px: float
+    py: float
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """Where a plot's values land: its two axes over the area inside the margins."""
+
+    x_axis: tuple[float, float, bool]
+    y_axis: tuple[float, float, bool]
+
+    def px(self, x: float) -> float:
+        return _M_LEFT + _place_on(x, self.x_axis, _INNER_W)
+
+    def py(self, y: float) -> float:
+        return _M_TOP + _INNER_H - _place_on(y, self.y_axis, _INNER_H)
+
+
+_INNER_W, _INNER_H = _PLOT_W - _M_LEFT - _M_RIGHT, _PLOT_H - _M_TOP - _M_BOTTOM
+
+
 def _one_plot(records: Sequence[StepRecord], values: Sequence[Mapping[str, Any]], metric: str, field: str,
               others: Sequence[str], won: tuple[str, set[int]] | None) -> str:
-    points = [
-        (n, r, x, y, _series_name(v, others))
+    points = _plot_points(records, values, metric, field, others)
+    if len({p.x for p in points}) < 2:  # a metric that one value of the field has says nothing of it
+        return ""
+    series = list(dict.fromkeys(p.series for p in points))
+    frame = _Frame(_axis_of([p.x for p in points]), _axis_of([p.y for p in points]))
+    labelled = len(points) <= LABELLED_POINTS
+    best = won[1] if won is not None else set()
+    labels = _Labels(left=_M_LEFT + 2, top=20, bottom=_M_TOP + _INNER_H - 2, right=_PLOT_W - 2)
+    lines, placed = _series_svg(points, series, frame, labels)
+    spots = _label_spots(placed, labels, labelled, best)
+    out = [*_axes_svg(points, frame, metric, field), *lines]
+    for p in placed:
+        out.append(_circle_svg(p, p.point.n in best, field, metric))
+        out += _label_svg(p, spots[p.point.n], labelled, p.point.n in best)
+    legend_w, legend = _legend_svg(series)
+    width = _PLOT_W + legend_w
+    return (
+        f'<svg class="plot" data-metric="{_esc(metric)}" data-field="{_esc(field)}" width="{width}" height="{_PLOT_H}" '
+        f'viewBox="0 0 {width} {_PLOT_H}" role="img">{"".join([*out, *legend])}</svg>'
+    )
+
+
+def _plot_points(records: Sequence[StepRecord], values: Sequence[Mapping[str, Any]], metric: str, field: str,
+                 others: Sequence[str]) -> list[_Point]:
+    """The records with a number both in ``field`` and for ``metric``, each in the series of its ``others``."""
+    return [
+        _Point(n, r, x, y, _series_name(v, others))
         for n, (r, v) in enumerate(zip(records, values, strict=True))
         if (x := _numeric(v.get(field))) is not None and (y := _numeric(r.metrics.get(metric))) is not None
     ]
-    if len({x for _, _, x, _, _ in points}) < 2:  # a metric that one value of the field has says nothing of it
-        return ""
-    series = list(dict.fromkeys(s for *_, s in points))
-    x_axis = _axis_of([x for _, _, x, _, _ in points])
-    y_axis = _axis_of([y for _, _, _, y, _ in points])
-    shown_names = [name if len(name) <= _LEGEND_MAX else name[: _LEGEND_MAX - 1] + "…" for name in series]
-    legend_w = int(max(len(n) for n in shown_names) * _LEGEND_CHAR_W) + 12 if len(series) > 1 else 0
-    width = _PLOT_W + legend_w
-    inner_w, inner_h = _PLOT_W - _M_LEFT - _M_RIGHT, _PLOT_H - _M_TOP - _M_BOTTOM
+
+
+def _axes_svg(points: Sequence[_Point], frame: _Frame, metric: str, field: str) -> list[str]:
+    """The plot's title, its axes, the numbers at their ends and the field's name under them."""
     out = [
         f'<text class="plot-title" x="{_PLOT_W / 2:.0f}" y="16">{_esc(metric)} vs {_esc(field)}</text>',
-        f'<line class="axis" x1="{_M_LEFT}" y1="{_M_TOP + inner_h}" x2="{_M_LEFT + inner_w}" y2="{_M_TOP + inner_h}"/>',
-        f'<line class="axis" x1="{_M_LEFT}" y1="{_M_TOP}" x2="{_M_LEFT}" y2="{_M_TOP + inner_h}"/>',
+        f'<line class="axis" x1="{_M_LEFT}" y1="{_M_TOP + _INNER_H}" x2="{_M_LEFT + _INNER_W}" y2="{_M_TOP + _INNER_H}"/>',
+        f'<line class="axis" x1="{_M_LEFT}" y1="{_M_TOP}" x2="{_M_LEFT}" y2="{_M_TOP + _INNER_H}"/>',
     ]
-    xs = [x for _, _, x, _, _ in points]
-    ys = [y for _, _, _, y, _ in points]
+    xs, ys = [p.x for p in points], [p.y for p in points]
     for value, anchor in ((min(xs), "start"), (max(xs), "end")):
-        px = _M_LEFT + _place_on(value, x_axis, inner_w)
-        out.append(f'<text class="tick" x="{px:.1f}" y="{_M_TOP + inner_h + 14}" text-anchor="{anchor}">{_esc(_tick(value))}</text>')
+        out.append(f'<text class="tick" x="{frame.px(value):.1f}" y="{_M_TOP + _INNER_H + 14}" text-anchor="{anchor}">'
+                   f"{_esc(_tick(value))}</text>")
     for value in dict.fromkeys((min(ys), max(ys))):
-        py = _M_TOP + inner_h - _place_on(value, y_axis, inner_h)
-        out.append(f'<text class="tick" x="{_M_LEFT - 4}" y="{py + 4:.1f}" text-anchor="end">{_esc(_tick(value))}</text>')
-    scale = " (log scale)" if x_axis[2] else ""
-    out.append(f'<text class="axis-title" x="{_M_LEFT + inner_w / 2:.0f}" y="{_PLOT_H - 8}">{_esc(field)}{scale}</text>')
-    labelled = len(points) <= LABELLED_POINTS
-    labels = _Labels(left=_M_LEFT + 2, top=20, bottom=_M_TOP + inner_h - 2, right=_PLOT_W - 2)
-    placed_all = []
+        out.append(f'<text class="tick" x="{_M_LEFT - 4}" y="{frame.py(value) + 4:.1f}" text-anchor="end">'
+                   f"{_esc(_tick(value))}</text>")
+    scale = " (log scale)" if frame.x_axis[2] else ""
+    out.append(f'<text class="axis-title" x="{_M_LEFT + _INNER_W / 2:.0f}" y="{_PLOT_H - 8}">{_esc(field)}{scale}</text>')
+    return out
+
+
+def _series_svg(points: Sequence[_Point], series: Sequence[str], frame: _Frame,
+                labels: _Labels) -> tuple[list[str], list[_Placed]]:
+    """A line through each series' points, left to right, and every point placed, series by series;
+    ``labels`` keeps each point's room, so that no label covers a point."""
+    lines: list[str] = []
+    placed: list[_Placed] = []
     for k, name in enumerate(series):
         color = _SERIES_COLORS[k % len(_SERIES_COLORS)]
-        mine = sorted((p for p in points if p[4] == name), key=lambda p: p[2])
-        placed = [(n, r, x, y, _M_LEFT + _place_on(x, x_axis, inner_w), _M_TOP + inner_h - _place_on(y, y_axis, inner_h))
-                  for n, r, x, y, _ in mine]
-        placed_all += [(color, name, *p) for p in placed]
-        for *_, px, py in placed:  # no label covers a point
-            labels.take(px - 4, py - 4, px + 4, py + 4)
-        if len(placed) > 1:
-            line = " ".join(f"{px:.1f},{py:.1f}" for *_, px, py in placed)
-            out.append(f'<polyline class="series" data-series="{_esc(name)}" fill="none" stroke="{color}" '
-                       f'stroke-opacity=".55" points="{line}"/>')
-    # The winners' names are placed first: where two points lie together, the best keeps the place
-    # beside its point. The points are drawn in series order all the same.
+        mine = [_Placed(p, color, frame.px(p.x), frame.py(p.y))
+                for p in sorted((p for p in points if p.series == name), key=lambda p: p.x)]
+        placed += mine
+        for p in mine:
+            labels.take(p.px - 4, p.py - 4, p.px + 4, p.py + 4)
+        if len(mine) > 1:
+            line = " ".join(f"{p.px:.1f},{p.py:.1f}" for p in mine)
+            lines.append(f'<polyline class="series" data-series="{_esc(name)}" fill="none" stroke="{color}" '
+                         f'stroke-opacity=".55" points="{line}"/>')
+    return lines, placed
+
+
+def _label_spots(placed: Sequence[_Placed], labels: _Labels, labelled: bool,
+                 best: Collection[int]) -> dict[int, tuple[float, float, str] | None]:
+    """Where each point's text goes (see :meth:`_Labels.place`), by its row; None: it has none, or no room.
+
+    The winners' names are placed first: where two points lie together, the best keeps the place
+    beside its point. The points are drawn in series order all the same.
+    """
     spots: dict[int, tuple[float, float, str] | None] = {}
-    for _color, _name, n, r, _x, _y, px, py in sorted(placed_all, key=lambda p: not (won is not None and p[2] in won[1])):
-        said = _said(r, labelled, won is not None and n in won[1])
+    for p in sorted(placed, key=lambda p: p.point.n not in best):
+        said = _said(p.point.record, labelled, p.point.n in best)
         # The name and its mark on one line, placed together: a mark never lands on another's name.
-        spots[n] = labels.place(px, py, len(said) * _LABEL_CHAR_W) if said else None
-    for color, name, n, r, x, y, px, py in placed_all:
-        is_best = won is not None and n in won[1]
-        label = r.name + (" (earlier)" if r.earlier else "")
-        out.append(
-            f'<circle class="point{" best" if is_best else ""}{" earlier" if r.earlier else ""}" data-step="{_esc(r.name)}" '
-            f'data-series="{_esc(name)}" cx="{px:.1f}" cy="{py:.1f}" r="{6.5 if is_best else 4.5}" fill="{color}">'
-            f"<title>{_esc(label)}: {_esc(field)}={_esc(cell_text(x))}, {_esc(metric)}={_esc(cell_text(y))}"
-            f"{' (best)' if is_best else ''}</title></circle>"
-        )
-        spot = spots[n]
-        if spot is None:
-            continue
-        tx, ty, anchor = spot
-        if anchor == "end":
-            tx -= len(_said(r, labelled, is_best)) * _LABEL_CHAR_W
-        if labelled:
-            out.append(f'<text class="point-label" data-step="{_esc(r.name)}" x="{tx:.1f}" y="{ty:.1f}">'
-                       f"{_esc(label)}</text>")
-        if is_best:
-            mx = tx + (len(label) + 1) * _LABEL_CHAR_W if labelled else tx
-            out.append(f'<text class="best-mark" data-step="{_esc(r.name)}" x="{mx:.1f}" y="{ty:.1f}">★ best</text>')
-    if legend_w:
-        for k, (name, shown_name) in enumerate(zip(series, shown_names, strict=True)):
-            color = _SERIES_COLORS[k % len(_SERIES_COLORS)]
-            out.append(f'<text class="legend-entry" data-series="{_esc(name)}" x="{_PLOT_W + 4}" y="{_M_TOP + 12 + k * 15}" '
-                       f'fill="{color}"><title>{_esc(name)}</title>{_esc(shown_name)}</text>')
+        spots[p.point.n] = labels.place(p.px, p.py, len(said) * _LABEL_CHAR_W) if said else None
+    return spots
+
+
+def _circle_svg(p: _Placed, is_best: bool, field: str, metric: str) -> str:
+    """A point, its step and values on hover."""
+    r = p.point.record
+    label = r.name + (" (earlier)" if r.earlier else "")
     return (
-        f'<svg class="plot" data-metric="{_esc(metric)}" data-field="{_esc(field)}" width="{width}" height="{_PLOT_H}" '
-        f'viewBox="0 0 {width} {_PLOT_H}" role="img">{"".join(out)}</svg>'
+        f'<circle class="point{" best" if is_best else ""}{" earlier" if r.earlier else ""}" data-step="{_esc(r.name)}" '
+        f'data-series="{_esc(p.point.series)}" cx="{p.px:.1f}" cy="{p.py:.1f}" r="{6.5 if is_best else 4.5}" fill="{p.color}">'
+        f"<title>{_esc(label)}: {_esc(field)}={_esc(cell_text(p.point.x))}, {_esc(metric)}={_esc(cell_text(p.point.y))}"
+        f"{' (best)' if is_best else ''}</title></circle>"
     )
+
+
+def _label_svg(p: _Placed, spot: tuple[float, float, str] | None, labelled: bool, is_best: bool) -> list[str]:
+    """The texts beside a point at ``spot``: its step's name where the plot names them, and ``★ best``."""
+    if spot is None:
+        return []
+    r = p.point.record
+    label = r.name + (" (earlier)" if r.earlier else "")
+    tx, ty, anchor = spot
+    if anchor == "end":
+        tx -= len(_said(r, labelled, is_best)) * _LABEL_CHAR_W
+    out = []
+    if labelled:
+        out.append(f'<text class="point-label" data-step="{_esc(r.name)}" x="{tx:.1f}" y="{ty:.1f}">{_esc(label)}</text>')
+    if is_best:
+        mx = tx + (len(label) + 1) * _LABEL_CHAR_W if labelled else tx
+        out.append(f'<text class="best-mark" data-step="{_esc(r.name)}" x="{mx:.1f}" y="{ty:.1f}">★ best</text>')
+    return out
+
+
+def _legend_svg(series: Sequence[str]) -> tuple[int, list[str]]:
+    """The room a legend right of the plot takes, and its lines, a series each (a long name cut
+    short, whole on hover); none for a single series."""
+    if len(series) < 2:
+        return 0, []
+    shown = [name if len(name) <= _LEGEND_MAX else name[: _LEGEND_MAX - 1] + "…" for name in series]
+    width = int(max(len(n) for n in shown) * _LEGEND_CHAR_W) + 12
+    return width, [
+        f'<text class="legend-entry" data-series="{_esc(name)}" x="{_PLOT_W + 4}" y="{_M_TOP + 12 + k * 15}" '
+        f'fill="{_SERIES_COLORS[k % len(_SERIES_COLORS)]}"><title>{_esc(name)}</title>{_esc(shown_name)}</text>'
+        for k, (name, shown_name) in enumerate(zip(series, shown, strict=True))
+    ]
 
 
 def _when_text(seconds: Any) -> str:

@@ -8,8 +8,9 @@ import json
 import pathlib
 import subprocess
 import sys
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -311,3 +312,55 @@ def test_hashing_is_linear_in_chain_length(monkeypatch):
     assert len(calls) == 2000
     # A step's payload names only its direct dependency: upstream payloads are never re-walked.
     assert len(json.dumps(g.nodes["s1999"].payload)) < 200
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
+class Color(enum.StrEnum):
+    RED = "red"
+
+
+class Ratio(float, enum.Enum):
+    HALF = 0.5
+
+
+class Count(int):
+    pass
+
+
+class Pair(NamedTuple):
+    left: Any
+    right: Any
+
+
+class Table(dict):  # type: ignore[type-arg]
+    pass
+
+
+def test_a_value_is_encoded_as_the_first_kind_its_type_is() -> None:
+    # An IntEnum is an int and an enum (encoded by its value); a StrEnum is a string; a float enum
+    # a float; subclasses of the plain containers are containers. Twice: the second time each type's
+    # handler is the one it was given the first time.
+    config = {
+        "level": versioned(Level.HIGH), "color": versioned(Color.RED), "ratio": versioned(Ratio.HALF),
+        "count": versioned(Count(7)), "flag": versioned(True), "pair": versioned(Pair(Level.HIGH, [Color.RED])),
+        "table": versioned(Table(b=Ratio.HALF, a=OrderedDict(z=1))), "none": versioned(None),
+    }
+    expected = ('{"dependencies":{},"name":"s","versioned":{"color":"red","count":7,"flag":true,"level":3,'
+                '"none":null,"pair":[3,["red"]],"ratio":0.5,"table":{"a":{"z":1},"b":0.5}}}')
+    for _ in range(2):
+        assert canonical_json(identity_payload("s", config, {})) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "what"),
+    [(Count(10**5000), "an integer over 4,000 digits"), (Table({1: "a"}), "a dict key of type int"),
+     (Pair(1, object()), "a value of type object"), (b"x", "a value of type bytes")],
+    ids=["huge int subclass", "dict subclass", "namedtuple", "bytes"],
+)
+def test_a_subclass_is_refused_as_its_base_is(value: Any, what: str) -> None:
+    for _ in range(2):
+        with pytest.raises(IdentityError, match=what):
+            identity_payload("s", {"field": versioned(value)}, {})
