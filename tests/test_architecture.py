@@ -271,7 +271,6 @@ OVERSIZED = {
         "report/records.py:collect_earlier": 28,
         "report/sweep.py:_one_plot": 30,
         "steps.py:step": 27,
-        "store/markers.py:_plain_record": 25,
     },
     "module lines": {
         "backends/tpu/provision.py": 729,
