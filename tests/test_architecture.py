@@ -256,7 +256,6 @@ OVERSIZED = {
     "lines": {
         "backends/tpu/on_demand.py:CreatedSlices.run_attempt": 101,
         "backends/tpu/provision.py:SliceProvider.acquire": 78,
-        "execution/invocation.py:invoke": 65,
         "report/records.py:collect": 66,
         "report/records.py:collect_earlier": 70,
         "report/sweep.py:_one_plot": 81,
