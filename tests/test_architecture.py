@@ -273,8 +273,6 @@ OVERSIZED = {
     },
     "module lines": {
         "backends/tpu/provision.py": 729,
-        "execution/scheduler.py": 608,
-        "execution/step_records.py": 636,
     },
 }
 

@@ -394,7 +394,7 @@ def write_status(storage: Storage, output: str, status: str, put: Callable[[str,
 
 
 def info_text(info: Mapping[str, Any]) -> str:
-    """An info JSON's text, as a run records it (batched with the log by ``step_records.record``)."""
+    """An info JSON's text, as a run records it (batched with the log by ``backends.final_records.record``)."""
     # One line, sorted keys: indenting switches json to its pure-Python encoder, which cost
     # a twentieth of the runner's time per step on 10,000 trivial steps (`jq .` shows it).
     return json.dumps(info, sort_keys=True, default=repr) + "\n"
