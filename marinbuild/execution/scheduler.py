@@ -5,12 +5,14 @@ queue, and each event frees capacity and may make dependants ready. Three gates 
 whether a ready step starts now:
 
 * the ``-j`` cap on steps running at once;
-* :class:`~marinbuild.execution.start_gates.Admission`, the resource pools (a step whose request does not fit now waits
-  while smaller ready steps go ahead; once it has waited ``starvation_limit`` seconds,
-  nothing further is started ahead of it until it fits, so it is not starved);
-* :class:`~marinbuild.execution.start_gates.Claims`, the leases (a step leased by another runner waits without holding up
-  the rest, and is re-checked every ``poll_interval`` seconds). A step whose lease is lost
-  while it runs is cancelled, nothing of it is recorded, and it waits again.
+* :class:`~marinbuild.execution.start_gates.Admission`, the resource pools (a step whose
+  request does not fit now waits while smaller ready steps go ahead; once it has waited
+  ``starvation_limit`` seconds, nothing further is started ahead of it until it fits, so it
+  is not starved);
+* :class:`~marinbuild.execution.start_gates.Claims`, the leases (a step leased by another
+  runner waits without holding up the rest, and is re-checked every ``poll_interval``
+  seconds). A step whose lease is lost while it runs is cancelled, nothing of it is
+  recorded, and it waits again.
 
 A failed step stops new starts unless ``keep_going``; its dependants never start. Any
 exception while preparing, launching or recording one step fails that step with its error
