@@ -256,17 +256,13 @@ OVERSIZED = {
     "lines": {
         "backends/tpu/on_demand.py:CreatedSlices.run_attempt": 101,
         "backends/tpu/provision.py:SliceProvider.acquire": 78,
-        "execution/invocation.py:invoke": 65,
     },
     "complexity": {
         "backends/slurm/backend.py:_SlurmRun._end": 31,
         "backends/tpu/cluster.py:_parse_gcp": 33,
-        "store/markers.py:_plain_record": 25,
     },
     "module lines": {
         "backends/tpu/provision.py": 729,
-        "execution/scheduler.py": 608,
-        "execution/step_records.py": 636,
     },
 }
 

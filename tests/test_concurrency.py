@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from marinbuild.execution.step_records import clear_output
+from marinbuild.execution.output_folder import clear_output
 from marinbuild.store.conditional import conditional_store
 from marinbuild.store.lease import LeaseRecord, Owner, lease_path
 from marinbuild.store.storage import Storage

@@ -226,10 +226,10 @@ def test_keep_output_resumes_in_place_after_a_forced_rerun_killed_before_its_mov
     # `run -R a` killed (SIGKILL) right after its RUNNING status, before its output is set aside.
     killed = python_code(f"""
         import os, signal, sys
-        import marinbuild.execution.step_records as records
+        import marinbuild.execution.output_folder as folder
         def killed(*args, **kwargs):
             os.kill(os.getpid(), signal.SIGKILL)
-        records.set_aside = killed
+        folder.set_aside = killed
         os.chdir({str(tmp_path)!r})
         sys.argv = ["marinbuild", "run", "-R", "a", "--prefix", {prefix!r}]
         from marinbuild.__main__ import entry_point

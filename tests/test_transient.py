@@ -14,8 +14,8 @@ from marinbuild.backends.local.backend import LocalBackend
 from marinbuild.errors import StorageError
 from marinbuild.execution.claims import LeaseClaims
 from marinbuild.execution.reporting import NullReporter
+from marinbuild.execution.run_context import RunContext
 from marinbuild.execution.scheduler import RunOptions, Scheduler
-from marinbuild.execution.step_records import RunContext
 from marinbuild.graph import build_graph
 from marinbuild.marinfile import load_marinfile
 from marinbuild.project import Project, plan_targets

@@ -1,6 +1,6 @@
 """What a step leaves behind when it ends: its final info JSON, then its status.
 
-The scheduler records every step this way (``execution/step_records.commit``); a backend
+The scheduler records every step this way (``execution/attempt_commit.commit``); a backend
 whose steps run on another machine (a Ray task) writes the same records where the step
 ran, and reports a :class:`RecordedOutcome` so that the runner does not write them again.
 """
@@ -37,7 +37,7 @@ def record(
 ) -> None:
     """Write the final info (and ``beside``: the log, the attempt ledger), then the status.
 
-    The part of ``execution.step_records.commit`` a remote executor repeats. Without a
+    The part of ``execution.attempt_commit.commit`` a remote executor repeats. Without a
     ``fence`` the info JSON and ``beside`` go out together (one round trip on a remote store),
     then the status. With the ``fence`` of the step's claim, the info JSON and then the status
     are written only if they are still what this runner wrote when it claimed the step

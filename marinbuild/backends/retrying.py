@@ -375,7 +375,7 @@ class _StepRun:
 
     def _finish(self, entry: dict[str, Any], outcome: Outcome, decision: RetryDecision) -> None:
         # The last attempt: its entry is written with the step's record, in the same round
-        # trip as the info JSON (step_records.commit), not one before it.
+        # trip as the info JSON (attempt_commit.commit), not one before it.
         self.ledger.entries.append(entry)
         # Before the ledger is written: what the step held until its end (a queued resource
         # whose delete failed at its attempt's end) is let go, and its entry amended.

@@ -11,7 +11,7 @@ from marinbuild.store.lease import LeaseRecord, LeaseSettings, Owner, Verdict, j
 from marinbuild.store.markers import RUNNING, SUCCESS, StatusRecord, read_statuses, status_path
 
 if TYPE_CHECKING:
-    from marinbuild.execution.step_records import RunContext
+    from marinbuild.execution.run_context import RunContext
 
 __all__ = ["DependencyBusy", "DependencyChanged", "check_dependencies", "describe_status"]
 

@@ -73,25 +73,11 @@ def invoke(
     globs (the command line's output paths). A dry run starts nothing: its summary lists the
     steps it would run as not started.
     """
-    if params.walltime is not None:
-        from marinbuild.units import parse_duration
-
-        # Refused as --cores 0 is, dry or not, with work or without: a cron job must not pass
-        # until the day there is work to do.
-        parse_duration(params.walltime)
-    if not params.dry:
-        from marinbuild.store.storage import check_writable_prefix
-
-        check_writable_prefix(params.prefix)  # one line before the Marinfile loads, even with nothing to do
+    _check_before_loading(params)
     project = load(params.file, steps, params.prefix)
     targets, force, force_all = list(params.targets), list(params.force), params.force_all
     if params.list:
-        from marinbuild.planner import select
-
-        chosen = set(select(project.graph, target_names(project, targets) if target_names else targets)) if targets else None
-        for name in project.graph.order:
-            if chosen is None or name in chosen:
-                voice.echo(name)
+        _list_steps(project, targets, target_names, voice)
         return RunSummary({})
     review = None
     if params.plan is not None:
@@ -132,6 +118,31 @@ def invoke(
         planned, params, reporter, echo=voice.echo, on_output=voice.on_output, on_command=voice.on_command,
         warn=voice.warn,
     )
+
+
+def _check_before_loading(params: RunParameters) -> None:
+    """Refuse, in one line, what no Marinfile can make right: a bad ``--walltime``, a prefix that cannot be written."""
+    if params.walltime is not None:
+        from marinbuild.units import parse_duration
+
+        # Refused as --cores 0 is, dry or not, with work or without: a cron job must not pass
+        # until the day there is work to do.
+        parse_duration(params.walltime)
+    if not params.dry:
+        from marinbuild.store.storage import check_writable_prefix
+
+        check_writable_prefix(params.prefix)  # one line before the Marinfile loads, even with nothing to do
+
+
+def _list_steps(project: Project, targets: Sequence[str],
+                target_names: Callable[[Project, Sequence[str]], list[str]] | None, voice: RunVoice) -> None:
+    """``run --list``: the names of the steps the targets select (every step without targets), in plan order."""
+    from marinbuild.planner import select
+
+    chosen = set(select(project.graph, target_names(project, targets) if target_names else targets)) if targets else None
+    for name in project.graph.order:
+        if chosen is None or name in chosen:
+            voice.echo(name)
 
 
 def _say_drift(planned: PlannedRun, voice: RunVoice) -> None:

@@ -5,12 +5,14 @@ queue, and each event frees capacity and may make dependants ready. Three gates 
 whether a ready step starts now:
 
 * the ``-j`` cap on steps running at once;
-* :class:`Admission`, the resource pools (a step whose request does not fit now waits
-  while smaller ready steps go ahead; once it has waited ``starvation_limit`` seconds,
-  nothing further is started ahead of it until it fits, so it is not starved);
-* :class:`Claims`, the leases (a step leased by another runner waits without holding up
-  the rest, and is re-checked every ``poll_interval`` seconds). A step whose lease is lost
-  while it runs is cancelled, nothing of it is recorded, and it waits again.
+* :class:`~marinbuild.execution.start_gates.Admission`, the resource pools (a step whose
+  request does not fit now waits while smaller ready steps go ahead; once it has waited
+  ``starvation_limit`` seconds, nothing further is started ahead of it until it fits, so it
+  is not starved);
+* :class:`~marinbuild.execution.start_gates.Claims`, the leases (a step leased by another
+  runner waits without holding up the rest, and is re-checked every ``poll_interval``
+  seconds). A step whose lease is lost while it runs is cancelled, nothing of it is
+  recorded, and it waits again.
 
 A failed step stops new starts unless ``keep_going``; its dependants never start. Any
 exception while preparing, launching or recording one step fails that step with its error
@@ -19,12 +21,11 @@ exception while preparing, launching or recording one step fails that step with 
 Readiness comes from each step's dependencies: a step is ready once every dependency
 that runs in this plan has succeeded.
 
-What a step asks of the store on its way in (its claim, its RUNNING marker) and on its way
-out (its final markers, the lease let go) is a dozen round trips. On local disk these take
-microseconds and run on the loop itself; on a remote store (``Storage.keeps_summary``)
-they run on a pool of store threads (:class:`_StoreWork`), so that steps claim, start and
-commit side by side instead of one round trip after another. Their results come back to
-the loop as events: only the loop changes the scheduler's state or talks to the reporter.
+A step's store round trips on its way in and out run on the loop itself on local disk, and
+on a pool of store threads on a remote store (``Storage.keeps_summary``; see
+:mod:`marinbuild.execution.store_work`). Their results come back to the loop as events
+(:mod:`marinbuild.execution.loop_events`): only the loop changes the scheduler's state or
+talks to the reporter.
 """
 
 from __future__ import annotations
@@ -36,171 +37,28 @@ import queue
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from marinbuild.backends.base import Backend, Grant, Job, Outcome, Running
 from marinbuild.backends.held_signals import HeldSignals
 from marinbuild.backends.retrying import announces_start
 from marinbuild.errors import LeaseLost, MarinbuildError
 from marinbuild.execution.admission import JOBS_WAIT, LEASE_WAIT
+from marinbuild.execution.attempt_commit import commit, record_failure
+from marinbuild.execution.attempt_handover import status_left_to_the_attempt
+from marinbuild.execution.attempt_start import prepare
 from marinbuild.execution.dependency_check import DependencyBusy
+from marinbuild.execution.loop_events import WAKE, Claimed, ClaimLost, Committed, Stop, StoreDone, Wake
+from marinbuild.execution.output_folder import link_refusal
 from marinbuild.execution.reporting import Failure, NullReporter, Reporter, Summary
-from marinbuild.execution.step_records import (
-    RunContext,
-    commit,
-    link_refusal,
-    prepare,
-    record_failure,
-    status_left_to_the_attempt,
-)
+from marinbuild.execution.run_context import RunContext
+from marinbuild.execution.start_gates import Admission, Claims, NoClaims, Unlimited
+from marinbuild.execution.store_work import StoreWork
 from marinbuild.graph import StepNode
 from marinbuild.planner import Plan
 
-__all__ = ["Admission", "Claims", "Grant", "RunOptions", "Scheduler"]
-
-
-class Admission(Protocol):
-    def try_acquire(self, node: StepNode) -> Grant | None:
-        """Reserve the step's resources all at once, or nothing (None)."""
-
-    def release(self, grant: Grant, duration: float | None = None) -> None:
-        """Give back what :meth:`try_acquire` reserved; ``duration`` of a successful run."""
-
-    def refusal(self, node: StepNode) -> str | None:
-        """Why the step must not start at all in this run, or None."""
-
-
-class Claims(Protocol):
-    def try_claim(self, node: StepNode) -> tuple[str, str]:
-        """``("go", "")`` to run, ``("done", why)`` when finished elsewhere, ``("wait", why)``."""
-
-    def lost(self, node: StepNode) -> bool:
-        """True when this runner no longer holds the step's claim (never commit SUCCESS then)."""
-
-    def release(self, node: StepNode) -> None:
-        """Give up the claim after the step's outcome is recorded."""
-
-    def watch(self, on_lost: Callable[[str, str], None]) -> None:
-        """Call ``on_lost(step_name, reason)`` from any thread when a held claim is lost."""
-
-
-@dataclass(frozen=True)
-class _ClaimLost:
-    """Event: the claim of a running step was lost; the step must be cancelled."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
-class _StoreDone:
-    """Event: a step's store work finished on a store thread; ``then(result)`` runs on the loop."""
-
-    then: Callable[[Any], None]
-    result: Any
-
-
-@dataclass(frozen=True)
-class _Claimed:
-    """What claiming and preparing a step came to (worked out on a store thread).
-
-    ``kind``: ``go`` (``job`` and ``info`` set), ``done`` (finished elsewhere), ``wait``
-    (leased elsewhere), ``busy`` (a dependency redone elsewhere), ``refused`` (the store
-    refused the lease) or ``unprepared`` (it could not be prepared; its FAILED marker is
-    written and its claim let go already).
-    """
-
-    kind: str
-    why: str = ""
-    job: Job | None = None
-    info: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class _Committed:
-    """How recording a step's outcome went (on a store thread); its claim is let go by then."""
-
-    outcome: Outcome | None = None
-    lost: str | None = None
-    """Set when another runner holds the step now: nothing was recorded."""
-    error: str | None = None
-    """Set when the outcome could not be recorded."""
-
-
-class _Wake:
-    """The event a Ctrl-C puts on the queue to end the loop's wait (handled as nothing)."""
-
-
-_WAKE = _Wake()
-
-
-@dataclass(frozen=True)
-class _Stop:
-    """Event: another thread found the run cannot go on (the reader of its output went away)."""
-
-    error: BaseException
-
-
-class _StoreWork:
-    """Where a step's store round trips run: inline on local disk, on a pool of threads otherwise."""
-
-    def __init__(self, events: queue.SimpleQueue[tuple[str, Any]], threads: int) -> None:
-        self._events = events
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="marinbuild-store") if threads else None
-        self.in_flight: set[str] = set()
-
-    def submit(self, name: str, work: Callable[[], Any], then: Callable[[Any], None]) -> None:
-        """Run ``work`` for step ``name``; ``then`` gets its result (or exception) on the loop."""
-        if self._pool is None:
-            then(_captured(work))
-            return
-        self.in_flight.add(name)
-        future = self._pool.submit(work)
-
-        def done(f: Future[Any]) -> None:
-            self._events.put((name, _StoreDone(then, f.exception() or f.result())))
-
-        future.add_done_callback(done)
-
-    def finished(self, name: str) -> None:
-        self.in_flight.discard(name)
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-
-
-def _captured(work: Callable[[], Any]) -> Any:
-    try:
-        return work()
-    except Exception as e:
-        return e
-
-
-class _Unlimited:
-    def try_acquire(self, node: StepNode) -> Grant | None:
-        return Grant()
-
-    def release(self, grant: Grant, duration: float | None = None) -> None:
-        pass
-
-    def refusal(self, node: StepNode) -> str | None:
-        return None
-
-
-class _NoClaims:
-    def try_claim(self, node: StepNode) -> tuple[str, str]:
-        return "go", ""
-
-    def lost(self, node: StepNode) -> bool:
-        return False
-
-    def release(self, node: StepNode) -> None:
-        pass
-
-    def watch(self, on_lost: Callable[[str, str], None]) -> None:
-        pass
+__all__ = ["RunOptions", "Scheduler"]
 
 
 @dataclass(frozen=True)
@@ -239,18 +97,18 @@ class Scheduler:
         self.backend_for = backend_for or (lambda node: backend)
         self.reporter = reporter
         self.options = options
-        self.admission = admission or _Unlimited()
-        self.claims = claims or _NoClaims()
+        self.admission = admission or Unlimited()
+        self.claims = claims or NoClaims()
         # A SimpleQueue: its put may be called from a signal handler (see _wake), and its get
         # hands over an event without Python code in between that a Ctrl-C could interrupt.
-        self.events: queue.SimpleQueue[tuple[str, Outcome | _ClaimLost | _StoreDone | _Wake | _Stop]] = queue.SimpleQueue()
-        self.claims.watch(lambda name, why: self.events.put((name, _ClaimLost(why))))
+        self.events: queue.SimpleQueue[tuple[str, Outcome | ClaimLost | StoreDone | Wake | Stop]] = queue.SimpleQueue()
+        self.claims.watch(lambda name, why: self.events.put((name, ClaimLost(why))))
         self.running: dict[str, _Active] = {}
         self.summary = Summary()
         # A second Ctrl-C is never held; the first wakes the wait for the next event.
         self._signals = HeldSignals(second_goes_through=True, on_noted=self._wake)
         remote = getattr(ctx.storage, "keeps_summary", False)
-        self.store_work = _StoreWork(self.events, min(32, max(8, 2 * (options.jobs or 8))) if remote else 0)
+        self.store_work = StoreWork(self.events, min(32, max(8, 2 * (options.jobs or 8))) if remote else 0)
         self._starting: dict[str, Grant] = {}  # claimed and prepared on a store thread, not started yet
         self._lost_while_starting: dict[str, str] = {}
 
@@ -327,21 +185,21 @@ class Scheduler:
                 self._handle(name, event)
 
     def _wake(self) -> None:
-        self.events.put(("", _WAKE))  # SimpleQueue.put: safe inside a signal handler
+        self.events.put(("", WAKE))  # SimpleQueue.put: safe inside a signal handler
 
     def stop_with(self, error: BaseException) -> None:
         """Stop the run as if its loop had raised ``error``: its steps are stopped and marked, then it is raised.
 
         Safe from any thread; the loop raises it once it has handled what it holds.
         """
-        self.events.put(("", _Stop(error)))
+        self.events.put(("", Stop(error)))
 
-    def _handle(self, name: str, event: Outcome | _ClaimLost | _StoreDone | _Wake | _Stop) -> None:
-        if isinstance(event, _Wake):
+    def _handle(self, name: str, event: Outcome | ClaimLost | StoreDone | Wake | Stop) -> None:
+        if isinstance(event, Wake):
             return
-        if isinstance(event, _Stop):
+        if isinstance(event, Stop):
             raise event.error
-        if isinstance(event, _StoreDone):
+        if isinstance(event, StoreDone):
             self.store_work.finished(name)
             event.then(event.result)
         elif isinstance(event, Outcome):
@@ -424,11 +282,11 @@ class Scheduler:
             if tell is not None:
                 tell(counts)
 
-    def _claim(self, node: StepNode, grant: Grant) -> _Claimed:
+    def _claim(self, node: StepNode, grant: Grant) -> Claimed:
         """Claim the step and prepare it (RUNNING marker and all); runs on a store thread."""
         refused = link_refusal(self.ctx, node)
         if refused is not None:  # before the lease: nothing at all is written through a link
-            return _Claimed("refused", refused)
+            return Claimed("refused", refused)
         try:
             verdict, why = self.claims.try_claim(node)
         except (MarinbuildError, OSError) as e:
@@ -436,31 +294,31 @@ class Scheduler:
             self.claims.release(node)
             where = e.filename if isinstance(e, OSError) and e.filename else node.output_path
             problem = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            return _Claimed("refused", f"cannot take its lease ({where}): {problem}")
+            return Claimed("refused", f"cannot take its lease ({where}): {problem}")
         if verdict != "go":
-            return _Claimed(verdict, why)
+            return Claimed(verdict, why)
         try:
             job, info = prepare(self.ctx, node, dict(grant.env), grant.cores, grant.timeout)
         except DependencyBusy as e:
             # A dependency is being redone elsewhere: wait for it as for a step leased elsewhere.
             self.claims.release(node)
-            return _Claimed("busy", str(e))
+            return Claimed("busy", str(e))
         except Exception as e:
             # A step that cannot be prepared (an input too big to mirror, a value no command
             # can hold, a bug) fails alone; the run goes on with the others.
-            return _Claimed("unprepared", self._give_up(node, _describe(e)))
-        return _Claimed("go", why, job, info)
+            return Claimed("unprepared", self._give_up(node, _describe(e)))
+        return Claimed("go", why, job, info)
 
-    def _claimed(self, node: StepNode, grant: Grant, result: _Claimed | BaseException) -> None:
+    def _claimed(self, node: StepNode, grant: Grant, result: Claimed | BaseException) -> None:
         """Act on a claim, on the loop: start the step, or say why it waits, was done, or failed."""
         name = node.name
         self._starting.pop(name, None)
         lost = self._lost_while_starting.pop(name, None)
-        if lost is not None and isinstance(result, _Claimed) and result.kind == "go":
+        if lost is not None and isinstance(result, Claimed) and result.kind == "go":
             # Its lease was lost between the claim and now: it never starts; whoever holds
             # the lease now runs it, or it is claimed again.
             self.claims.release(node)
-            result = _Claimed("wait", f"lease lost before it started: {lost}")
+            result = Claimed("wait", f"lease lost before it started: {lost}")
         if isinstance(result, BaseException):
             self.admission.release(grant)
             self._failed(name, f"could not be claimed: {_describe(result)}", "")
@@ -538,24 +396,24 @@ class Scheduler:
         self.store_work.submit(name, functools.partial(self._commit, active, outcome),
                                functools.partial(self._committed, active))
 
-    def _commit(self, active: _Active, outcome: Outcome) -> _Committed:
+    def _commit(self, active: _Active, outcome: Outcome) -> Committed:
         """Record the outcome and let the claim go; runs on a store thread."""
         try:
             recorded = commit(self.ctx, active.job, active.info, outcome,
                               still_owner=lambda: not self.claims.lost(active.node))
         except LeaseLost as e:
-            return _Committed(lost=str(e))
+            return Committed(lost=str(e))
         except Exception as e:
-            return _Committed(error=_describe(e))
+            return Committed(error=_describe(e))
         finally:
             self.claims.release(active.node)
-        return _Committed(recorded)
+        return Committed(recorded)
 
-    def _committed(self, active: _Active, result: _Committed | BaseException) -> None:
+    def _committed(self, active: _Active, result: Committed | BaseException) -> None:
         """Act on a recorded outcome, on the loop."""
         name = active.node.name
         if isinstance(result, BaseException):
-            result = _Committed(error=_describe(result))
+            result = Committed(error=_describe(result))
         if result.lost is not None:
             # Another runner holds the step now: its outcome, not ours, will be recorded.
             self.reporter.step_waiting(name, f"{result.lost}; waiting for its new holder")

@@ -35,8 +35,8 @@ from marinbuild.units import parse_duration
 if TYPE_CHECKING:
     from marinbuild.backends.base import Backend, Job, Outcome
     from marinbuild.execution.output_stream import OutputFollower
-    from marinbuild.execution.scheduler import Admission
-    from marinbuild.execution.step_records import RunContext
+    from marinbuild.execution.run_context import RunContext
+    from marinbuild.execution.start_gates import Admission
     from marinbuild.graph import StepNode
     from marinbuild.resources import Request
     from marinbuild.store.lease_settings import LeaseSettings
@@ -400,7 +400,7 @@ def _result(name: str, plan: Plan, recorder: _Recorder, elsewhere: bool, tally: 
 
 def _run_context(planned: PlannedRun, settings: RunParameters, to_run: Sequence[str], warn: Callable[[str], None]) -> RunContext:
     """What every step's records share: where outputs live, and which to start over or resume."""
-    from marinbuild.execution.step_records import RunContext
+    from marinbuild.execution.run_context import RunContext
 
     plan, project = planned.plan, planned.project
     start_over, resuming = output_handling(plan, settings)
@@ -444,7 +444,7 @@ def _finished(record: StatusRecord | None) -> bool:
 
 def output_handling(plan: Plan, settings: RunParameters) -> tuple[frozenset[str], dict[str, str]]:
     """How each step to run treats what its output folder holds: ``start_over`` and ``resuming`` of
-    :class:`~marinbuild.execution.step_records.RunContext`.
+    :class:`~marinbuild.execution.run_context.RunContext`.
 
     A step rerun over a finished output (forced, or a dependency rerun since) starts from an
     empty folder, its earlier contents set aside, unless it or the run keeps the output

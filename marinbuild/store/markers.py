@@ -167,11 +167,7 @@ def parse_status(text: str, path: str) -> StatusRecord:
     status = raw.get("status")
     if not isinstance(status, str) or not status:
         return StatusRecord.unreadable(path, "no \"status\" string")
-    if raw.keys() <= _PLAIN_FIELDS:
-        fast = _plain_record(raw, status)
-        if fast is not None:
-            return fast
-    return _general_record(raw, status)
+    return _plain_record(raw, status) or _general_record(raw, status)
 
 
 def _general_record(raw: dict[str, Any], status: str) -> StatusRecord:
@@ -204,10 +200,14 @@ _HEX_DIGEST = re.compile(r"[0-9a-f]{1,32}")
 def _plain_record(raw: dict[str, Any], status: str) -> StatusRecord | None:
     """The record of a marker as runners write it, checked in one pass; None for anything else.
 
-    A no-op run parses every marker: the general checks below cost four times the JSON
-    parse. Plain values (short printable texts, finite non-negative numbers, a hex digest)
-    are taken as they are; anything else (a hand edit) goes through the general path.
+    A no-op run parses every marker: the general checks (:func:`_general_record`) cost four
+    times the JSON parse. Plain values (short printable texts, finite non-negative numbers, a
+    hex digest) are taken as they are; anything else (a hand edit, a key no runner writes) goes
+    through the general path, which must come to the same record for a plain marker
+    (``tests/unit/store/test_frozen_fill.py`` checks it field by field).
     """
+    if not raw.keys() <= _PLAIN_FIELDS:
+        return None
     when = raw.get("time", 0.0)
     duration = raw.get("duration")
     drift = raw.get("drift")
@@ -220,25 +220,17 @@ def _plain_record(raw: dict[str, Any], status: str) -> StatusRecord | None:
     retries = raw.get("retries")
     if retries is not None and valid_retries_code(retries) is None:
         return None
-    if len(status) > _STATUS_LEN or not status.isprintable():
-        return None
     texts = (raw.get("error"), raw.get("owner"), raw.get("name"), raw.get("identity"))
-    for text in texts:
-        if text is not None and (type(text) is not str or len(text) > _SHORT_TEXT or not text.isprintable()):
-            return None
+    if not _plain_texts(status, texts):
+        return None
     starting_over = raw.get("starting_over")
     if starting_over is not None and starting_over is not True:
         return None
     inputs = raw.get("inputs")
     if inputs is not None:
-        # {dependency name: its SUCCESS time}, as every SUCCESS with dependencies has had since
-        # they were recorded: without this the fast path served only steps without any.
-        if type(inputs) is not dict:
+        inputs = _plain_inputs(inputs)
+        if inputs is None:
             return None
-        for seen in inputs.values():
-            if type(seen) is not float or not 0 <= seen < math.inf:
-                return None
-        inputs = tuple(sorted(inputs.items()))
     # Once per marker of a no-op run: see marinbuild.store.frozen_fill.
     return frozen_filled(
         StatusRecord,
@@ -246,6 +238,30 @@ def _plain_record(raw: dict[str, Any], status: str) -> StatusRecord | None:
         identity=texts[3], drift=drift, retries=retries, inputs=inputs, starting_over=starting_over,
         inputs_digest=None, leased_by=None, mismatch=None,
     )
+
+
+def _plain_texts(status: str, texts: tuple[Any, ...]) -> bool:
+    """Whether the status and the other texts (each absent or a string) are short and printable: kept as they are."""
+    if len(status) > _STATUS_LEN or not status.isprintable():
+        return False
+    for text in texts:
+        if text is not None and (type(text) is not str or len(text) > _SHORT_TEXT or not text.isprintable()):
+            return False
+    return True
+
+
+def _plain_inputs(inputs: Any) -> tuple[tuple[str, float], ...] | None:
+    """``{dependency name: its SUCCESS time}`` as runners write it, sorted; None for anything else.
+
+    Every ``SUCCESS`` with dependencies has had it since they were recorded: without this the
+    fast path would serve only steps without any.
+    """
+    if type(inputs) is not dict:
+        return None
+    for seen in inputs.values():
+        if type(seen) is not float or not 0 <= seen < math.inf:
+            return None
+    return tuple(sorted(inputs.items()))
 
 
 def _finite(value: Any, default: float | None) -> float | None:
@@ -378,7 +394,7 @@ def write_status(storage: Storage, output: str, status: str, put: Callable[[str,
 
 
 def info_text(info: Mapping[str, Any]) -> str:
-    """An info JSON's text, as a run records it (batched with the log by ``step_records.record``)."""
+    """An info JSON's text, as a run records it (batched with the log by ``backends.final_records.record``)."""
     # One line, sorted keys: indenting switches json to its pure-Python encoder, which cost
     # a twentieth of the runner's time per step on 10,000 trivial steps (`jq .` shows it).
     return json.dumps(info, sort_keys=True, default=repr) + "\n"

@@ -30,7 +30,7 @@ from marinbuild.config_walk import (
     walk,
 )
 from marinbuild.errors import IdentityError, StepDefinitionError
-from marinbuild.execution.step_records import to_jsonable
+from marinbuild.execution.attempt_start import to_jsonable
 from marinbuild.graph import build_graph
 from marinbuild.resolve import render_command, resolve_config
 from marinbuild.steps import VersionedValue, find_mirrored, scan_config

@@ -18,8 +18,8 @@ import pytest
 from marinbuild import step
 from marinbuild.backends.base import Grant, Job, Outcome
 from marinbuild.execution.reporting import NullReporter, Summary
+from marinbuild.execution.run_context import RunContext
 from marinbuild.execution.scheduler import RunOptions, Scheduler
-from marinbuild.execution.step_records import RunContext
 from marinbuild.graph import StepGraph, StepNode, build_graph
 from marinbuild.planner import make_plan, select
 from marinbuild.steps import Step

@@ -31,7 +31,7 @@ def test_the_steps_own_entries_move_aside_and_marinbuilds_records_stay(storage: 
     assert storage.read_text(Storage.join(moved, "ckpt", "step_400")) == "ckpt/step_400"
     assert storage.read_text(Storage.join(moved, "metrics.json")) == "metrics.json"
     assert asides(storage, out) == [moved]
-    storage.remove(moved)  # as a success does (execution.step_records)
+    storage.remove(moved)  # as a success does (execution.attempt_commit)
     assert asides(storage, out) == [] and storage.read_text(Storage.join(out, ".marinbuild", "status")) is not None
 
 
