@@ -38,7 +38,6 @@ from marinbuild.backends.tpu.readiness import Probe
 from marinbuild.backends.tpu.slice_nodes import ProvisionedSlices
 from marinbuild.backends.tpu.ssh import HostTarget, resolve_target
 from marinbuild.backends.tpu.tpu_api import TpuApi, TpuApiError
-from marinbuild.errors import MarinbuildError
 from marinbuild.store.provisioning_note import write_provisioning_note
 from marinbuild.store.step_logs import append_note
 
@@ -144,7 +143,8 @@ class CreatedSlices:
         details = {**outcome.details, **self._details(provider, first), QUEUED_RESOURCE_EXTRA: got.queued_resource}
         return dataclasses.replace(outcome, details=details)
 
-    def _not_provisioned(self, e: MarinbuildError, started: float, details: dict[str, object]) -> Outcome:
+    def _not_provisioned(self, e: ProvisionCancelled | CapacityUnavailable | TpuApiError, started: float,
+                         details: dict[str, object]) -> Outcome:
         """The attempt that got no slices: cancelled meanwhile, no capacity, or a request the API refused."""
         if isinstance(e, ProvisionCancelled):
             return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cancelled=True,
@@ -153,7 +153,6 @@ class CreatedSlices:
             return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cause=Cause.PROVISIONING,
                            fatal=e.timed_out or e.final, details=details)
         # A request the API refused (a permission, a field) is refused again: final.
-        assert isinstance(e, TpuApiError)
         return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cause=Cause.INFRA,
                        fatal=e.final, details=details)
 
