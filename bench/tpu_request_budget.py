@@ -22,9 +22,11 @@ import threading
 import time
 from pathlib import Path
 
+from marinbuild.backends.tpu.activation import CapacityUnavailable, ProvisionCancelled
 from marinbuild.backends.tpu.cluster import parse_cluster
 from marinbuild.backends.tpu.polling import ZoneBoard
-from marinbuild.backends.tpu.provision import CapacityUnavailable, ProvisionCancelled, ProvisionRequest, SliceProvider
+from marinbuild.backends.tpu.provision import SliceProvider
+from marinbuild.backends.tpu.provision_request import ProvisionRequest
 from marinbuild.backends.tpu.tpu_api import TpuApi
 from tests.tpu_api_emulator import EmulatedHost, TpuApiEmulator
 

@@ -28,6 +28,7 @@ for ``marinbuild status``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -406,47 +407,9 @@ class _SlurmRun:
     def _end(self, seen: JobState) -> None:
         self._copy_output()
         self._copy_node_logs()
-        job = self.job
-        started = seen.start or self.started or self.submitted
-        ended = seen.end or time.time()
-        cause = commands.cause_of(seen.state)
         with self._lock:
             reason = self.reason
-        details: dict[str, Any] = {"slurm_job": seen.job_id, "slurm_state": seen.state, "nodes": seen.nodes or self.nodes}
-        if self.restarts:
-            details["slurm_requeues"] = self.restarts
-        nodes = self.backend.replicas(job.name)
-        held = job.extra.get(HELD_EXTRA)
-        if nodes > 1 and isinstance(held, Mapping):
-            details["held"] = {k: v * nodes if isinstance(v, int) and not isinstance(v, bool) else v for k, v in held.items()}
-        error = None
-        if cause is Cause.SUCCESS:
-            outcome = Outcome(ok=True, started=started, ended=ended, returncode=0, host=seen.nodes or None, details=details)
-        elif cause is Cause.TIMEOUT:
-            outcome = Outcome(ok=False, started=started, ended=ended, timed_out=True, error=wall_time_exceeded(job),
-                              host=seen.nodes or None, details=details)
-        elif cause is Cause.CANCELLED:
-            error = reason or f"Slurm job {seen.job_id} was cancelled by someone else (scancel outside this run)"
-            outcome = Outcome(ok=False, started=started, ended=ended, cancelled=True, error=error, cause=Cause.CANCELLED,
-                              host=seen.nodes or None, details=details)
-        else:
-            exits = self._exits()
-            # The process that failed first, not one srun killed for it (a signal): on two nodes
-            # rank 1's exit status 7 is the cause, rank 0's SIGTERM only its consequence.
-            codes = sorted((e for e in exits if e.get("code")), key=lambda e: not (isinstance(e["code"], int) and e["code"] > 0))
-            if cause is Cause.FAILED and codes:
-                error = str(codes[0].get("error") or f"exit status {codes[0].get('code')}")
-                if self.backend.replicas(job.name) > 1:
-                    error = f"process {codes[0].get('rank', '?')} on {codes[0].get('node', '?')}: {error}"
-            else:
-                where = f" (nodes {seen.nodes})" if seen.nodes else ""
-                error = f"Slurm job {seen.job_id} ended {seen.state}{where}"
-            outcome = Outcome(ok=False, started=started, ended=ended, cause=cause, error=error,
-                              returncode=int(codes[0]["code"]) if codes else None, host=seen.nodes or None,
-                              details=details)
-        if reason is not None and not outcome.ok and cause is not Cause.TIMEOUT:
-            outcome = Outcome(ok=False, started=started, ended=ended, cancelled=True, error=reason,
-                              host=seen.nodes or None, details=details)
+        outcome = self._outcome_of(seen, reason)
         if seen.state.startswith("NODE_FAIL"):
             # Slurm gave up on a node, not necessarily the node on the step: its process may
             # still run there. It is stopped, and heard from, before the step may start again.
@@ -455,6 +418,48 @@ class _SlurmRun:
                              daemon=True).start()
             return
         self._finish(outcome)
+
+    def _outcome_of(self, seen: JobState, reason: str | None) -> Outcome:
+        """The attempt whose job ended as ``seen``; ``reason``: why this run cancelled it (None: it did not)."""
+        common = Outcome(ok=False, started=seen.start or self.started or self.submitted, ended=seen.end or time.time(),
+                        host=seen.nodes or None, details=self._details_of(seen))
+        cause = commands.cause_of(seen.state)
+        if cause is Cause.SUCCESS:
+            return dataclasses.replace(common, ok=True, returncode=0)
+        if cause is Cause.TIMEOUT:
+            return dataclasses.replace(common, timed_out=True, error=wall_time_exceeded(self.job))
+        if reason is not None:  # this run stopped it, whatever state the stop left it in
+            return dataclasses.replace(common, cancelled=True, error=reason)
+        if cause is Cause.CANCELLED:
+            return dataclasses.replace(common, cancelled=True, cause=Cause.CANCELLED,
+                                       error=f"Slurm job {seen.job_id} was cancelled by someone else (scancel outside this run)")
+        return self._failure_of(seen, cause, common)
+
+    def _failure_of(self, seen: JobState, cause: Cause, common: Outcome) -> Outcome:
+        """A job that failed, was preempted or lost a node: the error of the process that failed first."""
+        # The process that failed first, not one srun killed for it (a signal): on two nodes
+        # rank 1's exit status 7 is the cause, rank 0's SIGTERM only its consequence.
+        codes = sorted((e for e in self._exits() if e.get("code")),
+                       key=lambda e: not (isinstance(e["code"], int) and e["code"] > 0))
+        if cause is Cause.FAILED and codes:
+            error = str(codes[0].get("error") or f"exit status {codes[0].get('code')}")
+            if self.backend.replicas(self.job.name) > 1:
+                error = f"process {codes[0].get('rank', '?')} on {codes[0].get('node', '?')}: {error}"
+        else:
+            where = f" (nodes {seen.nodes})" if seen.nodes else ""
+            error = f"Slurm job {seen.job_id} ended {seen.state}{where}"
+        return dataclasses.replace(common, cause=cause, error=error, returncode=int(codes[0]["code"]) if codes else None)
+
+    def _details_of(self, seen: JobState) -> dict[str, Any]:
+        """The attempt's ledger fields: its job, the job's state and nodes, requeues, what all its nodes held."""
+        details: dict[str, Any] = {"slurm_job": seen.job_id, "slurm_state": seen.state, "nodes": seen.nodes or self.nodes}
+        if self.restarts:
+            details["slurm_requeues"] = self.restarts
+        nodes = self.backend.replicas(self.job.name)
+        held = self.job.extra.get(HELD_EXTRA)
+        if nodes > 1 and isinstance(held, Mapping):
+            details["held"] = {k: v * nodes if isinstance(v, int) and not isinstance(v, bool) else v for k, v in held.items()}
+        return details
 
     def _stop_left(self, why: str) -> None:
         """Tell what this job's current run left on its nodes to stop (:func:`~marinbuild.backends.slurm.node.stop_file`)."""

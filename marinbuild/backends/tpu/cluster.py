@@ -374,6 +374,31 @@ def _parse_slice(raw: Any, index: int, defaults: SshSettings, source: str) -> Sl
 
 def _parse_gcp(raw: Any, source: str) -> GcpSettings:
     where = f"{source}: [gcp]"
+    _check_gcp_keys(raw, where)
+    tags, labels = _gcp_tags(raw, where), _gcp_labels(raw, where)
+    _check_names(raw, where)
+    timeout = _timeout(raw.get("provision_timeout", DEFAULT_PROVISION_TIMEOUT), "provision_timeout", where,
+                       "must be a positive number of seconds")
+    ready = _timeout(raw.get("ssh_ready_timeout", DEFAULT_SSH_READY_TIMEOUT), "ssh_ready_timeout", where,
+                     "must be a positive number of seconds")
+    endpoint = raw.get("api_endpoint")
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        raise ClusterConfigError(f"{where}: 'api_endpoint' must be an http:// or https:// URL, not {endpoint!r}")
+    capacity = _capacity(raw, where)
+    network_set = "network" in raw or "subnetwork" in raw
+    return GcpSettings(
+        project=raw["project"], zone=raw["zone"], runtime_version=raw.get("runtime_version", ""),
+        spot=raw.get("spot", capacity == "spot"), network=raw.get("network"), subnetwork=raw.get("subnetwork"),
+        service_account=raw.get("service_account"), tags=tags, labels=labels,
+        provision_timeout=timeout, api_endpoint=endpoint,
+        os_login=raw.get("os_login", False), external_ips=raw.get("external_ips", not network_set),
+        capacity=capacity, reservation=raw.get("reservation"),
+        runtime_versions=_runtime_versions(raw.get("runtime_versions", {}), where), ssh_ready_timeout=ready,
+    )
+
+
+def _check_gcp_keys(raw: Any, where: str) -> None:
+    """A table of known keys, ``project`` and ``zone`` among them, each string and flag of its type."""
     if not isinstance(raw, Mapping):
         raise ClusterConfigError(f"{where} must be a table")
     unknown = set(raw) - _GCP_KEYS
@@ -388,9 +413,16 @@ def _parse_gcp(raw: Any, source: str) -> GcpSettings:
     for key in _GCP_BOOLS:
         if key in raw and not isinstance(raw[key], bool):
             raise ClusterConfigError(f"{where}: {key!r} must be true or false")
+
+
+def _gcp_tags(raw: Mapping[str, Any], where: str) -> tuple[str, ...]:
     tags = raw.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) and t for t in tags):
         raise ClusterConfigError(f"{where}: 'tags' must be a list of strings")
+    return tuple(tags)
+
+
+def _gcp_labels(raw: Mapping[str, Any], where: str) -> tuple[tuple[str, str], ...]:
     labels = raw.get("labels", {})
     if not isinstance(labels, Mapping):
         raise ClusterConfigError(f"{where}: 'labels' must be a table of strings")
@@ -400,33 +432,19 @@ def _parse_gcp(raw: Any, source: str) -> GcpSettings:
                 f"{where}: label {k!r} = {v!r} is not a GCP label (lowercase letters, digits, '-', '_'; "
                 "keys start with a letter; at most 63 characters)"
             )
-    _check_names(raw, where)
-    timeout = _timeout(raw.get("provision_timeout", DEFAULT_PROVISION_TIMEOUT), "provision_timeout", where,
-                       "must be a positive number of seconds")
-    ready = _timeout(raw.get("ssh_ready_timeout", DEFAULT_SSH_READY_TIMEOUT), "ssh_ready_timeout", where,
-                     "must be a positive number of seconds")
-    endpoint = raw.get("api_endpoint")
-    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
-        raise ClusterConfigError(f"{where}: 'api_endpoint' must be an http:// or https:// URL, not {endpoint!r}")
-    capacity = raw.get("capacity", "")
+    return tuple(sorted(labels.items()))
+
+
+def _capacity(raw: Mapping[str, Any], where: str) -> str:
+    """``capacity``, agreeing with ``spot`` and ``reservation`` (a reservation alone reads as reserved)."""
+    capacity: str = raw.get("capacity", "")
     if capacity and capacity not in CAPACITY_TIERS:
         raise ClusterConfigError(f"{where}: 'capacity' = {capacity!r} is not one of {', '.join(CAPACITY_TIERS)}")
     if capacity and "spot" in raw and raw["spot"] != (capacity == "spot"):
         raise ClusterConfigError(f"{where}: 'spot' = {str(raw['spot']).lower()} contradicts capacity = {capacity!r}")
     if "reservation" in raw and (capacity or "reserved") != "reserved":
         raise ClusterConfigError(f"{where}: 'reservation' needs capacity = \"reserved\", not {capacity!r}")
-    if "reservation" in raw and not capacity:
-        capacity = "reserved"
-    network_set = "network" in raw or "subnetwork" in raw
-    return GcpSettings(
-        project=raw["project"], zone=raw["zone"], runtime_version=raw.get("runtime_version", ""),
-        spot=raw.get("spot", capacity == "spot"), network=raw.get("network"), subnetwork=raw.get("subnetwork"),
-        service_account=raw.get("service_account"), tags=tuple(tags), labels=tuple(sorted(labels.items())),
-        provision_timeout=timeout, api_endpoint=endpoint,
-        os_login=raw.get("os_login", False), external_ips=raw.get("external_ips", not network_set),
-        capacity=capacity, reservation=raw.get("reservation"),
-        runtime_versions=_runtime_versions(raw.get("runtime_versions", {}), where), ssh_ready_timeout=ready,
-    )
+    return capacity or ("reserved" if "reservation" in raw else "")
 
 
 def _check_names(raw: Mapping[str, Any], where: str) -> None:

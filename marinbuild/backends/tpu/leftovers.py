@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from marinbuild.backends.tpu.provision import DESCRIPTION_PREFIX, prefix_id, real_location
+from marinbuild.backends.tpu.provision_request import DESCRIPTION_PREFIX, prefix_id, real_location
 from marinbuild.backends.tpu.tpu_api import LABEL_PREFIX, QueuedResourceInfo, TpuApi
 from marinbuild.store.lease import DEFAULT_EXPIRY, LeaseRecord, owner_alive, read_leases
 from marinbuild.store.storage import Storage

@@ -25,20 +25,18 @@ from collections.abc import Callable
 from typing import Any
 
 from marinbuild.backends.base import Cause, Job, Outcome
+from marinbuild.backends.tpu.activation import CapacityUnavailable, ProvisionCancelled
 from marinbuild.backends.tpu.attempts import TpuAttempt, TpuStep, cut_short
 from marinbuild.backends.tpu.cluster import Cluster
+from marinbuild.backends.tpu.held_resources import HeldResource
 from marinbuild.backends.tpu.leftovers import delete_unheld, left_for
 from marinbuild.backends.tpu.polling import ZoneBoard
-from marinbuild.backends.tpu.provision import (
-    CapacityUnavailable,
-    HeldResource,
-    ProvisionCancelled,
-    ProvisionRequest,
-    SliceProvider,
-)
+from marinbuild.backends.tpu.provision import SliceProvider
 from marinbuild.backends.tpu.provision_plan import is_created_slice
+from marinbuild.backends.tpu.provision_request import ProvisionRequest
 from marinbuild.backends.tpu.readiness import Probe
-from marinbuild.backends.tpu.ssh import resolve_target
+from marinbuild.backends.tpu.slice_nodes import ProvisionedSlices
+from marinbuild.backends.tpu.ssh import HostTarget, resolve_target
 from marinbuild.backends.tpu.tpu_api import TpuApi, TpuApiError
 from marinbuild.store.provisioning_note import write_provisioning_note
 from marinbuild.store.step_logs import append_note
@@ -134,96 +132,46 @@ class CreatedSlices:
 
     def run_attempt(self, step: TpuStep, job: Job, cancel: threading.Event) -> Outcome:
         """One attempt: created slices, the gang on them, the slices deleted."""
-        names = step.job.slices
-        tpu_type = job.env.get("MARINBUILD_TPU_TYPE", "")
         started = time.time()
-        provider = self.provider(job, tpu_type, len(names))
+        provider = self.provider(job, job.env.get("MARINBUILD_TPU_TYPE", ""), len(step.job.slices))
         first = len(provider.held)
         try:
             got = provider.acquire(cancel)
-        except ProvisionCancelled as e:
+        except (ProvisionCancelled, CapacityUnavailable, TpuApiError) as e:
+            return self._not_provisioned(e, started, self._details(provider, first))
+        outcome = self._run_gang(step, job, cancel, provider, got)
+        details = {**outcome.details, **self._details(provider, first), QUEUED_RESOURCE_EXTRA: got.queued_resource}
+        return dataclasses.replace(outcome, details=details)
+
+    def _not_provisioned(self, e: ProvisionCancelled | CapacityUnavailable | TpuApiError, started: float,
+                         details: dict[str, object]) -> Outcome:
+        """The attempt that got no slices: cancelled meanwhile, no capacity, or a request the API refused."""
+        if isinstance(e, ProvisionCancelled):
             return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cancelled=True,
-                           cause=Cause.CANCELLED, details=self._details(provider, first))
-        except CapacityUnavailable as e:
+                           cause=Cause.CANCELLED, details=details)
+        if isinstance(e, CapacityUnavailable):
             return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cause=Cause.PROVISIONING,
-                           fatal=e.timed_out or e.final, details=self._details(provider, first))
-        except TpuApiError as e:
-            # A request the API refused (a permission, a field) is refused again: final.
-            return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cause=Cause.INFRA,
-                           fatal=e.final, details=self._details(provider, first))
-        preempted: list[tuple[str, ...]] = []
-        found = preempted  # what the watcher found, as far as it bears on the outcome
+                           fatal=e.timed_out or e.final, details=details)
+        # A request the API refused (a permission, a field) is refused again: final.
+        return Outcome(ok=False, started=started, ended=time.time(), error=str(e), cause=Cause.INFRA,
+                       fatal=e.final, details=details)
+
+    def _run_gang(self, step: TpuStep, job: Job, cancel: threading.Event, provider: SliceProvider,
+                  got: ProvisionedSlices) -> Outcome:
+        """The gang on ``got`` with the TPU API watched; then the slices kept for a retry, or deleted."""
+        ready_timeout = self.cluster.gcp.ssh_ready_timeout if self.cluster.gcp is not None else None
+        watch = _GangWatch(provider, got, cancel, poll=self.preemption_poll, ready_timeout=ready_timeout,
+                           name=f"tpu-api-{job.name}")
+        found = watch.preempted  # what the watch found, as far as it bears on the outcome
         keep = False
-        gang_cancel = threading.Event()
-        done = threading.Event()
-        watcher = threading.Thread(
-            target=self._watch, args=(provider, cancel, gang_cancel, done, preempted),
-            name=f"tpu-api-{job.name}", daemon=True,
-        )
-        watcher.start()
         try:
-            targets = [
-                [dataclasses.replace(resolve_target(h, s.ssh), trusted_host_keys=got.host_keys.get(h, ())) for h in s.hosts]
-                for s in got.specs
-            ]
-
-            def verdict(attempt: TpuAttempt) -> TpuAttempt:
-                # Decided before the attempt's line is printed, so that a gang the watcher tore
-                # down for a preemption is not shown as CANCELLED (or INFRA) first.
-                done.set()
-                if cancel.is_set() or attempt.classification is Cause.SUCCESS:
-                    # Nothing the watcher finds changes this: a poll it has in flight (an API slow
-                    # or answering "try again") is not waited for, so a stop or a success reports at once.
-                    return attempt
-                watcher.join()
-                unkeyed = [h for s in got.specs for h in s.hosts if not got.host_keys.get(h) and h in attempt.message]
-                if attempt.fatal and unkeyed and "unknown host key" in attempt.message:
-                    # The API had not reported the key when ssh_ready_timeout passed: the guest agent
-                    # is slow, not the key wrong. The next attempt on the slice waits for it again.
-                    why = (f"the TPU API reported no host key for {', '.join(unkeyed[:3])} within "
-                           f"ssh_ready_timeout ({self.cluster.gcp.ssh_ready_timeout:g} s)" if self.cluster.gcp else "")
-                    return dataclasses.replace(attempt, classification=Cause.INFRA, fatal=False, message=why)
-                if not preempted:
-                    lost = self._lost(provider)
-                    if lost:
-                        preempted.append(lost)
-                if not preempted:
-                    return attempt
-                unwell = self._unwell(provider, preempted[0])
-                if unwell:
-                    # An unhealthy or repairing slice is lost, not preempted: a new one, on the
-                    # infra budget (counted apart from preemptions).
-                    why = f"the TPU API reports node(s) {unwell}: slice lost"
-                    return dataclasses.replace(attempt, classification=Cause.INFRA, fatal=False,
-                                               message=f"{why}; {attempt.message}" if attempt.message else why)
-                why = f"the TPU API reports node(s) {', '.join(preempted[0])} preempted"
-                return dataclasses.replace(attempt, classification=Cause.PREEMPTED, fatal=False,
-                                           message=f"{why}; {attempt.message}" if attempt.message else why)
-
-            attempt = step.attempt(job.attempt, gang_cancel, got.specs, targets, verdict=verdict)
+            attempt = step.attempt(job.attempt, watch.gang_cancel, got.specs, _gang_targets(got), verdict=watch.verdict)
             outcome = step.outcome_of(attempt, got.specs)
-            done.set()
-            settled = cancel.is_set() or outcome.ok
-            if not settled:
-                watcher.join()
-            found = [] if settled else preempted
-            unwell = self._unwell(provider, found[0]) if found else ""
-            if found and unwell:
-                outcome = dataclasses.replace(
-                    outcome, ok=False, cancelled=False, cause=Cause.INFRA, fatal=False,
-                    error=f"attempt {job.attempt} INFRA: the TPU API reports node(s) {unwell}: slice lost",
-                )
-                self.console(f"[{job.name}] node(s) {unwell}: slice lost, deleting queued resource {got.queued_resource}")
-            elif found:
-                nodes = ", ".join(found[0])
-                outcome = dataclasses.replace(
-                    outcome, ok=False, cancelled=False, cause=Cause.PREEMPTED, fatal=False,
-                    error=f"attempt {job.attempt} PREEMPTED: the TPU API reports node(s) {nodes} preempted",
-                )
-                self.console(f"[{job.name}] node(s) {nodes} preempted: deleting queued resource {got.queued_resource}")
+            found = watch.settle(outcome)
+            outcome = self._judged(outcome, found, provider, job, got)
             keep = self._keep(outcome, found, cancel, provider)
         finally:
-            done.set()
+            watch.done.set()
             if keep:
                 provider.report(f"queued resource {got.queued_resource} is ACTIVE and healthy: "
                                 "kept for a retry of the step (deleted when the step ends)")
@@ -232,8 +180,28 @@ class CreatedSlices:
                 # stops this step alone, whose slices get the usual patience.
                 why = "lost" if found and provider.unwell else "preempted" if found else "attempt ended"
                 provider.release(why, patient=not cut_short(cancel))
-        details = {**outcome.details, **self._details(provider, first), QUEUED_RESOURCE_EXTRA: got.queued_resource}
-        return dataclasses.replace(outcome, details=details)
+        return outcome
+
+    def _judged(self, outcome: Outcome, found: list[tuple[str, ...]], provider: SliceProvider, job: Job,
+                got: ProvisionedSlices) -> Outcome:
+        """The gang's outcome, unless the watch found nodes lost (INFRA) or preempted (PREEMPTED)."""
+        if not found:
+            return outcome
+        unwell = _unwell_nodes(provider, found[0])
+        if unwell:
+            outcome = dataclasses.replace(
+                outcome, ok=False, cancelled=False, cause=Cause.INFRA, fatal=False,
+                error=f"attempt {job.attempt} INFRA: the TPU API reports node(s) {unwell}: slice lost",
+            )
+            self.console(f"[{job.name}] node(s) {unwell}: slice lost, deleting queued resource {got.queued_resource}")
+            return outcome
+        nodes = ", ".join(found[0])
+        outcome = dataclasses.replace(
+            outcome, ok=False, cancelled=False, cause=Cause.PREEMPTED, fatal=False,
+            error=f"attempt {job.attempt} PREEMPTED: the TPU API reports node(s) {nodes} preempted",
+        )
+        self.console(f"[{job.name}] node(s) {nodes} preempted: deleting queued resource {got.queued_resource}")
+        return outcome
 
     def _keep(self, outcome: Outcome, preempted: list[tuple[str, ...]], cancel: threading.Event,
               provider: SliceProvider) -> bool:
@@ -244,36 +212,7 @@ class CreatedSlices:
             return False
         if outcome.cause not in (Cause.FAILED, Cause.HANG, Cause.INFRA):
             return False
-        return not self._lost(provider)
-
-    def _unwell(self, provider: SliceProvider, nodes: tuple[str, ...]) -> str:
-        """``NAME UNHEALTHY_MAINTENANCE, ...`` for the lost nodes the API found unwell, not gone."""
-        return ", ".join(f"{n} {provider.unwell[n]}" for n in nodes if n in provider.unwell)
-
-    def _lost(self, provider: SliceProvider, *, shared: bool = False) -> tuple[str, ...]:
-        try:
-            return provider.lost(shared=shared)
-        except TpuApiError:
-            return ()
-
-    def _watch(self, provider: SliceProvider, cancel: threading.Event, gang_cancel: threading.Event,
-               done: threading.Event, preempted: list[tuple[str, ...]]) -> None:
-        """Pass a cancel on to the gang, and tear it down as soon as the API says a node is gone."""
-        # The cancel is passed on by a thread of its own: a poll of a slow API must not hold up a stop.
-        threading.Thread(target=_pass_on, args=(cancel, gang_cancel, done), daemon=True,
-                         name=f"{threading.current_thread().name}-cancel").start()
-        next_ask = time.monotonic() + self.preemption_poll
-        while not done.wait(_WATCH_S):
-            if cancel.is_set():
-                return
-            if time.monotonic() >= next_ask:
-                # The running steps' watches share the run's lists of the zone (one per interval).
-                lost = self._lost(provider, shared=True)
-                if lost:
-                    preempted.append(lost)
-                    gang_cancel.set()
-                    return
-                next_ask = time.monotonic() + self.preemption_poll
+        return not _lost_nodes(provider)
 
     def _details(self, provider: SliceProvider, first: int) -> dict[str, object]:
         return {PROVISIONED_EXTRA: provider.ledger(first)}
@@ -316,6 +255,103 @@ class CreatedSlices:
                 elif record.still_held_at is not None:
                     p["still_held_at"] = round(record.still_held_at, 3)
                     p["delete_error"] = record.delete_error
+
+
+def _gang_targets(got: ProvisionedSlices) -> list[list[HostTarget]]:
+    """Each slice's hosts as SSH targets, trusting the host keys the TPU API reported for them."""
+    return [[dataclasses.replace(resolve_target(h, s.ssh), trusted_host_keys=got.host_keys.get(h, ())) for h in s.hosts]
+            for s in got.specs]
+
+
+def _unwell_nodes(provider: SliceProvider, nodes: tuple[str, ...]) -> str:
+    """``NAME UNHEALTHY_MAINTENANCE, ...`` for the lost nodes the API found unwell, not gone."""
+    return ", ".join(f"{n} {provider.unwell[n]}" for n in nodes if n in provider.unwell)
+
+
+def _lost_nodes(provider: SliceProvider, *, shared: bool = False) -> tuple[str, ...]:
+    try:
+        return provider.lost(shared=shared)
+    except TpuApiError:
+        return ()
+
+
+class _GangWatch:
+    """The TPU API watched while one attempt's gang runs: a cancel passed on, and the gang torn
+    down as soon as the API says a node is gone; then what the watch found judges the attempt."""
+
+    def __init__(self, provider: SliceProvider, got: ProvisionedSlices, cancel: threading.Event, *, poll: float,
+                 ready_timeout: float | None, name: str) -> None:
+        self.provider, self.got, self.cancel = provider, got, cancel
+        self.poll = poll
+        """How often the API is asked whether a node was preempted or fell ill."""
+        self.ready_timeout = ready_timeout
+        self.gang_cancel = threading.Event()
+        self.done = threading.Event()
+        self.preempted: list[tuple[str, ...]] = []
+        self.thread = threading.Thread(target=self._watch, name=name, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        # The cancel is passed on by a thread of its own: a poll of a slow API must not hold up a stop.
+        threading.Thread(target=_pass_on, args=(self.cancel, self.gang_cancel, self.done), daemon=True,
+                         name=f"{threading.current_thread().name}-cancel").start()
+        next_ask = time.monotonic() + self.poll
+        while not self.done.wait(_WATCH_S):
+            if self.cancel.is_set():
+                return
+            if time.monotonic() >= next_ask:
+                # The running steps' watches share the run's lists of the zone (one per interval).
+                lost = _lost_nodes(self.provider, shared=True)
+                if lost:
+                    self.preempted.append(lost)
+                    self.gang_cancel.set()
+                    return
+                next_ask = time.monotonic() + self.poll
+
+    def verdict(self, attempt: TpuAttempt) -> TpuAttempt:
+        """The attempt as the API's view of its nodes has it.
+
+        Decided before the attempt's line is printed, so that a gang the watch tore down for a
+        preemption is not shown as CANCELLED (or INFRA) first.
+        """
+        self.done.set()
+        if self.cancel.is_set() or attempt.classification is Cause.SUCCESS:
+            # Nothing the watch finds changes this: a poll it has in flight (an API slow or
+            # answering "try again") is not waited for, so a stop or a success reports at once.
+            return attempt
+        self.thread.join()
+        got = self.got
+        unkeyed = [h for s in got.specs for h in s.hosts if not got.host_keys.get(h) and h in attempt.message]
+        if attempt.fatal and unkeyed and "unknown host key" in attempt.message:
+            # The API had not reported the key when ssh_ready_timeout passed: the guest agent
+            # is slow, not the key wrong. The next attempt on the slice waits for it again.
+            why = (f"the TPU API reported no host key for {', '.join(unkeyed[:3])} within "
+                   f"ssh_ready_timeout ({self.ready_timeout:g} s)" if self.ready_timeout is not None else "")
+            return dataclasses.replace(attempt, classification=Cause.INFRA, fatal=False, message=why)
+        if not self.preempted:
+            lost = _lost_nodes(self.provider)
+            if lost:
+                self.preempted.append(lost)
+        if not self.preempted:
+            return attempt
+        unwell = _unwell_nodes(self.provider, self.preempted[0])
+        if unwell:
+            # An unhealthy or repairing slice is lost, not preempted: a new one, on the infra
+            # budget (counted apart from preemptions).
+            why = f"the TPU API reports node(s) {unwell}: slice lost"
+        else:
+            why = f"the TPU API reports node(s) {', '.join(self.preempted[0])} preempted"
+        return dataclasses.replace(attempt, classification=Cause.INFRA if unwell else Cause.PREEMPTED, fatal=False,
+                                   message=f"{why}; {attempt.message}" if attempt.message else why)
+
+    def settle(self, outcome: Outcome) -> list[tuple[str, ...]]:
+        """The watch is over: what it found, as far as it bears on ``outcome`` (nothing once
+        cancelled or succeeded, where its poll in flight is not waited for)."""
+        self.done.set()
+        settled = self.cancel.is_set() or outcome.ok
+        if not settled:
+            self.thread.join()
+        return [] if settled else self.preempted
 
 
 def _pass_on(cancel: threading.Event, gang_cancel: threading.Event, done: threading.Event) -> None:

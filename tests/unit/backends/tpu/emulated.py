@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from marinbuild.backends.tpu.cluster import Cluster, parse_cluster
-from marinbuild.backends.tpu.provision import ProvisionRequest, SliceProvider
+from marinbuild.backends.tpu.provision import SliceProvider
+from marinbuild.backends.tpu.provision_request import ProvisionRequest
 from marinbuild.backends.tpu.tpu_api import TpuApi
 from tests.tpu_api_emulator import EmulatedHost, TpuApiEmulator
 

@@ -10,7 +10,8 @@ import threading
 from pathlib import Path
 
 from marinbuild.backends.tpu.leftovers import delete_unheld, find_made, left_for
-from marinbuild.backends.tpu.provision import ProvisionRequest, SliceProvider, prefix_id
+from marinbuild.backends.tpu.provision import SliceProvider
+from marinbuild.backends.tpu.provision_request import ProvisionRequest, prefix_id
 from marinbuild.backends.tpu.tpu_api import QueuedResourceSpec, TpuApi
 from marinbuild.store.conditional import conditional_store
 from marinbuild.store.lease import Lease, Owner, lease_path

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from marinbuild.backends.tpu import tpu_api
-from marinbuild.backends.tpu.provision import ProvisionRequest
+from marinbuild.backends.tpu.provision_request import ProvisionRequest
 from marinbuild.backends.tpu.tpu_api import QueuedResourceSpec, TpuApi, TpuApiError
 from tests.tpu_api_emulator import TpuApiEmulator
 
