@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -204,3 +206,19 @@ def test_identity_payloads_bench_builds_a_payload_per_step_of_its_sweep(capsys: 
     assert len({json.dumps(p, sort_keys=True) for p in payloads}) == 3
     main(["--steps", "5", "--rounds", "2"])
     assert capsys.readouterr().out.startswith("5 payloads: best ")
+
+
+def test_noop_side_by_side_times_each_checkout_and_make_on_a_built_workflow(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import noop_side_by_side
+
+    generate("marinbuild", "chain", 3, tmp_path)
+    generate("make", "chain", 3, tmp_path / "make")
+    repo = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": repo}
+    subprocess.run([sys.executable, "-m", "marinbuild", "run", "-q"], cwd=tmp_path, env=env, check=True)
+    subprocess.run(["make", "-C", "make", "-s"], cwd=tmp_path, check=True)
+    noop_side_by_side.main([str(tmp_path), repo, "--rounds", "2"])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == [repo, "make"]
+    assert all("(2 runs)" in line for line in lines)

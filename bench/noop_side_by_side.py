@@ -1,0 +1,66 @@
+"""A no-op run of checkouts side by side on one built workflow, in turns, with make's no-op beside them.
+
+Each round runs ``marinbuild run -q`` in FOLDER once per checkout (``PYTHONPATH`` set to it),
+then ``make -j2 -s`` in ``FOLDER/make`` where a Makefile is there, and records each command's
+wall and CPU time (user + system of the process and its children). CPU time is the figure to
+compare on a shared machine: wall time moves with whatever else runs.
+
+    python -m bench.generate --tool marinbuild --shape fanout -n 10000 /dev/shm/noop
+    python -m bench.generate --tool make --shape fanout -n 10000 /dev/shm/noop/make
+    (cd /dev/shm/noop && marinbuild run -q -j 2 && make -C make -j2 -s)   # build once
+    python -m bench.noop_side_by_side /dev/shm/noop --rounds 7 BEFORE_CHECKOUT AFTER_CHECKOUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def timed(command: list[str], folder: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU seconds of ``command`` run to its end in ``folder``; it must succeed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} in {folder} failed ({done.returncode}): {done.stderr[-500:]}")
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def side_by_side(folder: Path, checkouts: list[str], rounds: int) -> dict[str, list[tuple[float, float]]]:
+    """Each checkout's and make's (wall, CPU) per round."""
+    results: dict[str, list[tuple[float, float]]] = {c: [] for c in checkouts}
+    makefile = folder / "make" / "Makefile"
+    if makefile.is_file():
+        results["make"] = []
+    for _ in range(rounds):
+        for checkout in checkouts:
+            env = {**os.environ, "PYTHONPATH": os.path.abspath(checkout)}
+            results[checkout].append(timed([sys.executable, "-m", "marinbuild", "run", "-q"], folder, env))
+        if makefile.is_file():
+            results["make"].append(timed(["make", "-C", "make", "-j2", "-s"], folder, dict(os.environ)))
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("folder", type=Path, help="a built workflow (Marinfile.py, and make/Makefile for make)")
+    parser.add_argument("checkouts", nargs="+", help="marinbuild checkouts to run, each from its own tree")
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args(argv)
+    for name, runs in side_by_side(args.folder, args.checkouts, args.rounds).items():
+        wall = statistics.median(w for w, _ in runs)
+        cpu = statistics.median(c for _, c in runs)
+        print(f"{name}: CPU median {cpu:.3f} s, wall median {wall:.3f} s ({len(runs)} runs)")
+
+
+if __name__ == "__main__":
+    main()
