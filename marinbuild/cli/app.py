@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
-from marinbuild.cli.exits import ignore_ctrl_c, interrupted, interrupted_while_parsing, pipe_closed
+from marinbuild.cli.exits import ignore_ctrl_c, interrupted, interrupted_unsaid, pipe_closed
 from marinbuild.cli.printing import err
 
 __all__ = ["COMMANDS", "app", "build_app", "command_line", "console_script", "run_by_default"]
@@ -235,7 +235,7 @@ def command_line(argv: list[str] | None = None) -> None:
         sys.exit(interrupted())
     except BrokenPipeError:  # outside a command's own handling (the help, a usage error)
         sys.exit(pipe_closed())
-    if interrupted_while_parsing(code):
+    if interrupted_unsaid(code):
         sys.exit(interrupted())
     sys.exit(code if isinstance(code, int) else 0)
 

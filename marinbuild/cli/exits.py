@@ -22,7 +22,7 @@ from marinbuild.cli.printing import err
 from marinbuild.errors import MarinbuildError, missing_extra
 from marinbuild.store.storage import store_refusal
 
-__all__ = ["handles_errors", "ignore_ctrl_c", "interrupted", "interrupted_while_parsing", "pipe_closed"]
+__all__ = ["handles_errors", "ignore_ctrl_c", "interrupted", "interrupted_unsaid", "interruption_said", "pipe_closed"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,8 +32,8 @@ def handles_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        global _command_started
-        _command_started = True
+        global _said
+        _said = False
         verbose = bool(kwargs.get("verbose"))
         try:
             startup.command_begins()
@@ -73,14 +73,26 @@ def handles_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-_command_started = False
-"""Whether a command's own body was entered (click may stop a Ctrl-C while it parses)."""
+_said = False
+"""Whether the command said it was interrupted (:func:`interrupted`, or ``run``'s summary)."""
 
 
-def interrupted_while_parsing(code: object) -> bool:
-    """Whether click ended the command line with 130 for a Ctrl-C before any command began:
-    it says nothing then, so the caller reports it (:func:`interrupted`)."""
-    return code == 130 and not _command_started
+def interrupted_unsaid(code: object) -> bool:
+    """Whether typer ended the command line with 130 for a Ctrl-C that nothing reported, so
+    that the caller reports it (:func:`interrupted`).
+
+    Typer turns a ``KeyboardInterrupt`` into 130 and says nothing: one raised while click
+    parses, and one that escaped a command's own handling (one of a storm landing just
+    before :func:`interrupted` silences the rest, or just as the command returns).
+    """
+    return code == 130 and not _said
+
+
+def interruption_said() -> None:
+    """The command said, its own way, that it stopped on a Ctrl-C (``run``'s summary)."""
+    global _said
+    _said = True
+    ctrl_c.handled()
 
 
 def interrupted() -> int:
@@ -89,8 +101,10 @@ def interrupted() -> int:
     The stop is decided by then: more Ctrl-Cs of a storm would only cut this report short
     with a traceback, so they are ignored from here on.
     """
+    global _said
     ignore_ctrl_c()
     ctrl_c.handled()
+    _said = True
     err.print("marinbuild: interrupted", markup=False)
     return 130
 

@@ -1,0 +1,133 @@
+"""A Ctrl-C that Python drops while the Marinfile loads, or that escapes a command's report of one.
+
+Python prints "Exception ignored" and drops a ``KeyboardInterrupt`` raised inside a finalizer
+(a ``__del__``, importlib's module-lock callbacks); one raised a moment later than the one
+being reported escapes the command's own handling, and typer turns it into status 130 without
+a word. Each test sends a real signal to a real marinbuild process, from inside it at the
+moment named (a Marinfile's finalizer, the report), through ``python -m marinbuild`` and
+through what the ``marinbuild`` console script runs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import cli_env, marinbuild, python_code, write_marinfile
+
+DROPPING_MARINFILE = """
+import os, signal
+from marinbuild import step
+
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)  # raised in here, printed as "Exception ignored", dropped
+        for _ in range(1000):
+            pass
+
+if os.environ.get("DROP_A_CTRL_C"):
+    Finalized()
+step("a", cmd="touch {output}/ran")
+step("b", cmd="touch {output}/ran")
+"""
+
+CONSOLE_SCRIPT = "import sys; from marinbuild.__main__ import entry_point; sys.argv[0] = 'marinbuild'; sys.exit(entry_point())"
+"""What pip's ``marinbuild`` console script runs."""
+
+
+def _launch(via: str, *args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    if via == "-m":
+        return marinbuild(*args, cwd=cwd, env=env)
+    return subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT, *args], cwd=cwd, env=cli_env(env),
+                          capture_output=True, text=True, timeout=120)
+
+
+def _outputs_ran(prefix: Path) -> list[Path]:
+    return sorted(prefix.rglob("ran"))
+
+
+@pytest.fixture()
+def built(tmp_path: Path) -> Path:
+    write_marinfile(tmp_path, DROPPING_MARINFILE)
+    done = marinbuild("run", "--prefix", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(_outputs_ran(tmp_path / "out")) == 2
+    return tmp_path
+
+
+@pytest.mark.parametrize("via", ["-m", "console script"])
+@pytest.mark.parametrize("args", [
+    ["run", "-n", "-F"],  # planned, shown, and ended 0: the plan command ends 130 there
+    ["run"],  # nothing to do: "nothing to do", and 0
+    ["run", "-F"],
+    ["plan"],
+    ["status"],
+    ["clean", "--yes"],
+], ids=" ".join)
+def test_a_ctrl_c_dropped_while_the_marinfile_loads_ends_the_command_with_130(built: Path, via: str, args: list[str]) -> None:
+    before = {p: p.stat().st_mtime_ns for p in _outputs_ran(built / "out")}
+    done = _launch(via, *args, "--prefix", "out", cwd=built, env={"DROP_A_CTRL_C": "1"})
+    assert "Exception ignored" in done.stderr  # the Ctrl-C was dropped, as intended
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert done.stderr.splitlines()[-1] == "marinbuild: interrupted", done.stderr
+    assert done.stderr.count("marinbuild: interrupted") == 1, done.stderr
+    # Nothing was run again and nothing deleted.
+    assert {p: p.stat().st_mtime_ns for p in _outputs_ran(built / "out")} == before
+    assert "start " not in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("via", ["-m", "console script"])
+def test_a_ctrl_c_that_lands_while_another_is_reported_still_gets_its_line(built: Path, via: str) -> None:
+    # The Marinfile is interrupted as it loads, and one more Ctrl-C of the storm lands inside
+    # the report, just before it silences the rest: typer turned the escaped KeyboardInterrupt
+    # into 130, and the command ended with 130 and not a word.
+    (built / "Marinfile.py").write_text(textwrap.dedent("""
+        import os, signal
+        from marinbuild.cli import exits
+
+        silence = exits.ignore_ctrl_c
+        def one_more_of_the_storm():
+            exits.ignore_ctrl_c = silence
+            os.kill(os.getpid(), signal.SIGINT)
+            silence()
+        exits.ignore_ctrl_c = one_more_of_the_storm
+        os.kill(os.getpid(), signal.SIGINT)
+    """))
+    done = _launch(via, "status", "--prefix", "out", cwd=built)
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert done.stderr == "marinbuild: interrupted\n"
+
+
+
+def test_a_ctrl_c_dropped_while_clean_chooses_stops_it_before_it_deletes(built: Path) -> None:
+    # Choosing what to remove (after the Marinfile loaded) imports the lease modules; a Ctrl-C
+    # dropped inside that import's callbacks was followed by deleting every output, status 0.
+    done = python_code(f"""
+        import builtins, os, signal, sys
+        sys.argv = ["marinbuild", "clean", "--yes", "-f", {str(built / "Marinfile.py")!r},
+                    "--prefix", {str(built / "out")!r}]
+        class Finalized:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(1000):
+                    pass
+        load = builtins.__import__
+        def interrupting(name, *args, **kwargs):
+            if name == "marinbuild.store.lease":
+                builtins.__import__ = load
+                assert "marinbuild.project" in sys.modules  # the Marinfile is loaded by now
+                Finalized()
+            return load(name, *args, **kwargs)
+        builtins.__import__ = interrupting
+        from marinbuild.__main__ import entry_point
+        entry_point()
+    """)
+    assert "Exception ignored" in done.stderr  # the Ctrl-C was dropped, as intended
+    assert len(_outputs_ran(built / "out")) == 2, "clean deleted the outputs after a Ctrl-C"
+    assert "remove " not in done.stdout, done.stdout
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert done.stderr.splitlines()[-1] == "marinbuild: interrupted", done.stderr
