@@ -10,9 +10,12 @@ through what the ``marinbuild`` console script runs.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -131,3 +134,44 @@ def test_a_ctrl_c_dropped_while_clean_chooses_stops_it_before_it_deletes(built: 
     assert "remove " not in done.stdout, done.stdout
     assert done.returncode == 130, done.stdout + done.stderr
     assert done.stderr.splitlines()[-1] == "marinbuild: interrupted", done.stderr
+
+
+WAITING_MARINFILE = """
+import os, time
+from marinbuild import step
+
+open("loading", "w").close()
+while not os.path.exists("go"):  # the test's signal is sent by now
+    time.sleep(0.005)
+step("a", cmd="touch {output}/ran")
+"""
+
+
+@pytest.mark.parametrize("via", ["-m", "console script"])
+def test_a_sigint_to_a_scripts_background_run_while_it_loads_stops_it_before_any_step(tmp_path: Path, via: str) -> None:
+    # A script's `marinbuild run &` starts with SIGINT ignored. The run takes SIGINT once its
+    # steps are about to start; a `kill -INT` sent while it loaded was lost, and the run ran
+    # every step and ended 0.
+    write_marinfile(tmp_path, WAITING_MARINFILE)
+    launch = f"{sys.executable} -m marinbuild" if via == "-m" else f'{sys.executable} -c "{CONSOLE_SCRIPT}"'
+    script = subprocess.Popen(
+        ["bash", "-c", f"{launch} run --prefix out & echo $!; wait $!; echo rc=$?"],
+        cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert script.stdout is not None
+        pid = int(script.stdout.readline())
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "loading").exists():
+            assert script.poll() is None and time.monotonic() < deadline, script.communicate()
+            time.sleep(0.005)
+        os.kill(pid, signal.SIGINT)
+        (tmp_path / "go").touch()
+        out, err = script.communicate(timeout=120)
+    finally:
+        if script.poll() is None:
+            script.kill()
+    assert out.splitlines()[-1] == "rc=130", out + err
+    assert not list((tmp_path / "out").rglob("ran")), "a step ran after the SIGINT"
+    assert err.splitlines()[-1] == "marinbuild: interrupted", err
+    assert "Traceback" not in err, err

@@ -93,7 +93,7 @@ def _take_signals_for_the_run() -> None:
     # A background job of a script starts with SIGINT ignored, and Python then leaves it
     # ignored: `kill -INT` would do nothing. The runner stops on it as on Ctrl-C.
     signal.signal(signal.SIGINT, ctrl_c.on_ctrl_c)
-    ctrl_c.raise_if_swallowed()  # before any step starts
+    ctrl_c.raise_if_swallowed(ignored_too=True)  # before any step starts, one sent while it loaded too
 
 
 def _terminate_as_interrupt(signum: int, frame: Any) -> None:
