@@ -175,3 +175,25 @@ def test_a_sigint_to_a_scripts_background_run_while_it_loads_stops_it_before_any
     assert not list((tmp_path / "out").rglob("ran")), "a step ran after the SIGINT"
     assert err.splitlines()[-1] == "marinbuild: interrupted", err
     assert "Traceback" not in err, err
+
+
+def test_a_ctrl_c_that_lands_as_the_command_ends_gets_its_line(built: Path) -> None:
+    # `status` has printed its table; the Ctrl-C lands as the command line looks at the exit
+    # code typer gave, past the command's own handling: 130, and not a word said.
+    done = python_code(f"""
+        import os, signal, sys
+        sys.argv = ["marinbuild", "status", "-f", {str(built / "Marinfile.py")!r}, "--prefix", {str(built / "out")!r}]
+        from marinbuild.cli import app
+
+        unsaid = app.interrupted_unsaid
+        def interrupted_as_it_ends(code):
+            app.interrupted_unsaid = unsaid
+            os.kill(os.getpid(), signal.SIGINT)
+            return unsaid(code)
+        app.interrupted_unsaid = interrupted_as_it_ends
+        from marinbuild.__main__ import entry_point
+        entry_point()
+    """)
+    assert "SUCCESS" in done.stdout, done.stdout  # the command had done its work
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert done.stderr == "marinbuild: interrupted\n"

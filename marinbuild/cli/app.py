@@ -250,10 +250,11 @@ def console_script() -> None:
     try:
         command_line()
     except KeyboardInterrupt:
-        # One of a storm landed between the first Ctrl-C and its report silencing the rest:
-        # the run already stopped, and the report of that is all that is lost.
+        # One of a storm landed between the first Ctrl-C and its report silencing the rest
+        # (the run already stopped, and said so), or the first one landed just as the command
+        # ended, past its own handling: then nothing said it yet.
         ignore_ctrl_c()
-        sys.exit(130)
+        sys.exit(interrupted() if interrupted_unsaid(130) else 130)
     finally:
         ignore_ctrl_c()
         # The loaded Marinfile, its graph and statuses live to the end, and the shutdown's

@@ -62,7 +62,7 @@ def signals_of_a_run() -> Iterator[Callable[[], None]]:
 
     The hook maps SIGTERM to a stop like Ctrl-C's, gives SIGINT to the run even where a
     script's background job started with it ignored, and raises a Ctrl-C swallowed while the
-    run loaded; a run that ends before it would start steps (``-n``, nothing to do) raises
+    run loaded (or, in that background job, a SIGINT noted while it loaded); a run that ends before it would start steps (``-n``, nothing to do) raises
     that Ctrl-C as the block ends. When the block ends the handlers from before come back: once the run has
     stopped, a SIGTERM must not become an exception in whatever runs then (the summary,
     atexit's logging shutdown and thread joins); it ends the process.
