@@ -1,11 +1,13 @@
-"""A Ctrl-C that Python drops while the Marinfile loads, or that escapes a command's report of one.
+"""A Ctrl-C that Python drops while the Marinfile loads, one lost by a script's background run,
+and one that escapes a command's report of it or lands as the command ends.
 
 Python prints "Exception ignored" and drops a ``KeyboardInterrupt`` raised inside a finalizer
-(a ``__del__``, importlib's module-lock callbacks); one raised a moment later than the one
-being reported escapes the command's own handling, and typer turns it into status 130 without
-a word. Each test sends a real signal to a real marinbuild process, from inside it at the
-moment named (a Marinfile's finalizer, the report), through ``python -m marinbuild`` and
-through what the ``marinbuild`` console script runs.
+(a ``__del__``, importlib's module-lock callbacks); a script's ``marinbuild run &`` starts with
+SIGINT ignored; one raised a moment later than the one being reported escapes the command's own
+handling, and typer turns it into status 130 without a word. Each test sends a real signal to a
+real marinbuild process, from inside it at the moment named (a Marinfile's finalizer, an import,
+the report) or from the test once the Marinfile says it is loading, through
+``python -m marinbuild`` and through what the ``marinbuild`` console script runs.
 """
 
 from __future__ import annotations
