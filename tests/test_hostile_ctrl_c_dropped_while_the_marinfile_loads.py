@@ -199,3 +199,48 @@ def test_a_ctrl_c_that_lands_as_the_command_ends_gets_its_line(built: Path) -> N
     assert "SUCCESS" in done.stdout, done.stdout  # the command had done its work
     assert done.returncode == 130, done.stdout + done.stderr
     assert done.stderr == "marinbuild: interrupted\n"
+
+
+
+@pytest.mark.parametrize("via", ["-m", "console script"])
+def test_a_ctrl_c_dropped_while_status_prints_ends_it_with_130(built: Path, via: str) -> None:
+    # The Marinfile has loaded; the table's printing imports its columns, and a Ctrl-C dropped inside
+    # that import's callbacks left the command to end 0.
+    (built / "Marinfile.py").write_text(DROPPING_MARINFILE + textwrap.dedent("""
+        import builtins, sys
+        assert "marinbuild.cli.plan_view" not in sys.modules  # imported as the table is printed
+        load = builtins.__import__
+        def interrupting(name, *args, **kwargs):
+            if name == "marinbuild.cli.plan_view":
+                builtins.__import__ = load
+                Finalized()
+            return load(name, *args, **kwargs)
+        builtins.__import__ = interrupting
+    """))
+    done = _launch(via, "status", "--prefix", "out", cwd=built)
+    assert "Exception ignored" in done.stderr  # the Ctrl-C was dropped, as intended
+    assert "SUCCESS" in done.stdout, done.stdout
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert done.stderr.splitlines()[-1] == "marinbuild: interrupted", done.stderr
+
+
+@pytest.mark.parametrize("via", ["-m", "console script"])
+def test_a_ctrl_c_in_the_command_lines_last_clean_up_is_one_line_and_130(built: Path, via: str) -> None:
+    # `status` is over; the Ctrl-C lands as console_script's own clean-up begins, before it
+    # ignores the rest: a traceback of signal.signal, and `python -m` ended by SIGINT (-2).
+    code = f"""
+import os, signal, sys
+sys.argv = ["marinbuild", "status", "-f", {str(built / "Marinfile.py")!r}, "--prefix", {str(built / "out")!r}]
+from marinbuild.cli import app
+silence = app.ignore_ctrl_c
+def interrupted_as_it_cleans_up():
+    app.ignore_ctrl_c = silence
+    os.kill(os.getpid(), signal.SIGINT)
+    silence()
+app.ignore_ctrl_c = interrupted_as_it_cleans_up
+"""
+    start = "import runpy; runpy.run_module('marinbuild', run_name='__main__')" if via == "-m" else CONSOLE_SCRIPT
+    done = subprocess.run([sys.executable, "-c", code + start + "\n"], env=cli_env(), capture_output=True, text=True, timeout=120)
+    assert "SUCCESS" in done.stdout, done.stdout + done.stderr  # the command had done its work
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert done.stderr == "marinbuild: interrupted\n"

@@ -37,7 +37,9 @@ def handles_errors(fn: F) -> F:
         verbose = bool(kwargs.get("verbose"))
         try:
             startup.command_begins()
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            startup.command_ends()
+            return result
         except MarinbuildError as e:
             if verbose:
                 traceback.print_exc()

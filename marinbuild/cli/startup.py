@@ -6,7 +6,7 @@ Ctrl-C wherever the main thread is, and where that is a finalizer (importlib's m
 callbacks run while modules load, a ``__del__``) Python prints "Exception ignored" and drops
 it: a ``clean --yes`` interrupted while it loaded went on to delete, a runner went on to run.
 :mod:`marinbuild.cli.ctrl_c` remembers every Ctrl-C; this module is where a remembered one is
-raised, at the points where start-up ends and where a command is about to delete:
+raised, at the points where start-up ends, where a command is about to delete, and where it ends:
 
 - :func:`command_begins`: the command's own code is about to run (every command, through
   :func:`marinbuild.cli.exits.handles_errors`);
@@ -14,6 +14,8 @@ raised, at the points where start-up ends and where a command is about to delete
 - :func:`signals_of_a_run`: ``run`` has loaded and planned, and is about to start steps; from
   then on the run's loop takes signals only at safe points (:mod:`marinbuild.backends.held_signals`).
   A run that starts none (``-n``, nothing to do) raises it as it ends;
+- :func:`command_ends`: the command's own code returned: a Ctrl-C swallowed since (while
+  ``status`` printed, say) ends it with 130 all the same, not 0;
 - :func:`about_to_delete`: a command has chosen what to delete (``clean``, ``env prune``,
   ``tpu down``) and has not yet deleted any: choosing imports modules too, and a Ctrl-C
   swallowed there must not be followed by the deletion.
@@ -34,11 +36,16 @@ from marinbuild.cli import ctrl_c
 if TYPE_CHECKING:
     from marinbuild.project import Project
 
-__all__ = ["about_to_delete", "command_begins", "opened_project", "signals_of_a_run"]
+__all__ = ["about_to_delete", "command_begins", "command_ends", "opened_project", "signals_of_a_run"]
 
 
 def command_begins() -> None:
     """A command's own code is about to run: a Ctrl-C swallowed while the command line loaded stops it."""
+    ctrl_c.raise_if_swallowed()
+
+
+def command_ends() -> None:
+    """A command's own code returned: a Ctrl-C swallowed meanwhile is raised (its status is 130, not 0)."""
     ctrl_c.raise_if_swallowed()
 
 

@@ -79,3 +79,9 @@ def test_a_deletion_waits_for_a_swallowed_ctrl_c_to_be_raised(swallowed: None) -
     with pytest.raises(KeyboardInterrupt):
         startup.about_to_delete()
     startup.about_to_delete()
+
+
+def test_a_command_that_returned_raises_a_ctrl_c_swallowed_meanwhile(swallowed: None) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        startup.command_ends()
+    startup.command_ends()
