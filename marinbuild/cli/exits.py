@@ -36,10 +36,17 @@ def handles_errors(fn: F) -> F:
         _said = False
         verbose = bool(kwargs.get("verbose"))
         try:
-            startup.command_begins()
-            result = fn(*args, **kwargs)
-            startup.command_ends()
-            return result
+            try:
+                startup.command_begins()
+                result = fn(*args, **kwargs)
+                startup.command_ends()
+                return result
+            except (typer.Exit, typer.Abort):
+                raise
+            except Exception as e:
+                if _carries_ctrl_c(e):
+                    raise KeyboardInterrupt from e
+                raise
         except MarinbuildError as e:
             if verbose:
                 traceback.print_exc()
@@ -73,6 +80,17 @@ def handles_errors(fn: F) -> F:
             raise _internal_error(e, verbose) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _carries_ctrl_c(e: BaseException | None) -> bool:
+    """Whether ``e`` was raised while a Ctrl-C unwound: ``shutil.rmtree`` interrupted between
+    closing a folder and noting it closed closes it again, and its EBADF replaced the Ctrl-C
+    ("internal error: OSError: [Errno 9] Bad file descriptor" from a ``clean`` stopped)."""
+    while e is not None:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 _said = False

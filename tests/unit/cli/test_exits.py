@@ -94,3 +94,14 @@ def test_a_130_is_unsaid_until_the_command_or_the_run_says_it(sigint_restored: N
     assert interrupted() == 130
     assert not interrupted_unsaid(130)
     assert capsys.readouterr().err == "marinbuild: interrupted\n"
+
+
+def test_an_error_raised_while_a_ctrl_c_unwound_is_the_interruption(sigint_restored: None, capsys: pytest.CaptureFixture[str]) -> None:
+    def command(verbose: bool = False) -> None:
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise OSError(errno.EBADF, "Bad file descriptor")  # what shutil.rmtree's second close raises
+
+    assert _exit_of(command) == 130
+    assert capsys.readouterr().err == "marinbuild: interrupted\n"
