@@ -40,7 +40,15 @@ def _load_and_run() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a storm of them must not cut the line short
         sys.stderr.write("marinbuild: interrupted\n")
         sys.exit(130)
-    command()
+    try:
+        command()
+    except KeyboardInterrupt:
+        # One landed in console_script's own clean-up, before it could ignore the rest: the
+        # command is over, and this must not end in a traceback, or `python -m` by SIGINT.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        from marinbuild.cli.exits import interrupted, interrupted_unsaid
+
+        sys.exit(interrupted() if interrupted_unsaid(130) else 130)
 
 
 def _interrupted(e: BaseException | None) -> bool:

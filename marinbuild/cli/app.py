@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
-from marinbuild.cli.exits import ignore_ctrl_c, interrupted, interrupted_while_parsing, pipe_closed
+from marinbuild.cli.exits import ignore_ctrl_c, interrupted, interrupted_unsaid, pipe_closed
 from marinbuild.cli.printing import err
 
 __all__ = ["COMMANDS", "app", "build_app", "command_line", "console_script", "run_by_default"]
@@ -235,7 +235,7 @@ def command_line(argv: list[str] | None = None) -> None:
         sys.exit(interrupted())
     except BrokenPipeError:  # outside a command's own handling (the help, a usage error)
         sys.exit(pipe_closed())
-    if interrupted_while_parsing(code):
+    if interrupted_unsaid(code):
         sys.exit(interrupted())
     sys.exit(code if isinstance(code, int) else 0)
 
@@ -250,10 +250,11 @@ def console_script() -> None:
     try:
         command_line()
     except KeyboardInterrupt:
-        # One of a storm landed between the first Ctrl-C and its report silencing the rest:
-        # the run already stopped, and the report of that is all that is lost.
+        # One of a storm landed between the first Ctrl-C and its report silencing the rest
+        # (the run already stopped, and said so), or the first one landed just as the command
+        # ended, past its own handling: then nothing said it yet.
         ignore_ctrl_c()
-        sys.exit(130)
+        sys.exit(interrupted() if interrupted_unsaid(130) else 130)
     finally:
         ignore_ctrl_c()
         # The loaded Marinfile, its graph and statuses live to the end, and the shutdown's

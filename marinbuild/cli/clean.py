@@ -10,7 +10,7 @@ import typer
 from marinbuild.cli.exits import handles_errors
 from marinbuild.cli.options import FileOpt, PrefixOpt, TargetsArg, VerboseOpt, step_targets
 from marinbuild.cli.printing import err, out
-from marinbuild.cli.startup import opened_project
+from marinbuild.cli.startup import about_to_delete, opened_project
 from marinbuild.errors import UserError
 
 __all__ = ["clean_command"]
@@ -57,6 +57,7 @@ def clean_command(
     if not yes and not typer.confirm(f"Remove {len(victims)} output(s)?"):
         err.print("marinbuild: nothing removed", markup=False)
         raise typer.Exit(1)
+    about_to_delete()  # choosing imported the lease modules: a Ctrl-C dropped there stops it here
     done = remove_outputs(
         project.storage,
         victims,

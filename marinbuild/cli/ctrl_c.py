@@ -19,6 +19,7 @@ from typing import Any
 __all__ = ["clear_interrupt_flag", "handled", "install", "on_ctrl_c", "raise_if_swallowed"]
 
 _received = False
+_noted_while_ignored = False
 
 
 def on_ctrl_c(signum: int, frame: Any) -> None:
@@ -29,23 +30,40 @@ def on_ctrl_c(signum: int, frame: Any) -> None:
 
 
 def install() -> None:
-    """Take Python's default SIGINT handler's place (an ignored SIGINT stays ignored)."""
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    """Take Python's default SIGINT handler's place; an ignored SIGINT stays without effect, only noted.
+
+    A script's background job (``marinbuild run &``) starts with SIGINT ignored. A run takes
+    SIGINT even so once its steps are about to start, and a ``kill -INT`` sent while it
+    loaded was lost: the run then ran every step and ended 0. It is noted, for the run.
+    """
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is signal.default_int_handler:
         signal.signal(signal.SIGINT, on_ctrl_c)
+    elif handler == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _note_while_ignored)
 
 
-def raise_if_swallowed() -> None:
-    """Raise ``KeyboardInterrupt`` if a Ctrl-C came and nothing has handled it yet (once)."""
-    global _received
-    if _received:
-        _received = False
+def _note_while_ignored(signum: int, frame: Any) -> None:
+    global _noted_while_ignored
+    _noted_while_ignored = True
+
+
+def raise_if_swallowed(ignored_too: bool = False) -> None:
+    """Raise ``KeyboardInterrupt`` if a Ctrl-C came and nothing has handled it yet (once);
+    with ``ignored_too``, also if one came while SIGINT was ignored (a run taking it)."""
+    global _received, _noted_while_ignored
+    noted = _received or (ignored_too and _noted_while_ignored)
+    _received = False
+    if ignored_too:
+        _noted_while_ignored = False
+    if noted:
         raise KeyboardInterrupt
 
 
 def handled() -> None:
     """The Ctrl-C was taken (the command reported it): a later command in this process starts afresh."""
-    global _received
-    _received = False
+    global _received, _noted_while_ignored
+    _received = _noted_while_ignored = False
 
 
 def clear_interrupt_flag() -> None:

@@ -108,9 +108,12 @@ def env_prune(
     verbose: VerboseOpt = False,
 ) -> None:
     """Remove the cached environments that no step of the Marinfile uses."""
+    from marinbuild.cli.startup import about_to_delete
     from marinbuild.pyenv.inventory import prune as prune_cache
 
     keep: set[str] = set() if everything else set(_environments(file, prefix, None))
+    if not dry:
+        about_to_delete()
     removed = prune_cache(keep, dry=dry)
     for path in removed:
         out.print(("would remove " if dry else "removed ") + str(path), markup=False)

@@ -22,7 +22,7 @@ from marinbuild.cli.printing import err
 from marinbuild.errors import MarinbuildError, missing_extra
 from marinbuild.store.storage import store_refusal
 
-__all__ = ["handles_errors", "ignore_ctrl_c", "interrupted", "interrupted_while_parsing", "pipe_closed"]
+__all__ = ["handles_errors", "ignore_ctrl_c", "interrupted", "interrupted_unsaid", "interruption_said", "pipe_closed"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,12 +32,21 @@ def handles_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        global _command_started
-        _command_started = True
+        global _said
+        _said = False
         verbose = bool(kwargs.get("verbose"))
         try:
-            startup.command_begins()
-            return fn(*args, **kwargs)
+            try:
+                startup.command_begins()
+                result = fn(*args, **kwargs)
+                startup.command_ends()
+                return result
+            except (typer.Exit, typer.Abort):
+                raise
+            except Exception as e:
+                if _carries_ctrl_c(e):
+                    raise KeyboardInterrupt from e
+                raise
         except MarinbuildError as e:
             if verbose:
                 traceback.print_exc()
@@ -73,14 +82,37 @@ def handles_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-_command_started = False
-"""Whether a command's own body was entered (click may stop a Ctrl-C while it parses)."""
+def _carries_ctrl_c(e: BaseException | None) -> bool:
+    """Whether ``e`` was raised while a Ctrl-C unwound: ``shutil.rmtree`` interrupted between
+    closing a folder and noting it closed closes it again, and its EBADF replaced the Ctrl-C
+    ("internal error: OSError: [Errno 9] Bad file descriptor" from a ``clean`` stopped)."""
+    while e is not None:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
-def interrupted_while_parsing(code: object) -> bool:
-    """Whether click ended the command line with 130 for a Ctrl-C before any command began:
-    it says nothing then, so the caller reports it (:func:`interrupted`)."""
-    return code == 130 and not _command_started
+_said = False
+"""Whether the command said it was interrupted (:func:`interrupted`, or ``run``'s summary)."""
+
+
+def interrupted_unsaid(code: object) -> bool:
+    """Whether typer ended the command line with 130 for a Ctrl-C that nothing reported, so
+    that the caller reports it (:func:`interrupted`).
+
+    Typer turns a ``KeyboardInterrupt`` into 130 and says nothing: one raised while click
+    parses, and one that escaped a command's own handling (one of a storm landing just
+    before :func:`interrupted` silences the rest, or just as the command returns).
+    """
+    return code == 130 and not _said
+
+
+def interruption_said() -> None:
+    """The command said, its own way, that it stopped on a Ctrl-C (``run``'s summary)."""
+    global _said
+    _said = True
+    ctrl_c.handled()
 
 
 def interrupted() -> int:
@@ -89,8 +121,10 @@ def interrupted() -> int:
     The stop is decided by then: more Ctrl-Cs of a storm would only cut this report short
     with a traceback, so they are ignored from here on.
     """
+    global _said
     ignore_ctrl_c()
     ctrl_c.handled()
+    _said = True
     err.print("marinbuild: interrupted", markup=False)
     return 130
 

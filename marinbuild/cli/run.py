@@ -9,8 +9,7 @@ import typer
 
 from marinbuild.backends.registry import kind_names, kinds
 from marinbuild.backends.retry_budgets import RetryBudgets
-from marinbuild.cli import ctrl_c
-from marinbuild.cli.exits import handles_errors
+from marinbuild.cli.exits import handles_errors, interruption_said
 from marinbuild.cli.options import (
     ClusterOpt,
     CoresOpt,
@@ -141,7 +140,7 @@ def run_command(
     if params.dry or params.list:
         return  # the plan was the answer
     if summary.interrupted:
-        ctrl_c.handled()  # the run stopped on it and said so
+        interruption_said()  # in the run's summary
         raise typer.Exit(130)
     if not summary.ok:
         raise typer.Exit(1)

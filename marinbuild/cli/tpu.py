@@ -17,6 +17,7 @@ import typer
 from marinbuild.cli.exits import handles_errors
 from marinbuild.cli.options import ClusterOpt, FileOpt, PrefixOpt, VerboseOpt
 from marinbuild.cli.printing import err, out
+from marinbuild.cli.startup import about_to_delete
 from marinbuild.errors import UserError
 
 if TYPE_CHECKING:
@@ -148,6 +149,7 @@ def down_command(
             for m in made:
                 if m.holder is not None:
                     err.print(f"marinbuild: kept {m.info.name} (step {m.step}): held by {m.holder}", markup=False)
+        about_to_delete()
         deleted = delete_unheld(api, chosen, say=lambda line: out.print(line, markup=False),
                                 held_too=bool(names) or all_)
     if not deleted:

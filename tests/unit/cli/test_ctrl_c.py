@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import signal
 from pathlib import Path
 
 import pytest
@@ -35,3 +36,20 @@ def test_only_the_ctrl_c_module_clears_the_interrupt_flag() -> None:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "exec":
                 calls.append(path.relative_to(package).as_posix())
     assert calls == ["cli/ctrl_c.py"]
+
+
+def test_an_ignored_sigint_stays_without_effect_and_is_raised_only_for_a_run_taking_it() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a script's background job
+        ctrl_c.install()
+        noting = signal.getsignal(signal.SIGINT)
+        assert callable(noting) and noting is not ctrl_c.on_ctrl_c
+        noting(signal.SIGINT, None)  # raises nothing: the command goes on as with SIGINT ignored
+        ctrl_c.raise_if_swallowed()  # a command that does not take SIGINT: nothing
+        with pytest.raises(KeyboardInterrupt):
+            ctrl_c.raise_if_swallowed(ignored_too=True)  # a run, about to start steps, takes it
+        ctrl_c.raise_if_swallowed(ignored_too=True)  # once
+    finally:
+        signal.signal(signal.SIGINT, before)
+        ctrl_c.handled()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import typer
 
-from marinbuild.cli.exits import handles_errors, interrupted
+from marinbuild.cli.exits import handles_errors, interrupted, interrupted_unsaid, interruption_said
 from marinbuild.errors import MarinbuildError
 
 
@@ -78,3 +78,30 @@ def test_ctrl_c_in_a_command_is_interrupted_130_and_later_ctrl_cs_are_ignored(
     assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     os.kill(os.getpid(), signal.SIGINT)  # would raise KeyboardInterrupt at the next bytecode
     assert interrupted() == 130
+
+
+def test_a_130_is_unsaid_until_the_command_or_the_run_says_it(sigint_restored: None, capsys: pytest.CaptureFixture[str]) -> None:
+    def ends(verbose: bool = False) -> None:
+        pass
+
+    handles_errors(ends)()  # a command begins: nothing said yet
+    assert interrupted_unsaid(130)  # typer's 130 for a Ctrl-C that escaped: the caller says it
+    assert not interrupted_unsaid(0)
+    interruption_said()  # run's summary said "interrupted: …"
+    assert not interrupted_unsaid(130)
+    handles_errors(ends)()  # the next command in this process starts afresh
+    assert interrupted_unsaid(130)
+    assert interrupted() == 130
+    assert not interrupted_unsaid(130)
+    assert capsys.readouterr().err == "marinbuild: interrupted\n"
+
+
+def test_an_error_raised_while_a_ctrl_c_unwound_is_the_interruption(sigint_restored: None, capsys: pytest.CaptureFixture[str]) -> None:
+    def command(verbose: bool = False) -> None:
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise OSError(errno.EBADF, "Bad file descriptor")  # what shutil.rmtree's second close raises
+
+    assert _exit_of(command) == 130
+    assert capsys.readouterr().err == "marinbuild: interrupted\n"

@@ -57,3 +57,31 @@ def test_a_runs_handlers_take_sigterm_and_sigint_and_give_them_back(swallowed: N
             term(signal.SIGTERM, None)  # the first SIGTERM stops the run as Ctrl-C does
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # a second one ends the process
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_a_run_that_starts_no_step_raises_a_swallowed_ctrl_c_as_it_ends(swallowed: None) -> None:
+    with pytest.raises(KeyboardInterrupt), startup.signals_of_a_run():
+        pass  # -n, or nothing to do: the hook is never called
+    with startup.signals_of_a_run():
+        pass  # raised once only
+
+
+def test_a_run_that_took_the_ctrl_c_at_its_start_does_not_raise_it_again(swallowed: None) -> None:
+    with startup.signals_of_a_run() as starting:
+        with pytest.raises(KeyboardInterrupt):
+            starting()
+        with pytest.raises(KeyboardInterrupt):
+            ctrl_c.on_ctrl_c(signal.SIGINT, None)  # the run's loop stops on one, and its summary says so
+    ctrl_c.handled()
+
+
+def test_a_deletion_waits_for_a_swallowed_ctrl_c_to_be_raised(swallowed: None) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        startup.about_to_delete()
+    startup.about_to_delete()
+
+
+def test_a_command_that_returned_raises_a_ctrl_c_swallowed_meanwhile(swallowed: None) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        startup.command_ends()
+    startup.command_ends()
