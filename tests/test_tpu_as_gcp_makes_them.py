@@ -54,7 +54,7 @@ def test_sshd_logins_and_host_keys_arriving_after_active_are_waited_for(
 
 
 def test_status_shows_the_hosts_booting(project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
-    emulator.sshd_after_s = 8.0
+    emulator.sshd_after_s = 300.0  # down until `status` has shown them booting
     cluster = train_step(project, emulator, hosts, "echo ok > {output}/out")
     runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
     try:
@@ -65,6 +65,7 @@ def test_status_shows_the_hosts_booting(project: Path, emulator: TpuApiEmulator,
             return "booting: 0/1 hosts reachable" in seen[-1]
 
         wait_for(booting, timeout=60)
+        emulator.boot_now()
         assert runner.wait(timeout=120) == 0
     finally:
         if runner.poll() is None:
