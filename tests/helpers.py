@@ -68,8 +68,12 @@ def marinbuild_in_process(*args: str, cwd: Path, env: dict[str, str] | None = No
     import gc
     import io
 
+    from marinbuild.cli import printing
     from marinbuild.cli.app import command_line
 
+    # Consoles made for this command (COLUMNS=200, not a terminal), as a fresh process makes them.
+    consoles = [printing.out, printing.err]
+    saved_consoles = [c.__dict__.pop("console", None) for c in consoles]
     saved_env, saved_cwd, saved_path = dict(os.environ), os.getcwd(), list(sys.path)
     saved_modules, saved_gc = set(sys.modules), gc.get_threshold()
     saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -90,16 +94,25 @@ def marinbuild_in_process(*args: str, cwd: Path, env: dict[str, str] | None = No
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
-        sys.path[:] = saved_path
+        # A Marinfile's neighbours (imported from the folders it put on sys.path): the next
+        # Marinfile may have its own of those names.
+        added = tuple(os.path.join(os.path.abspath(f), "") for f in {*sys.path, str(cwd)} - set(saved_path) if f)
         for name in set(sys.modules) - saved_modules:
-            where = getattr(sys.modules[name], "__file__", None) or ""
-            if not where.startswith((str(REPO / "marinbuild"), sys.prefix, sys.base_prefix)):
-                del sys.modules[name]  # a Marinfile's neighbours: the next Marinfile may have its own
+            where = getattr(sys.modules[name], "__file__", None)
+            if where and where.startswith(added) and not where.startswith(str(REPO / "marinbuild")):
+                del sys.modules[name]
+        sys.path[:] = saved_path
+        for console, saved in zip(consoles, saved_consoles, strict=True):
+            console.__dict__.pop("console", None)
+            if saved is not None:
+                console.__dict__["console"] = saved
         gc.set_threshold(*saved_gc)
         for number, handler in saved_signals.items():
             signal.signal(number, handler)
     status = code if isinstance(code, int) else (0 if code is None else 1)
     texts = [s.buffer.getvalue().decode() for s in (stdout, stderr)]  # type: ignore[attr-defined]
+    if isinstance(code, str):  # sys.exit(TEXT): the interpreter prints it
+        texts[1] += code + "\n"
     return subprocess.CompletedProcess(["marinbuild", *args], status, texts[0], texts[1])
 
 
