@@ -278,7 +278,7 @@ def test_tpu_delete_refused_for_good_leaves_a_leftover_the_next_run_deletes(
     assert status_of(str(out))["status"] == "SUCCESS"
     left = emulator.queued_resource_names()
     assert len(left) == 1 and answers == ["refused"] * 3
-    listed = json.loads(marinbuild("tpu", "list", "--cluster", str(cluster), "--json", cwd=project).stdout)
+    listed = json.loads(marinbuild_in_process("tpu", "list", "--cluster", str(cluster), "--json", cwd=project).stdout)
     assert [r["name"] for r in listed] == left
     del emulator._delete_qr  # the API deletes again
     again = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)

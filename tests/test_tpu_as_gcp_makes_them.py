@@ -21,7 +21,7 @@ from tests.fixtures_created_slices import FAST, ledger, train_out, train_step
 from tests.fixtures_ssh import FakeFleet, wait_for
 from tests.tpu_api_emulator import TpuApiEmulator
 
-from .helpers import marinbuild, start_marinbuild
+from .helpers import marinbuild, marinbuild_in_process, start_marinbuild
 
 pytest_plugins = ["tests.fixtures_created_slices"]
 
@@ -236,7 +236,7 @@ def test_a_sigkilled_runs_leftover_is_seen_through_any_spelling_of_the_prefix(
     left = emulator.queued_resource_names()
     assert len(left) == 1
     for spelling in (str(real), str(tmp_path / "outputs" / ".." / "outputs")):
-        listed = marinbuild("tpu", "list", "--cluster", str(cluster), "--prefix", spelling, "--json", cwd=project)
+        listed = marinbuild_in_process("tpu", "list", "--cluster", str(cluster), "--prefix", spelling, "--json", cwd=project)
         assert [r["name"] for r in json.loads(listed.stdout)] == left, listed.stdout + listed.stderr
         assert [r["step"] for r in json.loads(listed.stdout)] == ["train"]
     wait_for(lambda: not _runner_alive(real), timeout=30)

@@ -201,7 +201,7 @@ def test_a_sigkilled_runners_leftover_is_deleted_by_the_next_run(project: Path, 
         runner.communicate()
     left = emulator.queued_resource_names()
     assert len(left) == 1
-    listed = json.loads(marinbuild("tpu", "list", "--cluster", str(cluster), "--json", cwd=project).stdout)
+    listed = json.loads(marinbuild_in_process("tpu", "list", "--cluster", str(cluster), "--json", cwd=project).stdout)
     assert [(r["name"], r["step"], r["held_by"]) for r in listed] == [(left[0], "train", None)]
     (out.parent / "go").touch()
     wait_for(lambda: not _lease_alive(out), timeout=30)
