@@ -7,6 +7,7 @@ full one (``ENOSPC``), so both are real for every user.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import subprocess
@@ -46,10 +47,10 @@ class SmallFs:
         _mount("-o", "remount,ro", str(self.path))
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path: Path) -> Iterator[SmallFs]:
-    """An empty 2 MiB tmpfs, unmounted after the test."""
-    point = tmp_path / "small-fs"
+@contextlib.contextmanager
+def tmpfs_at(point: Path) -> Iterator[SmallFs]:
+    """An empty 2 MiB tmpfs mounted on the new folder ``point``, unmounted at the end (the test
+    skipped where this machine mounts none)."""
     point.mkdir()
     try:
         _mount("-t", "tmpfs", "-o", "size=2m", "tmpfs", str(point))
@@ -59,3 +60,10 @@ def small_tmpfs(tmp_path: Path) -> Iterator[SmallFs]:
         yield SmallFs(point)
     finally:
         subprocess.run(["umount", "-l", str(point)], capture_output=True, check=False)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[SmallFs]:
+    """An empty 2 MiB tmpfs, unmounted after the test."""
+    with tmpfs_at(tmp_path / "small-fs") as fs:
+        yield fs

@@ -58,6 +58,64 @@ def marinbuild(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout
     )
 
 
+def marinbuild_in_process(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real command line (:func:`marinbuild.cli.app.command_line`) in this process, as
+    :func:`marinbuild` runs it in a fresh one: in ``cwd``, with :func:`cli_env`'s variables, its
+    output captured. For commands whose answer a test reads (``plan --json``, ``status --json``),
+    where a new interpreter would only add its start-up; what is changed for the command (the
+    environment, the working directory, ``sys.path``, the modules a Marinfile imported beside it,
+    the collector's thresholds, signal handlers) is put back after it."""
+    import gc
+    import io
+
+    from marinbuild.cli import printing
+    from marinbuild.cli.app import command_line
+
+    # Consoles made for this command (COLUMNS=200, not a terminal), as a fresh process makes them.
+    consoles = [printing.out, printing.err]
+    saved_consoles = [c.__dict__.pop("console", None) for c in consoles]
+    saved_env, saved_cwd, saved_path = dict(os.environ), os.getcwd(), list(sys.path)
+    saved_modules, saved_gc = set(sys.modules), gc.get_threshold()
+    saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    saved_streams = sys.stdout, sys.stderr
+    stdout, stderr = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True) for _ in range(2))
+    code: object = 0
+    try:
+        os.environ.clear()
+        os.environ.update(cli_env(env))
+        os.chdir(cwd)
+        sys.stdout, sys.stderr = stdout, stderr
+        try:
+            command_line(list(args))
+        except SystemExit as e:
+            code = e.code
+    finally:
+        sys.stdout, sys.stderr = saved_streams
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        # A Marinfile's neighbours (imported from the folders it put on sys.path): the next
+        # Marinfile may have its own of those names.
+        added = tuple(os.path.join(os.path.abspath(f), "") for f in {*sys.path, str(cwd)} - set(saved_path) if f)
+        for name in set(sys.modules) - saved_modules:
+            where = getattr(sys.modules[name], "__file__", None)
+            if where and where.startswith(added) and not where.startswith(str(REPO / "marinbuild")):
+                del sys.modules[name]
+        sys.path[:] = saved_path
+        for console, saved in zip(consoles, saved_consoles, strict=True):
+            console.__dict__.pop("console", None)
+            if saved is not None:
+                console.__dict__["console"] = saved
+        gc.set_threshold(*saved_gc)
+        for number, handler in saved_signals.items():
+            signal.signal(number, handler)
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+    texts = [s.buffer.getvalue().decode() for s in (stdout, stderr)]  # type: ignore[attr-defined]
+    if isinstance(code, str):  # sys.exit(TEXT): the interpreter prints it
+        texts[1] += code + "\n"
+    return subprocess.CompletedProcess(["marinbuild", *args], status, texts[0], texts[1])
+
+
 def python_code(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run ``code`` (dedented) in a fresh interpreter that imports this checkout's marinbuild."""
     return subprocess.run(
@@ -155,14 +213,15 @@ def snapshot(folder: Path) -> dict[str, str]:
 
 
 def plan_json(cwd: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, dict]:
-    result = marinbuild("plan", "--json", *args, cwd=cwd, env=env)
+    """The rows of ``marinbuild plan --json ARGS`` by step name (run in this process)."""
+    result = marinbuild_in_process("plan", "--json", *args, cwd=cwd, env=env)
     assert result.returncode == 0, result.stderr
     return {row["name"]: row for row in json.loads(result.stdout)}
 
 
 def status_row(project: Path, name: str, *args: str) -> dict:
     """The row of step ``name`` in ``marinbuild status --json`` (more options in ``args``)."""
-    result = marinbuild("status", "--json", *args, cwd=project)
+    result = marinbuild_in_process("status", "--json", *args, cwd=project)
     assert result.returncode == 0, result.stdout + result.stderr
     return next(r for r in json.loads(result.stdout) if r["name"] == name)
 

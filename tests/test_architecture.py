@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import functools
 import io
 import re
 import tokenize
@@ -41,17 +42,30 @@ LAYERS = ("store", "core", "pyenv", "backends", "execution", "report", "cli")
 """Lowest first: a package imports only packages at or below its own layer."""
 
 
-def _imports(path: Path) -> list[str]:
+@functools.cache
+def _source(path: Path) -> str:
+    """The text of a package file, read once for every test."""
+    return path.read_text()
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """The syntax tree of a package file, parsed once for every test (read, never changed)."""
+    return ast.parse(_source(path), str(path))
+
+
+@functools.cache
+def _imports(path: Path) -> tuple[str, ...]:
     """Every module ``path`` imports, wherever the import statement stands."""
     names: list[str] = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             names.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.append(node.module)
             if node.module == "marinbuild":  # `from marinbuild import x` may name a module
                 names.extend(f"marinbuild.{alias.name}" for alias in node.names)
-    return names
+    return tuple(names)
 
 
 def _package_of(module: str) -> str | None:
@@ -165,7 +179,7 @@ def test_only_the_store_asks_whether_it_is_local():
         where = path.relative_to(PACKAGE).as_posix()
         if where.startswith("store/"):
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.Attribute) and node.attr == "is_local":
                 wrong.append(f"{where}:{node.lineno}")
     assert wrong == []
@@ -174,7 +188,7 @@ def test_only_the_store_asks_whether_it_is_local():
 def test_no_two_classes_or_functions_share_a_name():
     defined: dict[str, list[str]] = collections.defaultdict(list)
     for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.parse(path.read_text(), str(path)).body:
+        for node in _tree(path).body:
             # A module's own hooks (`__getattr__`) are named by the language, not by us.
             if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and not (
                 node.name.startswith("__") and node.name.endswith("__")
@@ -185,13 +199,13 @@ def test_no_two_classes_or_functions_share_a_name():
 
 
 def test_each_cli_command_lives_in_its_own_module_and_none_imports_the_app():
-    app = ast.parse((PACKAGE / "cli" / "app.py").read_text())
+    app = _tree(PACKAGE / "cli" / "app.py")
     # The registry: (NAME, what cli/NAME.py defines for it), imported by name from that module.
     (registry,) = [ast.literal_eval(n.value) for n in app.body if isinstance(n, ast.Assign)
                    and any(isinstance(t, ast.Name) and t.id == "_REGISTRY" for t in n.targets)]
     assert len(registry) >= 9
     for name, attribute in registry:
-        module = ast.parse((PACKAGE / "cli" / f"{name}.py").read_text())
+        module = _tree(PACKAGE / "cli" / f"{name}.py")
         defined = {n.name for n in module.body if isinstance(n, ast.FunctionDef)} | {
             t.id for n in module.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
         assert attribute in defined, f"cli/{name}.py defines no {attribute}"
@@ -218,7 +232,7 @@ def test_nothing_under_execution_names_a_kind_of_backend():
     found = []
     for path in sorted((PACKAGE / "execution").rglob("*.py")):
         where = path.relative_to(PACKAGE).as_posix()
-        for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+        for tok in tokenize.generate_tokens(io.StringIO(_source(path)).readline):
             if tok.type in (tokenize.NAME, tokenize.STRING, tokenize.COMMENT) or tok.type == getattr(tokenize, "FSTRING_MIDDLE", -1):
                 named = BACKEND_WORDS.intersection(_words(tok.string))
                 if named:
@@ -298,9 +312,8 @@ def _sizes() -> dict[str, dict[str, int]]:
     sizes: dict[str, dict[str, int]] = {"lines": {}, "complexity": {}, "module lines": {}}
     for path in sorted(PACKAGE.rglob("*.py")):
         where = path.relative_to(PACKAGE).as_posix()
-        text = path.read_text()
-        sizes["module lines"][where] = len(text.splitlines())
-        for name, function in _functions(ast.parse(text, where)):
+        sizes["module lines"][where] = len(_source(path).splitlines())
+        for name, function in _functions(_tree(path)):
             assert function.end_lineno is not None
             sizes["lines"][f"{where}:{name}"] = function.end_lineno - function.body[0].lineno + 1
             sizes["complexity"][f"{where}:{name}"] = _complexity(function)
@@ -379,7 +392,7 @@ def test_the_architecture_docs_file_list_names_every_module_and_no_other():
 
 def _run_options() -> set[str]:
     """The fields of ``RunParameters``: every option of ``marinbuild run`` and ``marinbuild.run``."""
-    tree = ast.parse((PACKAGE / "execution" / "run_parameters.py").read_text())
+    tree = _tree(PACKAGE / "execution" / "run_parameters.py")
     (params,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "RunParameters"]
     return {s.target.id for s in params.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
 
@@ -393,7 +406,7 @@ def _number_defaults() -> dict[str, str]:
 
     for path in sorted(PACKAGE.rglob("*.py")):
         where = path.relative_to(PACKAGE).as_posix()
-        for node in ast.walk(ast.parse(path.read_text(), where)):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 args = node.args
                 positional = args.posonlyargs + args.args
@@ -419,7 +432,7 @@ def test_no_help_text_writes_a_default_out():
     """A help text prints the default it describes from where the default lives (an f-string), not a copy."""
     written = []
     for path in sorted((PACKAGE / "cli").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.search(r"default: \d", node.value):
                 written.append(f"cli/{path.name}:{node.lineno}: {node.value[:60]!r}")
     assert written == []
@@ -440,7 +453,7 @@ def test_only_the_modules_that_own_signals_handle_them():
     handling = set()
     for path in sorted(PACKAGE.rglob("*.py")):
         where = path.relative_to(PACKAGE).as_posix()
-        for node in ast.walk(ast.parse(path.read_text(), where)):
+        for node in ast.walk(_tree(path)):
             if (isinstance(node, ast.Name) and node.id == "KeyboardInterrupt") or (
                     isinstance(node, ast.Call) and ast.unparse(node.func) == "signal.signal"):
                 handling.add(where)

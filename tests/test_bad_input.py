@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import marinbuild, snapshot, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, snapshot, write_marinfile
 
 CASES = {
     "syntax": ("step(\n", "Marinfile.py:1: syntax error"),
@@ -31,6 +31,14 @@ CASES = {
 }
 
 
+def _refused_in_one_line(result, expected: str) -> None:  # type: ignore[no-untyped-def]
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("marinbuild: error:"), result.stderr
+    assert expected in lines[0]
+    assert "Traceback" not in result.stderr
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("command", ["run", "plan"])
 def test_bad_marinfile(project, case, command):
@@ -38,12 +46,18 @@ def test_bad_marinfile(project, case, command):
     write_marinfile(project, body)
     (project / "marinbuild-out").mkdir()
     before = snapshot(project)
-    result = marinbuild(command, cwd=project)
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("marinbuild: error:"), result.stderr
-    assert expected in lines[0]
-    assert "Traceback" not in result.stderr
+    _refused_in_one_line(marinbuild_in_process(command, cwd=project), expected)
+    assert snapshot(project) == before
+
+
+@pytest.mark.parametrize("case", ["syntax", "exception", "cycle"])
+def test_bad_marinfile_in_a_fresh_process(project, case):
+    """As :func:`test_bad_marinfile`, for the exit status and stderr of a real ``marinbuild`` process."""
+    body, expected = CASES[case]
+    write_marinfile(project, body)
+    (project / "marinbuild-out").mkdir()
+    before = snapshot(project)
+    _refused_in_one_line(marinbuild("run", cwd=project), expected)
     assert snapshot(project) == before
 
 
@@ -91,6 +105,21 @@ def test_usage_error_exits_2(project):
     ],
 )
 def test_usage_and_option_errors_are_one_line(project, args, expected):
+    write_marinfile(project, "from marinbuild import step\nstep('a', cmd='true')\n")
+    before = snapshot(project)
+    # In this process; test_usage_error_exits_2 and those around it run real ones.
+    result = marinbuild_in_process(*args, cwd=project)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+    assert snapshot(project) == before
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["plan", "--no-such-flag"], "marinbuild plan: error: No such option: --no-such-flag"),
+    (["run", "--prefix", "gcs://b/x"], "marinbuild names GCS prefixes gs://; write gs://b/x"),
+])
+def test_usage_and_option_errors_are_one_line_from_a_fresh_process(project, args, expected):
     write_marinfile(project, "from marinbuild import step\nstep('a', cmd='true')\n")
     before = snapshot(project)
     result = marinbuild(*args, cwd=project)

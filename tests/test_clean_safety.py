@@ -15,7 +15,16 @@ import pytest
 
 from marinbuild.removal import containment_problem
 
-from .helpers import marinbuild, snapshot, start_marinbuild, status_of, wait_dead, wait_for_text, write_marinfile
+from .helpers import (
+    marinbuild,
+    marinbuild_in_process,
+    snapshot,
+    start_marinbuild,
+    status_of,
+    wait_dead,
+    wait_for_text,
+    write_marinfile,
+)
 
 LEASE_ENV = {"MARINBUILD_LEASE_HEARTBEAT": "0.5", "MARINBUILD_LEASE_EXPIRY": "3"}
 
@@ -45,7 +54,7 @@ def test_clean_leaves_a_step_running_under_a_live_lease_alone(project: Path) -> 
     try:
         wait_for_text(started)
         (out,) = (project / "marinbuild-out").glob("train-*")
-        status = json.loads(marinbuild("status", "--json", cwd=project).stdout)
+        status = json.loads(marinbuild_in_process("status", "--json", cwd=project).stdout)
         assert status[0]["status"] == "RUNNING" and status[0]["lease"] is not None
 
         result = marinbuild("clean", "train", "--yes", cwd=project, env=LEASE_ENV)

@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from .helpers import marinbuild, start_marinbuild, status_of, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, start_marinbuild, status_of, write_marinfile
 
 LEASE_ENV = {"MARINBUILD_LEASE_HEARTBEAT": "0.5", "MARINBUILD_LEASE_EXPIRY": "3"}
 
@@ -129,5 +129,5 @@ def test_a_step_whose_dependency_was_redone_while_it_ran_is_failed(project: Path
     record = status_of(str(b))
     assert record is not None and record["status"] == "FAILED"
     assert "dependency a changed while this step ran" in record["error"]
-    plan = {r["name"]: r for r in json.loads(marinbuild("plan", "--json", "b", cwd=project).stdout)}
+    plan = {r["name"]: r for r in json.loads(marinbuild_in_process("plan", "--json", "b", cwd=project).stdout)}
     assert plan["b"]["action"] == "run" and plan["a"]["action"] == "skip"

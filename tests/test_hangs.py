@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.fixtures_ssh import FakeFleet, live_processes_matching, run_job
 
-from .helpers import marinbuild, plan_json, start_marinbuild, status_of, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, plan_json, start_marinbuild, status_of, write_marinfile
 
 QUICK = {"MARINBUILD_RETRY_BASE_DELAY": "0.01"}
 
@@ -47,12 +47,12 @@ def test_a_silent_step_is_killed_as_a_hang_and_its_retry_succeeds(project: Path)
     assert live_processes_matching("sleep 3071") == []
     # The run's summary, status and show say what was used of each budget.
     assert "retries wedged: hangs 1/2\n" in result.stdout
-    status = json.loads(marinbuild("status", "--json", cwd=project).stdout)[0]
+    status = json.loads(marinbuild_in_process("status", "--json", cwd=project).stdout)[0]
     assert status["retries"]["hang"] == {"used": 1, "max": 2}
     assert set(status["retries"]) == {"failure", "preemption", "hang", "infra", "provisioning"}
     assert all(set(v) >= {"used", "max"} for v in status["retries"].values())
     assert "failures 0/0 · preemptions 0/100 · hangs 1/2" in marinbuild("status", cwd=project).stdout
-    shown = json.loads(marinbuild("show", "--json", cwd=project).stdout)[0]
+    shown = json.loads(marinbuild_in_process("show", "--json", cwd=project).stdout)[0]
     assert shown["retries"]["hang"] == {"used": 1, "max": 2} and shown["attempts"] == 2
     assert "hangs 1/2" in marinbuild("show", cwd=project).stdout
 
@@ -89,7 +89,7 @@ step("ticking", cmd='touch {output}/started; while [ ! -e {output}/stop ]; do ec
         seen = None
         for _ in range(600):
             if (out / "started").exists():
-                row = json.loads(marinbuild("status", "--json", cwd=project).stdout)[0]
+                row = json.loads(marinbuild_in_process("status", "--json", cwd=project).stdout)[0]
                 if row["status"] == "RUNNING" and row["progress"]:
                     seen = row
                     break
@@ -101,7 +101,7 @@ step("ticking", cmd='touch {output}/started; while [ ! -e {output}/stop ]; do ec
     finally:
         (out / "stop").touch()
         assert runner.wait(60) == 0
-    assert json.loads(marinbuild("status", "--json", cwd=project).stdout)[0]["progress"] is None
+    assert json.loads(marinbuild_in_process("status", "--json", cwd=project).stdout)[0]["progress"] is None
     assert json.loads((out / ".marinbuild" / "progress.json").read_text()) == {"ended": True}
 
 
@@ -168,7 +168,7 @@ step("wedged", cmd='if [ "$MARINBUILD_ATTEMPT" = 1 ]; then exec sleep 3076; fi; 
     record = ledger(out)
     assert [(a["class"], a["backend"]) for a in record["attempts"]] == [("HANG", "tpu"), ("SUCCESS", "tpu")]
     assert all(h["torn_down"] for h in record["attempts"][0]["hosts"])
-    status = json.loads(marinbuild("status", "--json", cwd=project).stdout)[0]
+    status = json.loads(marinbuild_in_process("status", "--json", cwd=project).stdout)[0]
     assert status["retries"]["hang"] == {"used": 1, "max": 2}
     assert live_processes_matching("sleep 3076") == []
 

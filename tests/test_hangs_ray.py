@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .fixtures_ssh import live_processes_matching
-from .helpers import marinbuild, plan_json, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, plan_json, write_marinfile
 
 if TYPE_CHECKING:
     from .fixtures_ray import RayCluster
@@ -30,7 +30,7 @@ def test_a_silent_ray_task_is_cancelled_as_a_hang_and_its_retry_succeeds(ray_clu
     assert [(a["class"], a["backend"]) for a in record["attempts"]] == [("HANG", "ray"), ("SUCCESS", "ray")]
     assert record["retries"]["hang"] == {"used": 1, "max": 2}
     assert (out / "out").read_text() == "done\n"
-    status = json.loads(marinbuild("status", "--json", cwd=project).stdout)[0]  # the task's own marker
+    status = json.loads(marinbuild_in_process("status", "--json", cwd=project).stdout)[0]  # the task's own marker
     assert status["status"] == "SUCCESS" and status["retries"]["hang"] == {"used": 1, "max": 2}
     deadline = time.monotonic() + 60
     while live_processes_matching("sleep 3075") and time.monotonic() < deadline:

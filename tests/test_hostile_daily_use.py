@@ -164,6 +164,16 @@ METRICS = "metrics.json"
 """
 
 
+@pytest.fixture(scope="module")
+def one_step_ran(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A project whose one step ran, and that step's output: the module's tests each break one
+    of its records for one read-only command, and put it back."""
+    project = tmp_path_factory.mktemp("one-step")
+    write_marinfile(project, ONE_STEP)
+    ok(marinbuild("run", "-q", cwd=project))
+    return project, Path(plan_json(project)["a"]["output_path"])
+
+
 @pytest.mark.parametrize(("record", "text", "command"), [
     (".marinbuild/info.json", '"x"', ("show",)),
     (".marinbuild/info.json", "[1, 2]", ("report", "-o", "r.html")),
@@ -173,12 +183,15 @@ METRICS = "metrics.json"
     ("attempts.json", '{"attempts": 5}', ("show",)),
 ])
 def test_a_record_of_the_wrong_json_type_is_named_not_an_internal_error(
-        project: Path, record: str, text: str, command: tuple[str, ...]) -> None:
-    write_marinfile(project, ONE_STEP)
-    ok(marinbuild("run", "-q", cwd=project))
-    broken = Path(plan_json(project)["a"]["output_path"]) / record
+        one_step_ran: tuple[Path, Path], record: str, text: str, command: tuple[str, ...]) -> None:
+    project, out = one_step_ran
+    broken = out / record
+    kept = broken.read_text()
     broken.write_text(text + "\n")
-    result = marinbuild(*command, cwd=project)
+    try:
+        result = marinbuild(*command, cwd=project)
+    finally:
+        broken.write_text(kept)
     assert "internal error" not in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert result.returncode in (0, 2), result.stdout + result.stderr
     assert result.returncode == 0 or str(broken) in result.stderr  # a refusal names the file

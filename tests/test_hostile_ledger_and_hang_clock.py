@@ -26,6 +26,7 @@ from tests.tpu_api_emulator import TpuApiEmulator
 
 from .helpers import (
     marinbuild,
+    marinbuild_in_process,
     plan_json,
     run_until_signalled,
     start_marinbuild,
@@ -44,7 +45,7 @@ def _classes(out: Path) -> list[str]:
 
 
 def _show_row(project: Path, name: str) -> dict[str, Any]:
-    result = marinbuild("show", "--json", cwd=project)
+    result = marinbuild_in_process("show", "--json", cwd=project)
     assert result.returncode == 0, result.stdout + result.stderr
     return next(r for r in json.loads(result.stdout) if r["step"] == name)
 

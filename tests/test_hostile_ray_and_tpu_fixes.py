@@ -18,6 +18,7 @@ from tests.tpu_api_emulator import TpuApiEmulator, _ApiError
 
 from .helpers import (
     marinbuild,
+    marinbuild_in_process,
     plan_json,
     run_until_signalled,
     start_marinbuild,
@@ -232,7 +233,7 @@ def test_tpu_delete_refused_at_attempt_end_is_retried_when_the_step_ends(
     assert_closing_line_matches(out, record["attempts"])
     shown = status_row(project, "train")
     assert shown["status"] == "SUCCESS"
-    rows = marinbuild("show", "--json", cwd=project)
+    rows = marinbuild_in_process("show", "--json", cwd=project)
     assert rows.returncode == 0, rows.stderr
     assert next(r for r in json.loads(rows.stdout) if r["step"] == "train")["status"] == "SUCCESS"
 
@@ -243,7 +244,7 @@ def test_tpu_hours_of_a_resource_whose_delete_was_refused_are_counted(
     cluster = train_step(project, emulator, hosts, "sleep 0.5; echo ok > {output}/out")
     result = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
     assert result.returncode == 0, result.stdout + result.stderr
-    row = next(r for r in json.loads(marinbuild("show", "--json", cwd=project).stdout) if r["step"] == "train")
+    row = next(r for r in json.loads(marinbuild_in_process("show", "--json", cwd=project).stdout) if r["step"] == "train")
     assert row["accelerator_hours"] > 0
     assert row.get("provisioned_chip_hours", 0) >= row["accelerator_hours"], row
 
@@ -277,7 +278,7 @@ def test_tpu_delete_refused_for_good_leaves_a_leftover_the_next_run_deletes(
     assert status_of(str(out))["status"] == "SUCCESS"
     left = emulator.queued_resource_names()
     assert len(left) == 1 and answers == ["refused"] * 3
-    listed = json.loads(marinbuild("tpu", "list", "--cluster", str(cluster), "--json", cwd=project).stdout)
+    listed = json.loads(marinbuild_in_process("tpu", "list", "--cluster", str(cluster), "--json", cwd=project).stdout)
     assert [r["name"] for r in listed] == left
     del emulator._delete_qr  # the API deletes again
     again = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)

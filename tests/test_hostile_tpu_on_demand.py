@@ -14,7 +14,7 @@ from tests.fixtures_created_slices import FAST, deletes_answer, ledger, train_ou
 from tests.fixtures_ssh import FakeFleet, wait_for
 from tests.tpu_api_emulator import TpuApiEmulator, cluster_toml
 
-from .helpers import marinbuild, start_marinbuild, status_row, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, start_marinbuild, status_row, write_marinfile
 
 pytest_plugins = ["tests.fixtures_created_slices"]
 
@@ -209,7 +209,7 @@ def test_show_counts_the_hours_of_a_queued_resource_deleted_only_as_the_runner_e
     out = train_out(project, cluster)
     (held,) = ledger(out)["attempts"][0]["provisioned"]
     assert held["deleted_at"] is None and "refused" in held["delete_error"]
-    shown = marinbuild("show", "--json", cwd=project)
+    shown = marinbuild_in_process("show", "--json", cwd=project)
     assert shown.returncode == 0, shown.stderr
     row = next(r for r in json.loads(shown.stdout) if r["step"] == "train")
     # It was held at least as long as the step ran on it.

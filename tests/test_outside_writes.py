@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from .helpers import marinbuild, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, write_marinfile
 
 MARINFILE = """
 from marinbuild import step, versioned
@@ -32,7 +32,7 @@ def test_writes_outside_the_output_are_warned_and_noted(project):
         "marinbuild: warning: stray wrote outside its output: beside the outputs in the prefix: stray.txt",
         "marinbuild: warning: edits wrote outside its output: into the output of its dependency data: data.txt",
     ]), ran.stderr
-    rows = {r["name"]: r for r in json.loads(marinbuild("status", "--json", cwd=project).stdout)}
+    rows = {r["name"]: r for r in json.loads(marinbuild_in_process("status", "--json", cwd=project).stdout)}
     assert rows["tok"]["outside_writes"] == ["the output of its dependency data: cache.bin"]
     assert rows["fine"]["outside_writes"] is None and rows["data"]["outside_writes"] is None
     shown = marinbuild("status", cwd=project).stdout
@@ -54,7 +54,7 @@ def test_strict_outputs_fail_the_step(project):
     (project / "marinbuild-out").joinpath("stray.txt").unlink(missing_ok=True)
     flag = marinbuild("run", "-j", "1", "-q", "--strict-outputs", "stray", cwd=project)
     assert flag.returncode == 1 and "FAILED stray: stray wrote outside its output" in flag.stdout, flag.stdout
-    status = {r["name"]: r["status"] for r in json.loads(marinbuild("status", "--json", cwd=project).stdout)}
+    status = {r["name"]: r["status"] for r in json.loads(marinbuild_in_process("status", "--json", cwd=project).stdout)}
     assert status["stray"] == "FAILED" and status["data"] == "SUCCESS"
     ok = marinbuild("run", "-j", "1", "-q", "--strict-outputs", "fine", cwd=project)
     assert ok.returncode == 0, ok.stdout + ok.stderr

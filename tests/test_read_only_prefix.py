@@ -9,12 +9,13 @@ not ``EROFS``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from .fixtures_mounts import tmpfs_at
 from .helpers import marinbuild, snapshot, write_marinfile
-
-pytest_plugins = ["tests.fixtures_mounts"]
 
 MARINFILE = """
 from marinbuild import step
@@ -24,14 +25,22 @@ c = step("c", cmd="echo never > {output}/out.txt")
 """
 
 
-@pytest.fixture
-def read_only_prefix(small_tmpfs, project):
-    """A prefix where ``a`` and ``b`` ran (``c`` did not), then made read-only."""
+@pytest.fixture(scope="module")
+def read_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """A project and its prefix where ``a`` and ``b`` ran (``c`` did not), then made read-only.
+
+    Made once for the module: nothing can change a read-only prefix, and each test that runs
+    a command there checks that nothing did.
+    """
+    folder = tmp_path_factory.mktemp("read-only")
+    project = folder / "project"
+    project.mkdir()
     write_marinfile(project, MARINFILE)
-    prefix = small_tmpfs.path / "out"
-    assert marinbuild("run", "a", "b", "--prefix", str(prefix), cwd=project).returncode == 0
-    small_tmpfs.remount_read_only()
-    return prefix
+    with tmpfs_at(folder / "small-fs") as fs:
+        prefix = fs.path / "out"
+        assert marinbuild("run", "a", "b", "--prefix", str(prefix), cwd=project).returncode == 0
+        fs.remount_read_only()
+        yield project, prefix
 
 
 @pytest.mark.parametrize(
@@ -39,7 +48,8 @@ def read_only_prefix(small_tmpfs, project):
     [["plan"], ["plan", "--json"], ["status"], ["status", "--json"], ["show"], ["show", "--csv"], ["why", "b"],
      ["logs", "a"], ["run", "-n"]],
 )
-def test_commands_that_only_read_work_on_a_read_only_prefix(project, read_only_prefix, args):
+def test_commands_that_only_read_work_on_a_read_only_prefix(read_only, args):
+    project, read_only_prefix = read_only
     before = snapshot(read_only_prefix)
     result = marinbuild(*args, "--prefix", str(read_only_prefix), cwd=project)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -47,7 +57,8 @@ def test_commands_that_only_read_work_on_a_read_only_prefix(project, read_only_p
     assert snapshot(read_only_prefix) == before
 
 
-def test_plan_and_status_tell_the_stored_state_and_plan_notes_that_run_could_not_write(project, read_only_prefix):
+def test_plan_and_status_tell_the_stored_state_and_plan_notes_that_run_could_not_write(read_only):
+    project, read_only_prefix = read_only
     plan = marinbuild("plan", "--prefix", str(read_only_prefix), cwd=project)
     assert plan.returncode == 0, plan.stderr
     assert f"marinbuild: note: `run` could not write there: prefix '{read_only_prefix}' is on a read-only filesystem" in plan.stderr
@@ -61,7 +72,8 @@ def test_plan_and_status_tell_the_stored_state_and_plan_notes_that_run_could_not
 
 
 @pytest.mark.parametrize("args", [["run"], ["run", "a"], ["clean", "--yes"], ["clean", "--yes", "--force", "a"]])
-def test_run_and_clean_refuse_a_read_only_prefix_in_one_line(project, read_only_prefix, args):
+def test_run_and_clean_refuse_a_read_only_prefix_in_one_line(read_only, args):
+    project, read_only_prefix = read_only
     before = snapshot(read_only_prefix)
     result = marinbuild(*args, "--prefix", str(read_only_prefix), cwd=project)
     assert result.returncode == 2, result.stdout + result.stderr

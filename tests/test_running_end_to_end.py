@@ -18,6 +18,7 @@ from marinbuild.execution.reporting import NullReporter
 from .helpers import (
     cli_env,
     marinbuild,
+    marinbuild_in_process,
     plan_json,
     snapshot,
     start_marinbuild,
@@ -109,12 +110,12 @@ def test_plan_writes_nothing(project):
 def test_prefix_flag_env_and_relative_resolution(project, tmp_path):
     pipeline(project)
     env_prefix = tmp_path / "from-env"
-    result = marinbuild("plan", "--json", cwd=project, env={"MARIN_PREFIX": str(env_prefix)})
+    result = marinbuild_in_process("plan", "--json", cwd=project, env={"MARIN_PREFIX": str(env_prefix)})
     rows = json.loads(result.stdout)
     assert all(r["output_path"].startswith(str(env_prefix) + "/") for r in rows)
-    rows = json.loads(marinbuild("plan", "--json", "--prefix", "rel/out", cwd=project).stdout)
+    rows = json.loads(marinbuild_in_process("plan", "--json", "--prefix", "rel/out", cwd=project).stdout)
     assert all(r["output_path"].startswith(str(project / "rel" / "out") + "/") for r in rows)
-    rows = json.loads(marinbuild("plan", "--json", "--prefix", f"file://{tmp_path}/u", cwd=project).stdout)
+    rows = json.loads(marinbuild_in_process("plan", "--json", "--prefix", f"file://{tmp_path}/u", cwd=project).stdout)
     assert all(r["output_path"].startswith(f"{tmp_path}/u/") for r in rows)
 
 
@@ -211,7 +212,7 @@ def test_sigkill_of_the_tool_mid_step_leaves_no_success_and_next_run_reruns(proj
     # The step's process died with the runner instead of going on unsupervised.
     assert wait_dead(child)
     # status agrees with plan: the lease left behind is no one's.
-    shown = json.loads(marinbuild("status", "--json", cwd=project).stdout)[0]
+    shown = json.loads(marinbuild_in_process("status", "--json", cwd=project).stdout)[0]
     assert shown["status"] == "RUNNING" and shown["lease"] is None
     assert "its runner is gone" in marinbuild("status", cwd=project).stdout
 
@@ -331,7 +332,7 @@ def test_plan_check_and_dag_outputs(project):
 def test_status_reports_each_step(project):
     pipeline(project)
     marinbuild("run", "data", cwd=project)
-    result = marinbuild("status", "--json", cwd=project)
+    result = marinbuild_in_process("status", "--json", cwd=project)
     rows = {r["name"]: r for r in json.loads(result.stdout)}
     assert rows["data"]["status"] == "SUCCESS" and rows["data"]["duration"] is not None
     assert rows["train"]["status"] == "NONE"
@@ -582,7 +583,7 @@ def test_an_output_path_or_a_file_in_it_is_a_target(project):
     rows = plan_json(project)
     data_out = Path(rows["data"]["output_path"])
     rel = os.path.relpath(data_out, project)
-    planned = marinbuild("plan", "--json", rel + "/", cwd=project)
+    planned = marinbuild_in_process("plan", "--json", rel + "/", cwd=project)
     assert planned.returncode == 0, planned.stderr
     assert [r["name"] for r in json.loads(planned.stdout)] == ["data"]
     assert marinbuild("run", str(data_out / "rows.txt"), cwd=project).returncode == 0

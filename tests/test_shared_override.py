@@ -12,7 +12,7 @@ from marinbuild.errors import StepDefinitionError
 from marinbuild.graph import build_graph
 from marinbuild.steps import step, this_output_path
 
-from .helpers import marinbuild, status_of, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, status_of, write_marinfile
 
 
 def _noop(cfg: object) -> None:
@@ -53,7 +53,7 @@ def shared(project, tmp_path):
 def test_a_step_runs_into_its_pinned_folder_and_is_up_to_date_there(project, shared):
     assert (shared / "data.txt").read_text() == "tokens\n"
     assert status_of(str(shared))["status"] == "SUCCESS"
-    rows = {r["name"]: r for r in json.loads(marinbuild("plan", "--json", cwd=project).stdout)}
+    rows = {r["name"]: r for r in json.loads(marinbuild_in_process("plan", "--json", cwd=project).stdout)}
     assert rows["tok"]["output_path"] == str(shared) and rows["tok"]["action"] == "skip"
     model = next((project / "marinbuild-out").glob("train-*/model.txt"))
     assert model.read_text() == "tokens\n"

@@ -7,8 +7,11 @@ import csv
 import io
 import json
 import shutil
+from pathlib import Path
 
-from .helpers import marinbuild, on_terminal, write_marinfile
+import pytest
+
+from .helpers import marinbuild, marinbuild_in_process, on_terminal, write_marinfile
 
 CHAIN = """
 import json, os
@@ -45,13 +48,21 @@ def _chain(project, hidden: int = 64) -> None:
 
 
 def _show(project, *args: str) -> list[dict]:
-    result = marinbuild("show", *args, "--metrics", "metrics.json", "--json", cwd=project)
+    result = marinbuild_in_process("show", *args, "--metrics", "metrics.json", "--json", cwd=project)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
 
-def test_eval_rows_carry_the_training_fields_and_train_rows_their_eval_metrics(project):
+@pytest.fixture(scope="module")
+def one_chain(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project where the chain ran once, for the tests that only show it."""
+    project = tmp_path_factory.mktemp("chain")
     _chain(project)
+    return project
+
+
+def test_eval_rows_carry_the_training_fields_and_train_rows_their_eval_metrics(one_chain):
+    project = one_chain
     evals = _show(project, "eval/*")
     assert len(evals) == 6
     for row in evals:
@@ -127,8 +138,8 @@ def test_a_field_is_one_column_along_the_chain_and_unrelated_fields_of_one_name_
     assert {"hidden", "version", "eval_loss"} <= set(head) and "when" not in head, shown
 
 
-def test_diff_without_any_earlier_identity_says_so_in_one_line(project):
-    _chain(project)
+def test_diff_without_any_earlier_identity_says_so_in_one_line(one_chain):
+    project = one_chain
     note = "marinbuild: note: no shown step has an earlier identity under the prefix: nothing to compare"
     piped = marinbuild("show", "--history", "--diff", cwd=project)
     assert piped.returncode == 0 and piped.stdout == "" and piped.stderr.strip() == note, piped

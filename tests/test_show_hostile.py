@@ -16,7 +16,7 @@ import termios
 
 import pytest
 
-from .helpers import cli_env, marinbuild, write_marinfile
+from .helpers import cli_env, marinbuild, marinbuild_in_process, write_marinfile
 
 MARINFILE = r'''
 import json, os
@@ -114,7 +114,7 @@ for kind in ("folder", "binary", "good"):
 ''')
     ran = marinbuild("run", "-q", cwd=project)
     assert ran.returncode == 0, ran.stderr
-    shown = marinbuild("show", "--json", "--metrics", "metrics.json", cwd=project)
+    shown = marinbuild_in_process("show", "--json", "--metrics", "metrics.json", cwd=project)
     assert shown.returncode == 0, shown.stderr
     rows = {r["step"]: r for r in __import__("json").loads(shown.stdout)}
     assert rows["sweep/good"]["metrics"] == {"loss": 0.125}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import marinbuild, plan_json, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, plan_json, write_marinfile
 
 SWEEP = """
 import json, os
@@ -42,7 +42,7 @@ def sweep(project):
 
 
 def test_show_json_has_a_row_per_sweep_point_with_config_status_attempts_and_metrics(sweep):
-    result = marinbuild("show", "sweep/*", "--metrics", "metrics.json", "--json", cwd=sweep)
+    result = marinbuild_in_process("show", "sweep/*", "--metrics", "metrics.json", "--json", cwd=sweep)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     assert len(rows) == 6 and all(r["step"].startswith("sweep/") for r in rows)
@@ -53,7 +53,7 @@ def test_show_json_has_a_row_per_sweep_point_with_config_status_attempts_and_met
         assert r["status"] == "SUCCESS" and r["attempts"] == 1 and r["duration_s"] > 0
         assert r["metrics"] == {"loss": _loss(lr, width), "eval.acc": round(1 - _loss(lr, width), 6)}
         assert r["accelerator_hours"] == 0 and r["core_hours"] > 0
-    every = json.loads(marinbuild("show", "sweep/*", "--json", "--all-fields", cwd=sweep).stdout)
+    every = json.loads(marinbuild_in_process("show", "sweep/*", "--json", "--all-fields", cwd=sweep).stdout)
     assert all(r["config"]["seed"] == 0 for r in every) and all(r["metrics"] == {} for r in every)
 
 
@@ -80,12 +80,12 @@ def test_show_table_in_a_pipe_and_bad_input(sweep):
     assert len(lines) == 7
     bad = marinbuild("show", "sweep/*", "--sort", "nope", cwd=sweep)
     assert bad.returncode == 2 and bad.stderr.startswith("marinbuild: error: --sort 'nope': no such column")
-    both = marinbuild("show", "--json", "--csv", cwd=sweep)
+    both = marinbuild_in_process("show", "--json", "--csv", cwd=sweep)
     assert both.returncode == 2 and len(both.stderr.strip().splitlines()) == 1
 
 
 def test_plan_estimates_from_earlier_runs_of_the_same_step(sweep):
-    fresh = json.loads(marinbuild("plan", "--json", cwd=sweep).stdout)
+    fresh = json.loads(marinbuild_in_process("plan", "--json", cwd=sweep).stdout)
     assert all(r["estimate"] is None for r in fresh)  # up to date: nothing to estimate
     write_marinfile(sweep, SWEEP.replace('"seed": versioned(0)', '"seed": versioned(1)') + 'step("brand-new", cmd="true")\n')
     rows = plan_json(sweep)
@@ -122,7 +122,7 @@ def test_tpu_attempts_record_chip_hours_and_plan_estimates_them(project, fleet):
     assert entry["held"] == {"cores": 0, "tpu_type": "v4-16", "slices": 2, "tpu_chips": 16, "tpu_hosts": 4}
     assert entry["backend"] == "tpu"
     chip_hours = 16 * entry["duration_s"] / 3600
-    shown = json.loads(marinbuild("show", "tpu/train", "--json", cwd=project).stdout)[0]
+    shown = json.loads(marinbuild_in_process("show", "tpu/train", "--json", cwd=project).stdout)[0]
     assert shown["accelerator_hours"] == pytest.approx(chip_hours, abs=1e-6)
     assert shown["attempts"] == 1 and shown["status"] == "SUCCESS"
     write_marinfile(project, TPU % 2)
@@ -141,7 +141,7 @@ def test_a_metric_named_step_beside_one_named_metrics_step_keeps_both_values(tmp
     prefix = str(tmp_path / "out")
     built = marinbuild("run", "--prefix", prefix, cwd=tmp_path)
     assert built.returncode == 0, built.stdout + built.stderr
-    shown = marinbuild("show", "--metrics", "metrics.json", "--json", "--prefix", prefix, cwd=tmp_path)
+    shown = marinbuild_in_process("show", "--metrics", "metrics.json", "--json", "--prefix", prefix, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)[0]["metrics"] == {"step": 7, "metrics.step": 100}
     table = marinbuild("show", "--metrics", "metrics.json", "--prefix", prefix, cwd=tmp_path)

@@ -21,7 +21,7 @@ from tests.fixtures_created_slices import FAST, ledger, train_out, train_step
 from tests.fixtures_ssh import FakeFleet, wait_for
 from tests.tpu_api_emulator import TpuApiEmulator
 
-from .helpers import marinbuild, start_marinbuild
+from .helpers import marinbuild, marinbuild_in_process, start_marinbuild
 
 pytest_plugins = ["tests.fixtures_created_slices"]
 
@@ -54,7 +54,7 @@ def test_sshd_logins_and_host_keys_arriving_after_active_are_waited_for(
 
 
 def test_status_shows_the_hosts_booting(project: Path, emulator: TpuApiEmulator, hosts: FakeFleet) -> None:
-    emulator.sshd_after_s = 8.0
+    emulator.sshd_after_s = 300.0  # down until `status` has shown them booting
     cluster = train_step(project, emulator, hosts, "echo ok > {output}/out")
     runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
     try:
@@ -65,6 +65,7 @@ def test_status_shows_the_hosts_booting(project: Path, emulator: TpuApiEmulator,
             return "booting: 0/1 hosts reachable" in seen[-1]
 
         wait_for(booting, timeout=60)
+        emulator.boot_now()
         assert runner.wait(timeout=120) == 0
     finally:
         if runner.poll() is None:
@@ -235,7 +236,7 @@ def test_a_sigkilled_runs_leftover_is_seen_through_any_spelling_of_the_prefix(
     left = emulator.queued_resource_names()
     assert len(left) == 1
     for spelling in (str(real), str(tmp_path / "outputs" / ".." / "outputs")):
-        listed = marinbuild("tpu", "list", "--cluster", str(cluster), "--prefix", spelling, "--json", cwd=project)
+        listed = marinbuild_in_process("tpu", "list", "--cluster", str(cluster), "--prefix", spelling, "--json", cwd=project)
         assert [r["name"] for r in json.loads(listed.stdout)] == left, listed.stdout + listed.stderr
         assert [r["step"] for r in json.loads(listed.stdout)] == ["train"]
     wait_for(lambda: not _runner_alive(real), timeout=30)

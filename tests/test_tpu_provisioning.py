@@ -19,7 +19,7 @@ import pytest
 from tests.fixtures_ssh import FakeFleet, wait_for
 from tests.tpu_api_emulator import TpuApiEmulator, cluster_toml
 
-from .helpers import marinbuild, plan_json, start_marinbuild, status_of, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, plan_json, start_marinbuild, status_of, write_marinfile
 
 pytest_plugins = ["tests.fixtures_gcs", "tests.fixtures_created_slices"]
 
@@ -148,11 +148,11 @@ def test_capacity_failures_are_outlasted_and_counted_apart(project: Path, emulat
     out = Path(plan_json(project, "--cluster", str(cluster))["train"]["output_path"])
     # The step log's closing line counts the attempts that never reached a host too.
     assert "3 attempt(s): PROVISIONING, PROVISIONING, SUCCESS" in (out / "logs" / "step.log").read_text()
-    shown = json.loads(marinbuild("status", "--json", cwd=project).stdout)
+    shown = json.loads(marinbuild_in_process("status", "--json", cwd=project).stdout)
     retries = next(r for r in shown if r["name"] == "train")["retries"]
     assert retries["provisioning"]["used"] == 2 and retries["preemption"]["used"] == 0
     # Hours held count the slices from creation to deletion, failed ones too, apart from run time.
-    row = next(r for r in json.loads(marinbuild("show", "--json", cwd=project).stdout) if r["step"] == "train")
+    row = next(r for r in json.loads(marinbuild_in_process("show", "--json", cwd=project).stdout) if r["step"] == "train")
     assert row["provisioned_chip_hours"] > row["accelerator_hours"] > 0
 
 
@@ -186,7 +186,7 @@ def test_a_signal_leaves_no_queued_resource(project: Path, emulator: TpuApiEmula
 
 
 def _waiting_shown(project: Path) -> dict | None:
-    rows = json.loads(marinbuild("status", "--json", cwd=project).stdout)
+    rows = json.loads(marinbuild_in_process("status", "--json", cwd=project).stdout)
     return next(r for r in rows if r["name"] == "train")["provisioning"]
 
 
@@ -201,7 +201,7 @@ def test_a_sigkilled_runners_leftover_is_deleted_by_the_next_run(project: Path, 
         runner.communicate()
     left = emulator.queued_resource_names()
     assert len(left) == 1
-    listed = json.loads(marinbuild("tpu", "list", "--cluster", str(cluster), "--json", cwd=project).stdout)
+    listed = json.loads(marinbuild_in_process("tpu", "list", "--cluster", str(cluster), "--json", cwd=project).stdout)
     assert [(r["name"], r["step"], r["held_by"]) for r in listed] == [(left[0], "train", None)]
     (out.parent / "go").touch()
     wait_for(lambda: not _lease_alive(out), timeout=30)

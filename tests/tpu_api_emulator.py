@@ -410,6 +410,13 @@ class TpuApiEmulator:
                 h.refuse_logins(True)
                 self._timers.append((now + self.logins_after_s, lambda h=h: h.refuse_logins(False)))
 
+    def boot_now(self) -> None:
+        """Hosts still booting (sshd not started, logins refused) are up now, not at their time."""
+        with self.lock:
+            timers, self._timers = self._timers, []
+            for _, fn in timers:
+                fn()
+
     def _run_timers(self, now: float) -> None:
         due = [t for t in self._timers if t[0] <= now]
         self._timers = [t for t in self._timers if t[0] > now]

@@ -13,7 +13,7 @@ import pytest
 from marinbuild.cli.show import _json_row, _sorted, _spreadsheet_safe, _terminal_safe, table_of
 from marinbuild.errors import UserError
 from marinbuild.report.records import StepRecord
-from tests.helpers import marinbuild, write_marinfile
+from tests.helpers import marinbuild, marinbuild_in_process, write_marinfile
 
 
 def _record(name: str, versioned: dict, metrics: dict, status: str = "SUCCESS", duration: float | None = 2.0) -> StepRecord:
@@ -95,7 +95,7 @@ def test_the_command_prints_csv_of_the_stored_runs(tmp_path: Path) -> None:
     rows = list(csv.DictReader(io.StringIO(shown.stdout)))
     assert [(r["step"], r["lr"], r["status"], r["loss"]) for r in rows] == [
         ("sweep/0.2", "0.2", "SUCCESS", "2.0"), ("sweep/0.1", "0.1", "SUCCESS", "1.0")]
-    both = marinbuild("show", "--json", "--csv", cwd=tmp_path)
+    both = marinbuild_in_process("show", "--json", "--csv", cwd=tmp_path)
     assert both.returncode == 2 and both.stderr.strip().endswith("--json and --csv exclude each other")
-    as_json = json.loads(marinbuild("show", "sweep/0.1", "--json", "--metrics", "metrics.json", cwd=tmp_path).stdout)
+    as_json = json.loads(marinbuild_in_process("show", "sweep/0.1", "--json", "--metrics", "metrics.json", cwd=tmp_path).stdout)
     assert as_json[0]["metrics"] == {"loss": 1.0}

@@ -28,7 +28,7 @@ from marinbuild.store.markers import (
     write_status,
 )
 from marinbuild.store.storage import Storage
-from tests.helpers import marinbuild, status_of, write_marinfile
+from tests.helpers import marinbuild, marinbuild_in_process, status_of, write_marinfile
 
 
 @pytest.fixture
@@ -244,14 +244,14 @@ def test_an_unreadable_status_is_named_and_the_step_planned_to_run(project: Path
     marker = a / ".marinbuild" / "status"
     _damage(marker, kind)
 
-    plan = marinbuild("plan", "--json", cwd=project)
+    plan = marinbuild_in_process("plan", "--json", cwd=project)
     _no_crash(plan)
     rows = {r["name"]: r for r in json.loads(plan.stdout)}
     assert rows["a"]["action"] == "run"
     assert str(marker) in rows["a"]["reason"], rows["a"]["reason"]
     assert rows["b"]["action"] == "skip"  # one bad marker spoils nothing else
 
-    status = marinbuild("status", "--json", cwd=project)
+    status = marinbuild_in_process("status", "--json", cwd=project)
     _no_crash(status)
     assert status.returncode == 0
     assert {r["name"]: r["status"] for r in json.loads(status.stdout)} == {"a": UNREADABLE, "b": "SUCCESS"}
@@ -281,7 +281,7 @@ def test_a_status_with_fields_of_the_wrong_type_is_shown_without_them(project: P
         result = marinbuild(*command, cwd=project)
         _no_crash(result)
         assert result.returncode == 0, (command, result.stderr)
-    rows = {r["name"]: r for r in json.loads(marinbuild("status", "--json", cwd=project).stdout)}
+    rows = {r["name"]: r for r in json.loads(marinbuild_in_process("status", "--json", cwd=project).stdout)}
     assert rows["a"]["status"] == "FAILED" and rows["a"]["duration"] is None and rows["a"]["time"] is None
 
 
@@ -305,7 +305,7 @@ def test_an_unreadable_lease_is_named_and_not_fatal(project: Path) -> None:
 def test_statuses_name_their_step_and_identity(project: Path) -> None:
     write_marinfile(project, TWO)
     assert marinbuild("run", cwd=project).returncode == 0
-    plan = {r["name"]: r for r in json.loads(marinbuild("plan", "--json", cwd=project).stdout)}
+    plan = {r["name"]: r for r in json.loads(marinbuild_in_process("plan", "--json", cwd=project).stdout)}
     for name, row in plan.items():
         record = status_of(row["output_path"])
         assert record is not None
@@ -327,17 +327,17 @@ def test_a_success_written_for_another_identity_does_not_count(project: Path) ->
     assert (shared / "who.txt").read_text() == "first\n"
 
     write_marinfile(project, SHARED.format(name="second"))
-    plan = json.loads(marinbuild("plan", "--json", cwd=project).stdout)
+    plan = json.loads(marinbuild_in_process("plan", "--json", cwd=project).stdout)
     assert plan[0]["action"] == "run"
     assert "holds the SUCCESS of first" in plan[0]["reason"], plan[0]["reason"]
-    status = json.loads(marinbuild("status", "--json", cwd=project).stdout)
+    status = json.loads(marinbuild_in_process("status", "--json", cwd=project).stdout)
     assert status[0]["status"] == "NONE" and "SUCCESS of first" in status[0]["error"]
 
     result = marinbuild("run", cwd=project)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (shared / "who.txt").read_text() == "second\n"  # it really ran
     assert status_of(str(shared))["name"] == "second"  # type: ignore[index]
-    assert json.loads(marinbuild("plan", "--json", cwd=project).stdout)[0]["action"] == "skip"
+    assert json.loads(marinbuild_in_process("plan", "--json", cwd=project).stdout)[0]["action"] == "skip"
 
 
 def test_an_old_status_without_identity_is_taken_at_its_word(project: Path) -> None:
@@ -345,7 +345,7 @@ def test_an_old_status_without_identity_is_taken_at_its_word(project: Path) -> N
     assert marinbuild("run", cwd=project).returncode == 0
     marker = _outputs(project)["a"] / ".marinbuild" / "status"
     marker.write_text(json.dumps({"status": "SUCCESS", "time": 1.0, "duration": 0.1}))
-    plan = {r["name"]: r for r in json.loads(marinbuild("plan", "--json", cwd=project).stdout)}
+    plan = {r["name"]: r for r in json.loads(marinbuild_in_process("plan", "--json", cwd=project).stdout)}
     assert plan["a"]["action"] == "skip"
 
 
