@@ -441,8 +441,6 @@ def test_no_help_text_writes_a_default_out():
 SIGNAL_OWNERS = {
     "__main__.py", "cli/app.py", "cli/ctrl_c.py", "cli/exits.py", "cli/startup.py",  # the command line's start-up and exit
     "execution/scheduler.py", "backends/held_signals.py",  # a run's loop and its safe points
-    "backends/local/backend.py",  # a step's forked child resets the handlers it inherited
-    "backends/slurm/node.py",  # the program inside a Slurm job, a process of its own
 }
 """The modules that own signals: only they catch ``KeyboardInterrupt`` or call ``signal.signal``."""
 SIGNALS_ELSEWHERE: set[str] = set()

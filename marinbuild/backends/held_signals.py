@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["HeldSignals"]
+__all__ = ["HeldSignals", "handle_stops", "reset_in_child"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -152,3 +152,19 @@ class _Installed(contextlib.AbstractContextManager["HeldSignals"]):
 
     def __exit__(self, *exc: object) -> None:
         self.held.uninstall()
+
+
+def reset_in_child(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)) -> None:
+    """In a process just forked from the runner: ``signals`` back to their default action.
+
+    The runner's handlers raise ``KeyboardInterrupt`` or hold the signal for a safe point;
+    a step's own process must instead end as a program does when it is sent one.
+    """
+    for number in signals:
+        signal.signal(number, signal.SIG_DFL)
+
+
+def handle_stops(handler: Callable[[int, Any], None]) -> None:
+    """``handler`` for SIGTERM and SIGINT, in a program of marinbuild's own (what runs inside a Slurm job)."""
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 from marinbuild.backends.base import BackendHooks, Job, Outcome, wall_time_exceeded
 from marinbuild.backends.deadlines import Deadline, deadlines
-from marinbuild.backends.held_signals import HeldSignals
+from marinbuild.backends.held_signals import HeldSignals, reset_in_child
 from marinbuild.backends.local.cgroups import StepCgroups, shared_cgroups
 from marinbuild.backends.local.containment import TOKEN_VAR, kill_token, step_token
 from marinbuild.backends.local.fence import FENCE_FD, NO_GATE, Shell, fence_line, find_shell, write_line
@@ -371,8 +371,7 @@ def _child_main(
 ) -> None:  # pragma: no cover - child process
     code = 1
     try:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
+        reset_in_child()
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.setpgid(0, 0)
         _die_with_parent()

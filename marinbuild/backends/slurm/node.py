@@ -174,8 +174,9 @@ def _fenced(spec: NodeSpec, env: dict[str, str], log: Any) -> tuple[int, str | N
     def stop(signum: int, frame: Any) -> None:  # scancel: the step's whole group goes with the job
         _kill_group(proc.pid, signal.SIGTERM)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    from marinbuild.backends.held_signals import handle_stops
+
+    handle_stops(stop)
     fence.watch(proc.pid)
     last = ""
     assert proc.stdout is not None

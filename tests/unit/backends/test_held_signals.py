@@ -120,3 +120,30 @@ def test_a_signal_noted_while_holding_calls_on_noted_to_end_a_wait(seen: list[in
             _signal_self(signal.SIGTERM)
             assert events.get(timeout=5) == "wake" and seen == []  # the wait ended, the signal still held
         assert seen == [signal.SIGTERM]
+
+
+def test_a_forked_child_gets_the_default_handlers_back_and_a_program_its_stop_handler() -> None:
+    import os
+    import signal
+
+    from marinbuild.backends.held_signals import handle_stops, reset_in_child
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child process
+        try:
+            signal.signal(signal.SIGTERM, lambda *_: None)
+            reset_in_child()
+            seen = [signal.getsignal(s) == signal.SIG_DFL for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]
+            stops: list[int] = []
+            handle_stops(lambda signum, frame: stops.append(signum))
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGINT)
+            os.write(write, repr((seen, stops)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as got:
+        answer = got.read()
+    os.waitpid(pid, 0)
+    assert answer == repr(([True, True, True], [int(signal.SIGTERM), int(signal.SIGINT)]))
