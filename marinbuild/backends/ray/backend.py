@@ -279,8 +279,10 @@ class _RayRun:
             return
         if reason is not None and not result.ok:
             # Ray's kill reached the step's processes before the task itself, which then
-            # recorded the kill as the step's failure; the reason is the cancel's.
-            self.on_done(self._cancelled(reason, timed_out, ended))
+            # recorded the kill as the step's failure; the reason is the cancel's. Where the
+            # task wrote its markers, only what goes with them (the ledger) is left to write:
+            # a commit over them would be refused as another runner's, and the ledger lost.
+            self.on_done(self._cancelled(reason, timed_out, ended, RecordedOutcome if result.recorded else Outcome))
             return
         kind = RecordedOutcome if result.recorded else Outcome
         # Workers Ray lost and ran the task again for, within this attempt: the ledger says how many.
@@ -288,8 +290,8 @@ class _RayRun:
         self.on_done(kind(result.ok, result.started, result.ended, result.error, result.returncode, host=result.host,
                           details=lost))
 
-    def _cancelled(self, reason: str, timed_out: bool, ended: float) -> Outcome:
-        return Outcome(
+    def _cancelled(self, reason: str, timed_out: bool, ended: float, kind: type[Outcome] = Outcome) -> Outcome:
+        return kind(
             ok=False, started=self.started, ended=ended, error=reason, timed_out=timed_out, cancelled=not timed_out
         )
 

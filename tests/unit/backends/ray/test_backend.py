@@ -127,3 +127,26 @@ def test_the_final_status_carries_the_drivers_retry_counts(tmp_path: Path) -> No
     assert status is not None and status.status == SUCCESS
     assert decode_retries(status.retries) == counts
 
+
+
+def test_a_cancelled_task_that_recorded_the_kill_itself_leaves_the_runner_only_the_ledger_to_write() -> None:
+    """Ray's kill reached the step before the task, which recorded it: the runner's own commit
+    over those markers would be refused as another runner's, and the attempt's ledger lost."""
+    from concurrent.futures import Future
+
+    from marinbuild.backends.base import Job, Outcome
+    from marinbuild.backends.final_records import RecordedOutcome
+    from marinbuild.backends.ray.backend import TaskResult, _RayRun
+
+    job = Job(name="s", output_path="/o", log_file="/o/logs/step.log", workdir="/w", env={})
+    for recorded, kind in ((True, RecordedOutcome), (False, Outcome)):
+        ended: list[Outcome] = []
+        run = _RayRun(backend=None, job=job, on_done=ended.append)  # type: ignore[arg-type]
+        run.started = 10.0
+        run._reason = "interrupted"
+        future: Future[TaskResult] = Future()
+        future.set_result(TaskResult(False, 10.0, 12.0, "killed by SIGKILL", -9, recorded=recorded))
+        run._done(future)
+        (outcome,) = ended
+        assert type(outcome) is kind
+        assert (outcome.ok, outcome.cancelled, outcome.error) == (False, True, "interrupted")
