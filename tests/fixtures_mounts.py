@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from .helpers import missing_tool
+
 
 def _mount(*args: str) -> None:
     done = subprocess.run(["mount", *args], capture_output=True, text=True, check=False)
@@ -55,7 +57,7 @@ def tmpfs_at(point: Path) -> Iterator[SmallFs]:
     try:
         _mount("-t", "tmpfs", "-o", "size=2m", "tmpfs", str(point))
     except (OSError, FileNotFoundError) as e:
-        pytest.skip(f"cannot mount a tmpfs here: {e}")
+        missing_tool(f"cannot mount a tmpfs here: {e}")
     try:
         yield SmallFs(point)
     finally:

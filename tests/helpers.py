@@ -19,15 +19,16 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def missing_tool(reason: str) -> None:
-    """Skip a test whose tool this machine lacks, but fail it under ``MARINBUILD_TESTS_STRICT=1``.
+    """Skip a test whose tool or kernel feature this machine lacks, but fail it under ``MARINBUILD_TESTS_STRICT=1``.
 
-    ``.ci/run`` installs every such tool (Chromium, uv, util-linux's unshare) and sets the variable,
-    so that in CI a missing install is a failure, never a skip counted as a pass.
+    ``.ci/run`` installs every such tool (Chromium, uv, util-linux's unshare), runs as root (tmpfs
+    mounts, a writable cgroup v2 hierarchy) and sets the variable, so that in CI a missing install
+    or permission is a failure, never a skip counted as a pass.
     """
     import pytest
 
     if os.environ.get("MARINBUILD_TESTS_STRICT") == "1":
-        pytest.fail(f"{reason} (MARINBUILD_TESTS_STRICT=1: CI must install it)")
+        pytest.fail(f"{reason} (MARINBUILD_TESTS_STRICT=1: CI must provide it)")
     pytest.skip(reason)
 
 

@@ -143,7 +143,13 @@ def _private_tmpfs_works() -> bool:
     return probe.returncode == 0
 
 
-needs_tmpfs = pytest.mark.skipif(not _private_tmpfs_works(), reason="cannot mount a private tmpfs here (unshare -rm)")
+@pytest.fixture
+def private_tmpfs() -> None:
+    """The test mounts a tmpfs in a mount namespace of its own (skipped where it cannot; failed under strict CI)."""
+    if not _private_tmpfs_works():
+        from .helpers import missing_tool
+
+        missing_tool("cannot mount a private tmpfs here (unshare -rm)")
 
 
 def _in_small_prefix(project, script: str, size: str = "256k"):  # type: ignore[no-untyped-def]
@@ -162,7 +168,7 @@ def _in_small_prefix(project, script: str, size: str = "256k"):  # type: ignore[
     )
 
 
-@needs_tmpfs
+@pytest.mark.usefixtures("private_tmpfs")
 def test_a_full_prefix_fails_the_step_naming_the_path_and_leaves_it_not_running(project):
     write_marinfile(project, "from marinbuild import step\nstep('fill', cmd='cat /dev/zero > {output}/fill 2>/dev/null; true')\n")
     result = _in_small_prefix(
@@ -179,7 +185,7 @@ def test_a_full_prefix_fails_the_step_naming_the_path_and_leaves_it_not_running(
     assert "RUNNING" not in status, status  # FAILED if it fit, else no status at all
 
 
-@needs_tmpfs
+@pytest.mark.usefixtures("private_tmpfs")
 def test_a_read_only_prefix_is_one_line_naming_it(project):
     write_marinfile(project, "from marinbuild import step\nstep('a', cmd='echo a > {output}/a.txt')\n")
     result = _in_small_prefix(

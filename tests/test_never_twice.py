@@ -202,7 +202,7 @@ def _mount_tmpfs(where: Path, size: str) -> bool:
 def small_disk(tmp_path):
     disk = tmp_path / "disk"
     if not _mount_tmpfs(disk, "2m"):
-        pytest.skip("cannot mount a tmpfs here (needs CAP_SYS_ADMIN)")
+        missing_tool("cannot mount a tmpfs here (needs CAP_SYS_ADMIN)")
     yield disk
     subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 

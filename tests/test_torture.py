@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from .helpers import missing_tool
 from .torture_lib import Torture, TortureSettings
 
 
@@ -42,4 +43,4 @@ def test_runners_under_random_signals_on_a_filling_disk_never_run_a_step_twice_a
     assert figures.runner_errors == [], report
     assert figures.mid_step >= 50 and figures.reexecutions > 0, report  # the signals did interrupt work
     if figures.disk_fills == 0:
-        pytest.skip(f"everything held, but the disk never filled: {figures.disk}")
+        missing_tool(f"everything held, but the disk never filled: {figures.disk}")

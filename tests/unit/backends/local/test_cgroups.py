@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from marinbuild.backends.local.cgroups import StepCgroups, cgroup_folder, cgroup_holds, kill_cgroup, shared_cgroups
+from tests.helpers import missing_tool
 
 
 def test_no_cgroups_means_empty_names_and_no_effect():
@@ -30,7 +31,7 @@ def test_the_cgroup_folder_of_this_process_is_under_a_cgroup2_mount_or_none():
 def cgroups():
     shared = shared_cgroups()
     if not shared.usable:
-        pytest.skip("no writable cgroup v2 hierarchy here (cgroup v1 only, read-only, or not permitted)")
+        missing_tool("no writable cgroup v2 hierarchy here (cgroup v1 only, read-only, or not permitted)")
     own = StepCgroups(shared.parent)
     yield own
     own.remove_all()
@@ -76,9 +77,7 @@ def test_a_lease_may_name_only_a_cgroup_its_owner_made():
 
     mounts = _cgroup2_mounts()
     if not mounts:
-        import pytest
-
-        pytest.skip("no cgroup v2 hierarchy is mounted here")
+        missing_tool("no cgroup v2 hierarchy is mounted here")
     base = mounts[0].rstrip("/")
     assert runners_cgroup(f"{base}/marinbuild-step-41.900-3", 41, "900")
     assert runners_cgroup(f"{base}/sub/marinbuild-step-41.900-0", 41, "900")
