@@ -33,11 +33,13 @@ def _load_and_run() -> None:
         ctrl_c.install()
         from marinbuild.cli.app import console_script as command
     except BaseException as e:
-        # Python 3.11 wraps an interrupt raised inside a class body's __set_name__ in a
-        # RuntimeError: the Ctrl-C is what happened, whatever carries it.
-        if not _interrupted(e):
+        before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a storm of them must not cut the line short
+        # Imported again (SIGINT ignored now): the Ctrl-C may have cut its first import short.
+        from marinbuild.cli.ctrl_c import carries_ctrl_c
+
+        if not carries_ctrl_c(e):
+            signal.signal(signal.SIGINT, before)
             raise
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a storm of them must not cut the line short
         sys.stderr.write("marinbuild: interrupted\n")
         sys.exit(130)
     try:
@@ -49,14 +51,6 @@ def _load_and_run() -> None:
         from marinbuild.cli.exits import interrupted, interrupted_unsaid
 
         sys.exit(interrupted() if interrupted_unsaid(130) else 130)
-
-
-def _interrupted(e: BaseException | None) -> bool:
-    while e is not None:
-        if isinstance(e, KeyboardInterrupt):
-            return True
-        e = e.__cause__ or e.__context__
-    return False
 
 
 if __name__ == "__main__":

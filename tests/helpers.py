@@ -124,10 +124,13 @@ def python_code(code: str, timeout: float = 120) -> subprocess.CompletedProcess[
     )
 
 
-def ctrl_c_swallowed_while_loading(*argv: str) -> subprocess.CompletedProcess[str]:
-    """Run ``marinbuild ARGV`` with a real Ctrl-C that lands inside a finalizer while typer loads,
-    where Python prints "Exception ignored" and drops the KeyboardInterrupt (as it does inside
-    importlib's module-lock callbacks)."""
+def ctrl_c_swallowed_while_loading(*argv: str, module: str = "typer",
+                                   loaded_before: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``marinbuild ARGV`` with a real Ctrl-C that lands inside a finalizer as ``module`` is first
+    imported (typer: while the command line loads), where Python prints "Exception ignored" and
+    drops the KeyboardInterrupt (as it does inside importlib's module-lock callbacks).
+    ``loaded_before`` names a module that must be imported by then (the moment is the one meant)."""
+    check = f"assert {loaded_before!r} in sys.modules" if loaded_before else "pass"
     return python_code(f"""
         import builtins, os, signal, sys
         sys.argv = ["marinbuild", *{list(argv)!r}]
@@ -138,8 +141,9 @@ def ctrl_c_swallowed_while_loading(*argv: str) -> subprocess.CompletedProcess[st
                     pass
         load = builtins.__import__
         def interrupting(name, *args, **kwargs):
-            if name == "typer":
+            if name == {module!r}:
                 builtins.__import__ = load
+                {check}
                 Finalized()
             return load(name, *args, **kwargs)
         builtins.__import__ = interrupting

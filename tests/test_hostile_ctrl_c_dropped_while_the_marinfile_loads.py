@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import cli_env, marinbuild, python_code, write_marinfile
+from tests.helpers import cli_env, ctrl_c_swallowed_while_loading, marinbuild, python_code, write_marinfile
 
 DROPPING_MARINFILE = """
 import os, signal
@@ -111,26 +111,10 @@ def test_a_ctrl_c_that_lands_while_another_is_reported_still_gets_its_line(built
 def test_a_ctrl_c_dropped_while_clean_chooses_stops_it_before_it_deletes(built: Path) -> None:
     # Choosing what to remove (after the Marinfile loaded) imports the lease modules; a Ctrl-C
     # dropped inside that import's callbacks was followed by deleting every output, status 0.
-    done = python_code(f"""
-        import builtins, os, signal, sys
-        sys.argv = ["marinbuild", "clean", "--yes", "-f", {str(built / "Marinfile.py")!r},
-                    "--prefix", {str(built / "out")!r}]
-        class Finalized:
-            def __del__(self):
-                os.kill(os.getpid(), signal.SIGINT)
-                for _ in range(1000):
-                    pass
-        load = builtins.__import__
-        def interrupting(name, *args, **kwargs):
-            if name == "marinbuild.store.lease":
-                builtins.__import__ = load
-                assert "marinbuild.project" in sys.modules  # the Marinfile is loaded by now
-                Finalized()
-            return load(name, *args, **kwargs)
-        builtins.__import__ = interrupting
-        from marinbuild.__main__ import entry_point
-        entry_point()
-    """)
+    done = ctrl_c_swallowed_while_loading(
+        "clean", "--yes", "-f", str(built / "Marinfile.py"), "--prefix", str(built / "out"),
+        module="marinbuild.store.lease", loaded_before="marinbuild.project",  # the Marinfile is loaded by now
+    )
     assert "Exception ignored" in done.stderr  # the Ctrl-C was dropped, as intended
     assert len(_outputs_ran(built / "out")) == 2, "clean deleted the outputs after a Ctrl-C"
     assert "remove " not in done.stdout, done.stdout

@@ -16,7 +16,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-__all__ = ["clear_interrupt_flag", "handled", "install", "on_ctrl_c", "raise_if_swallowed"]
+__all__ = ["carries_ctrl_c", "clear_interrupt_flag", "handled", "install", "on_ctrl_c", "raise_if_swallowed"]
 
 _received = False
 _noted_while_ignored = False
@@ -64,6 +64,21 @@ def handled() -> None:
     """The Ctrl-C was taken (the command reported it): a later command in this process starts afresh."""
     global _received, _noted_while_ignored
     _received = _noted_while_ignored = False
+
+
+def carries_ctrl_c(e: BaseException | None) -> bool:
+    """Whether ``e`` is a Ctrl-C or was raised while one unwound (its cause or context is one).
+
+    Python 3.11 wraps an interrupt raised inside a class body's ``__set_name__`` in a
+    RuntimeError, and ``shutil.rmtree`` interrupted between closing a folder and noting it
+    closed closes it again, its EBADF replacing the Ctrl-C: the Ctrl-C is what happened,
+    whatever carries it.
+    """
+    while e is not None:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def clear_interrupt_flag() -> None:

@@ -44,7 +44,7 @@ def handles_errors(fn: F) -> F:
             except (typer.Exit, typer.Abort):
                 raise
             except Exception as e:
-                if _carries_ctrl_c(e):
+                if ctrl_c.carries_ctrl_c(e):
                     raise KeyboardInterrupt from e
                 raise
         except MarinbuildError as e:
@@ -80,17 +80,6 @@ def handles_errors(fn: F) -> F:
             raise _internal_error(e, verbose) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-def _carries_ctrl_c(e: BaseException | None) -> bool:
-    """Whether ``e`` was raised while a Ctrl-C unwound: ``shutil.rmtree`` interrupted between
-    closing a folder and noting it closed closes it again, and its EBADF replaced the Ctrl-C
-    ("internal error: OSError: [Errno 9] Bad file descriptor" from a ``clean`` stopped)."""
-    while e is not None:
-        if isinstance(e, KeyboardInterrupt):
-            return True
-        e = e.__cause__ or e.__context__
-    return False
 
 
 _said = False
