@@ -44,15 +44,16 @@ def link_problem(path: str, prefix: str | None = None) -> str | None:
     if "://" in path:
         return None
     norm = os.path.normpath(path)
-    if os.path.islink(norm):
+    try:
+        mode: int | None = os.lstat(norm).st_mode
+    except OSError:
+        mode = None  # not made yet, or unreadable: whatever writes there says so
+    if mode is not None and stat.S_ISLNK(mode):
         return "it is reached through a symlink"
-    if prefix is not None and "://" not in prefix:
-        base = os.path.normpath(prefix)
-        rel = os.path.relpath(norm, base)
-        if rel != "." and not rel.startswith(".."):
-            expected = os.path.join(os.path.realpath(base), rel)
-            if os.path.realpath(norm) != expected:
-                return "it is reached through a symlink"
+    if prefix is not None and "://" not in prefix and _linked_on_the_way(norm, os.path.normpath(prefix)):
+        return "it is reached through a symlink"
+    if mode is None:
+        return None  # nothing under it to write through: a fresh step's folder costs two calls
     for name in (MARKER_DIR, _LOGS, LEDGER):
         try:
             mode = os.lstat(os.path.join(norm, name)).st_mode
@@ -63,6 +64,27 @@ def link_problem(path: str, prefix: str | None = None) -> str | None:
         if name == LEDGER and _special(mode):
             return f"its marker {name} is not a regular file ({file_kind(mode)})"
     return _links_in(os.path.join(norm, MARKER_DIR), MARKER_DIR) or _links_in(os.path.join(norm, _LOGS), _LOGS)
+
+
+def _linked_on_the_way(norm: str, base: str) -> bool:
+    """Whether a folder between ``base`` and ``norm`` (both normalized) is a symlink.
+
+    The same answer as comparing ``realpath(norm)`` with ``realpath(base)/rel``, one ``lstat``
+    a folder on the way instead of one a component of both paths; the walk ends at the first
+    folder that does not exist, since nothing below it does either.
+    """
+    rel = os.path.relpath(norm, base)
+    if rel == "." or rel.startswith(".."):
+        return False
+    folder = base
+    for part in rel.split(os.sep)[:-1]:
+        folder = os.path.join(folder, part)
+        try:
+            if stat.S_ISLNK(os.lstat(folder).st_mode):
+                return True
+        except OSError:
+            return False
+    return False
 
 
 def _special(mode: int) -> bool:

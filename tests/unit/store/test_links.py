@@ -58,3 +58,39 @@ def test_a_marker_that_is_a_fifo_is_not_a_regular_file(tmp_path):
     prefix, out = _output(tmp_path)
     os.mkfifo(out / ".marinbuild" / "info.json")
     assert link_problem(str(out), str(prefix)) == "its marker .marinbuild/info.json is not a regular file (a FIFO)"
+
+
+def test_the_walk_on_the_way_from_the_prefix_agrees_with_comparing_real_paths(tmp_path):
+    """Every layout of two folders on the way (plain, a link, a link to a link, absent), the output
+    itself plain, a link or absent: refused exactly where realpath says the path leaves the prefix."""
+    import itertools
+
+    def by_realpath(path: Path, prefix: Path) -> bool:
+        rel = os.path.relpath(path, prefix)
+        return os.path.islink(path) or os.path.realpath(path) != os.path.join(os.path.realpath(prefix), rel)
+
+    kinds = ("dir", "link", "absent")
+    for n, (first, second, last) in enumerate(itertools.product(kinds, kinds, kinds)):
+        root = tmp_path / f"case{n}"
+        prefix, elsewhere = root / "prefix", root / "elsewhere"
+        (elsewhere / "b").mkdir(parents=True)
+        prefix.mkdir()
+        a = prefix / "a"
+        if first == "dir":
+            a.mkdir()
+        elif first == "link":
+            a.symlink_to(elsewhere)
+        if first != "absent":
+            b = a / "b"
+            if second == "dir" and not b.exists():
+                b.mkdir()
+            elif second == "link" and not os.path.lexists(b):
+                b.symlink_to(elsewhere / "b")
+            out = b / "s-0123456789abcdef"
+            if os.path.isdir(b) and last == "dir":
+                out.mkdir(exist_ok=True)
+            elif os.path.isdir(b) and last == "link" and not os.path.lexists(out):
+                out.symlink_to(elsewhere)
+        out = prefix / "a" / "b" / "s-0123456789abcdef"
+        refused = link_problem(str(out), str(prefix)) == "it is reached through a symlink"
+        assert refused == by_realpath(out, prefix), (first, second, last)
