@@ -70,3 +70,20 @@ def test_in_parallel_a_write_is_said_with_the_steps_that_ran_beside(project):
     for line in warnings:  # a step that wrote nothing is only ever named beside one that may have
         if line.startswith(("marinbuild: warning: fine ", "marinbuild: warning: data ")):
             assert "running at the same time)" in line, line
+
+
+def test_a_running_step_s_info_holds_only_what_info_json_documents(project):
+    """The look before a step runs is handed to its commit, not written: a running step reads its
+    own info.json and finds its config, no listing of what lay outside its output."""
+    write_marinfile(project, """
+from marinbuild import step, versioned
+data = step("data", cmd="echo x > {output}/data.txt", config={"n": versioned(1)})
+step("reader", cmd="cp {output}/.marinbuild/info.json {output}/seen.json", config={"data": data})
+""")
+    ran = marinbuild_in_process("run", "-q", cwd=project)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    (seen,) = (project / "marinbuild-out").glob("reader-*/seen.json")
+    info = json.loads(seen.read_text())
+    assert info["name"] == "reader" and "end_time" not in info  # as it stood while the step ran
+    assert "outside_before" not in info and "earlier_output" not in info and "_fence" not in info
+    assert not any("Snapshot(" in json.dumps(v) for v in info.values())

@@ -155,6 +155,11 @@ def _started_info(ctx: RunContext, node: StepNode, inputs: StepInputs, seen: dic
     return info
 
 
+_HANDED_OVER = frozenset({EARLIER_OUTPUTS, OUTSIDE_BEFORE})
+"""Info keys the start hands to the commit, never written: the snapshot's repr made a running
+step's info.json as large as its dependencies' listings."""
+
+
 def _claim(ctx: RunContext, node: StepNode, info: dict[str, Any]) -> tuple[dict[str, Any], ...]:
     """Write the RUNNING status and the info as it stands; returns what the attempt ledger holds of earlier runs.
 
@@ -164,7 +169,7 @@ def _claim(ctx: RunContext, node: StepNode, info: dict[str, Any]) -> tuple[dict[
     """
     storage, out = ctx.storage, node.output_path
     fence = StepFence(storage)
-    started = info_text({k: v for k, v in info.items() if k != EARLIER_OUTPUTS})
+    started = info_text({k: v for k, v in info.items() if k not in _HANDED_OVER})
     info[STEP_FENCE] = fence
     return _while_reading_attempts(storage, out, lambda: stored(
         f"write {status_path(out)}",
