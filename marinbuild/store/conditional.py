@@ -252,9 +252,14 @@ class LocalConditionalStore:
 
     def _put(self, path: str, text: str) -> str:
         # Under the lock a swap holds: a put cannot land between a swap's comparison and its rename.
-        os.makedirs(os.path.dirname(path), exist_ok=True)  # as a plain write makes the marker folder
-        with _path_locked(path):
-            self._replace(path, text)
+        try:
+            with _path_locked(path):
+                self._replace(path, text)
+        except FileNotFoundError:
+            # As a plain write makes the marker folder: only when missing, not two calls a put.
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with _path_locked(path):
+                self._replace(path, text)
         return content_version(text)
 
     def _replace(self, path: str, text: str) -> None:

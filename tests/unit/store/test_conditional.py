@@ -13,6 +13,7 @@ from marinbuild.store.conditional import (
     ConditionalStore,
     LocalConditionalStore,
     SerializedConditionalStore,
+    Versioned,
     _settle,
     conditional_store,
     content_version,
@@ -191,3 +192,11 @@ def test_a_local_delete_keeps_the_released_lease_under_another_name(tmp_path: Pa
     second = store.create(path, "second holder")  # free again: created as if never held
     assert second is not None and store.delete(path, second)
     assert store.read(path) is None and (tmp_path / "lease.previous").read_text() == "first holder"
+
+
+def test_a_local_put_makes_the_marker_folder_where_it_is_missing(tmp_path: Path) -> None:
+    store = LocalConditionalStore()
+    path = tmp_path / "out-0123456789abcdef" / ".marinbuild" / "status"
+    version = store.put(str(path), "RUNNING")
+    assert path.read_text() == "RUNNING" and store.read(str(path)) == Versioned("RUNNING", version)
+    assert store.put(str(path), "SUCCESS") != version and path.read_text() == "SUCCESS"
