@@ -248,7 +248,11 @@ def test_interrupt_marks_running_step_failed_and_exits_130(project, inherited):
     )
     # The runner says the step started (it holds it as running by then) and the step runs.
     assert proc.stdout is not None
-    assert proc.stdout.readline().startswith("start slow")
+    first = proc.stdout.readline()
+    if not first.startswith("start slow"):
+        proc.kill()
+        rest, err = proc.communicate(timeout=60)
+        raise AssertionError(f"the runner said {first + rest!r} and ended {proc.returncode}; stderr: {err}")
     deadline = time.time() + 30
     while not (project / "started").exists() and time.time() < deadline:
         time.sleep(0.05)

@@ -208,7 +208,14 @@ step("again", cmd='if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then sleep 120; fi;
     try:
         seen = _wait_state(out, "RUNNING")
         slurm_cluster.kill_node(seen["nodes"], seen["job_id"])
-        _wait(lambda: "Slurm requeued job" in Path(out, "logs", "step.log").read_text(), 90, "the requeue noted")
+        # Slurm marks the node DOWN and requeues on its own timers, slower on a loaded machine: a
+        # generous guard, and what Slurm and the runner said if even that runs out.
+        try:
+            _wait(lambda: "Slurm requeued job" in Path(out, "logs", "step.log").read_text(), 240, "the requeue noted")
+        except AssertionError as e:
+            ctld = (slurm_cluster.folder / "slurmctld.log").read_text(errors="replace").splitlines()[-30:]
+            raise AssertionError(f"{e}; jobs {slurm_cluster.jobs()}; step log:\n"
+                                 f"{Path(out, 'logs', 'step.log').read_text()}\nslurmctld:\n" + "\n".join(ctld)) from None
         # Slurm holds a requeued job back for two minutes (reason BeginTime); an operator may let it go now.
         # It runs on the node still up (the lost one comes back only afterwards).
         slurm_cluster.run("scontrol", "update", f"JobId={seen['job_id']}", "StartTime=now")
