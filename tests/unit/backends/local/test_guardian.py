@@ -60,3 +60,20 @@ def test_every_step_still_listed_dies_when_the_runners_end_of_the_pipe_closes():
         for proc in (step, released):
             proc.kill()
             proc.wait()
+
+
+def test_the_guardian_runs_as_a_batch_process_that_never_preempts_its_runner():
+    """Each line the runner writes wakes the guardian; as a normal process it would take the CPU
+    from the runner at every step (a context switch a line), as a batch one it reads at its turn."""
+    guardian = Guardian()
+    step = subprocess.Popen(["sleep", "300"], process_group=0)
+    try:
+        guardian.adopt("step", step.pid, Deadline.within(0.5))
+        assert os.sched_getscheduler(guardian.pid) == os.SCHED_BATCH
+        assert _dies(step)  # and it still kills on time
+    finally:
+        step.kill()
+        step.wait()
+        guardian.release("step")
+        if guardian.pid > 0:  # never os.kill(0, ...): that is this process's own group
+            os.kill(guardian.pid, signal.SIGKILL)
