@@ -10,17 +10,22 @@ first line when it finds output there. Nothing is written through a link: an out
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TypeVar
 
 from marinbuild.errors import StorageError
 from marinbuild.execution.run_context import RunContext, runner_name
 from marinbuild.execution.storage_problems import stored
+from marinbuild.execution.stray_writes import made_here
 from marinbuild.graph import StepNode
 from marinbuild.store.aside import ASIDE_PREFIX, asides, set_aside, step_entries
 from marinbuild.store.links import stored_link_problem
 from marinbuild.store.markers import MARKER_DIR, RUNNING, read_status, status_path, write_status
 from marinbuild.store.storage import Storage
 
-__all__ = ["clear_output", "link_refusal", "ready_output_folder"]
+__all__ = ["claim_lease", "clear_output", "link_refusal", "ready_output_folder"]
+
+_T = TypeVar("_T")
 
 
 def link_refusal(ctx: RunContext, node: StepNode) -> str | None:
@@ -35,6 +40,13 @@ def link_refusal(ctx: RunContext, node: StepNode) -> str | None:
         return None
     why = "; marinbuild never writes through a link" if problem.endswith("symlink") else ""
     return f"refusing to write under {node.output_path}: {problem}{why}"
+
+
+def claim_lease(ctx: RunContext, node: StepNode, claim: Callable[[], _T]) -> _T:
+    """Take the step's lease by ``claim``, which makes its output folder where there is none yet;
+    the look for writes outside the outputs learns of the new folder without listing its parent."""
+    local = ctx.storage.local_file(node.output_path) if ctx.prefix else None
+    return claim() if local is None else made_here(ctx.layout.seen, local, claim)
 
 
 def ready_output_folder(ctx: RunContext, node: StepNode) -> tuple[str | None, list[str]]:

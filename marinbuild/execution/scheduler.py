@@ -50,7 +50,7 @@ from marinbuild.execution.attempt_handover import status_left_to_the_attempt
 from marinbuild.execution.attempt_start import prepare
 from marinbuild.execution.dependency_check import DependencyBusy
 from marinbuild.execution.loop_events import WAKE, Claimed, ClaimLost, Committed, Stop, StoreDone, Wake
-from marinbuild.execution.output_folder import link_refusal
+from marinbuild.execution.output_folder import claim_lease, link_refusal
 from marinbuild.execution.reporting import Failure, NullReporter, Reporter, Summary
 from marinbuild.execution.run_context import RunContext
 from marinbuild.execution.start_gates import Admission, Claims, NoClaims, Unlimited
@@ -288,7 +288,7 @@ class Scheduler:
         if refused is not None:  # before the lease: nothing at all is written through a link
             return Claimed("refused", refused)
         try:
-            verdict, why = self.claims.try_claim(node)
+            verdict, why = claim_lease(self.ctx, node, lambda: self.claims.try_claim(node))
         except (MarinbuildError, OSError) as e:
             # The store refused even the lease (full, read-only): this step fails, the run goes on.
             self.claims.release(node)

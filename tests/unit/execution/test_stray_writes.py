@@ -59,3 +59,26 @@ def test_a_folder_with_too_many_entries_is_not_listed(tmp_path: Path, monkeypatc
 def test_a_remote_prefix_is_not_watched() -> None:
     storage = Storage.for_prefix("memory://stray-writes-test")
     assert take_snapshot(storage, "memory://stray-writes-test", "memory://stray-writes-test/a-1", []) is None
+
+
+def test_a_folder_the_runner_makes_is_learned_without_listing_but_a_stray_before_it_still_shows(
+    tmp_path: Path, monkeypatch
+) -> None:
+    storage, prefix, dep, mine = _prefix(tmp_path)
+    seen: dict = {}
+    before = take_snapshot(storage, prefix, mine, [dep], seen)
+    listed: list[str] = []
+    real_names = stray_writes._names
+    monkeypatch.setattr(stray_writes, "_names", lambda folder: listed.append(folder) or real_names(folder))
+    nxt = os.path.join(prefix, "eval-0000000000000000")
+    assert stray_writes.made_here(seen, nxt, lambda: os.mkdir(nxt) or "made") == "made"
+    again = take_snapshot(storage, prefix, mine, [dep], seen)
+    assert listed == [] and again is not None and os.path.basename(nxt) in (again.beside[prefix][1] or ())
+    # A stray made after the last look and before the runner's folder: the parent is listed again.
+    Path(prefix, "stray.txt").write_text("x")
+    later = os.path.join(prefix, "test-0000000000000000")
+    stray_writes.made_here(seen, later, lambda: os.mkdir(later))
+    assert _found(storage, prefix, dep, mine, before, [nxt, later]) == ["the prefix: stray.txt"]
+    listed.clear()
+    after = take_snapshot(storage, prefix, mine, [dep], seen)
+    assert listed == [prefix] and after is not None and "stray.txt" in (after.beside[prefix][1] or ())
