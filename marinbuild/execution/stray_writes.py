@@ -130,7 +130,8 @@ def made_here(seen: dict[str, tuple[int, frozenset[str] | None]], path: str, mak
     before = _mtime(parent) if known is not None and known[1] is not None else None
     made = make()
     if known is not None and known[1] is not None and before == known[0]:
-        seen[parent] = (_mtime(parent), known[1] | {os.path.basename(path)})
+        names = known[1] | {os.path.basename(path)}
+        seen[parent] = (_mtime(parent), names if len(names) <= LISTED_AT_MOST else None)  # as a listing would
     return made
 
 

@@ -82,3 +82,14 @@ def test_a_folder_the_runner_makes_is_learned_without_listing_but_a_stray_before
     listed.clear()
     after = take_snapshot(storage, prefix, mine, [dep], seen)
     assert listed == [prefix] and after is not None and "stray.txt" in (after.beside[prefix][1] or ())
+
+
+def test_a_folder_grown_past_the_listing_limit_by_the_runner_is_no_longer_watched(tmp_path: Path, monkeypatch) -> None:
+    storage, prefix, dep, mine = _prefix(tmp_path)
+    seen: dict = {}
+    take_snapshot(storage, prefix, mine, [dep], seen)
+    monkeypatch.setattr(stray_writes, "LISTED_AT_MOST", len(os.listdir(prefix)) + 1)
+    for n in range(2):
+        made = os.path.join(prefix, f"s{n}-0000000000000000")
+        stray_writes.made_here(seen, made, lambda made=made: os.mkdir(made))
+    assert seen[prefix][1] is None  # as a listing of that many names would say
