@@ -195,7 +195,7 @@ def test_status_does_not_say_a_dead_runners_step_waits_for_capacity(
     row = status_row(project, "train")
     assert row["lease"] is None  # no runner: nothing waits for capacity, and the queued resource is gone
     assert row["provisioning"] is None, row
-    table = marinbuild("status", cwd=project).stdout
+    table = marinbuild_in_process("status", cwd=project).stdout
     assert "waiting for capacity" not in table, table
 
 
@@ -270,7 +270,7 @@ from marinbuild import step, ResourceConfig
 
 train = step("train", cmd="true", resources=ResourceConfig.with_tpu("v4-7", slice_count=2))
 """)
-    result = marinbuild("plan", cwd=project)
+    result = marinbuild_in_process("plan", cwd=project)
     assert result.returncode == 2, result.stdout + result.stderr
     line = result.stderr.strip()
     assert len(line.splitlines()) == 1 and "Traceback" not in line, line

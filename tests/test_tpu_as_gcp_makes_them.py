@@ -61,7 +61,7 @@ def test_status_shows_the_hosts_booting(project: Path, emulator: TpuApiEmulator,
         seen: list[str] = []
 
         def booting() -> bool:
-            seen.append(marinbuild("status", cwd=project).stdout)
+            seen.append(marinbuild_in_process("status", cwd=project).stdout)
             return "booting: 0/1 hosts reachable" in seen[-1]
 
         wait_for(booting, timeout=60)

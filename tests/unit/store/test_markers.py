@@ -257,7 +257,7 @@ def test_an_unreadable_status_is_named_and_the_step_planned_to_run(project: Path
     assert {r["name"]: r["status"] for r in json.loads(status.stdout)} == {"a": UNREADABLE, "b": "SUCCESS"}
     assert str(marker) in status.stderr and len(status.stderr.strip().splitlines()) == 1
 
-    why = marinbuild("why", "a", cwd=project)
+    why = marinbuild_in_process("why", "a", cwd=project)
     _no_crash(why)
     assert why.returncode == 0 and str(marker) in why.stdout
 
@@ -296,7 +296,7 @@ def test_an_unreadable_lease_is_named_and_not_fatal(project: Path) -> None:
         result = marinbuild(*command, cwd=project)
         _no_crash(result)
         assert result.returncode == 0, result.stderr
-    status = marinbuild("status", cwd=project)
+    status = marinbuild_in_process("status", cwd=project)
     _no_crash(status)
     assert status.returncode == 0 and f"{lease}: not valid UTF-8" in status.stderr
     assert lease.read_bytes() == b'{"owner": "\xff"}'  # named, not deleted
@@ -509,7 +509,7 @@ def test_a_folder_where_the_lease_belongs_fails_that_step_alone(project: Path) -
         result = marinbuild(*command, cwd=project)
         _no_crash(result)
         assert result.returncode == 0, result.stderr
-    assert f"{lease}: a folder, not a file" in marinbuild("status", cwd=project).stderr
+    assert f"{lease}: a folder, not a file" in marinbuild_in_process("status", cwd=project).stderr
     run = marinbuild("run", "-k", cwd=project, env=LEASE_ENV)
     _no_crash(run)
     assert run.returncode == 1 and f"a: cannot take its lease ({lease}): Is a directory" in run.stdout, run.stdout
