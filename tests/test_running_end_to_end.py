@@ -175,7 +175,11 @@ def test_parallel_jobs_overlap(project):
         def work(cfg):
             with open(cfg["log"], "a") as f:
                 f.write(f"{cfg['i']} start {time.time()}\\n")
-            time.sleep(1.0)
+            # Until the other step has started too (a minute at most): run one after the
+            # other, the first ends before the second starts and the overlap is not there.
+            deadline = time.time() + 60
+            while f"{1 - cfg['i']} start" not in open(cfg["log"]).read() and time.time() < deadline:
+                time.sleep(0.02)
             with open(cfg["log"], "a") as f:
                 f.write(f"{cfg['i']} end {time.time()}\\n")
         for i in range(2):
