@@ -198,7 +198,7 @@ def test_a_record_of_the_wrong_json_type_is_named_not_an_internal_error(
     kept = broken.read_text()
     broken.write_text(text + "\n")
     try:
-        result = marinbuild(*command, cwd=project)
+        result = marinbuild_in_process(*command, cwd=project)
     finally:
         broken.write_text(kept)
     assert "internal error" not in result.stderr and "Traceback" not in result.stderr, result.stderr

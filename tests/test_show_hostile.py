@@ -125,7 +125,7 @@ for kind in ("folder", "binary", "good"):
     assert "0.125" in page.read_text()
     for folder in ("/etc", "."):  # a name that is a folder in every output
         for command in (["show", "--metrics", folder], ["report", "--metrics", folder, "-o", str(page)]):
-            result = marinbuild(*command, cwd=project)
+            result = marinbuild_in_process(*command, cwd=project)
             assert result.returncode == 0 and "internal error" not in result.stderr, result.stderr
 
 

@@ -278,7 +278,7 @@ def test_a_status_with_fields_of_the_wrong_type_is_shown_without_them(project: P
     assert marinbuild("run", cwd=project).returncode == 0
     _damage(_outputs(project)["a"] / ".marinbuild" / "status", "bad_duration")
     for command in (["status"], ["status", "--json"], ["plan"], ["why", "a"]):
-        result = marinbuild(*command, cwd=project)
+        result = marinbuild_in_process(*command, cwd=project)
         _no_crash(result)
         assert result.returncode == 0, (command, result.stderr)
     rows = {r["name"]: r for r in json.loads(marinbuild_in_process("status", "--json", cwd=project).stdout)}
@@ -293,7 +293,7 @@ def test_an_unreadable_lease_is_named_and_not_fatal(project: Path) -> None:
     lease = a / ".marinbuild" / "lease"
     lease.write_bytes(b'{"owner": "\xff"}')
     for command in (["plan"], ["why", "a"]):
-        result = marinbuild(*command, cwd=project)
+        result = marinbuild_in_process(*command, cwd=project)
         _no_crash(result)
         assert result.returncode == 0, result.stderr
     status = marinbuild_in_process("status", cwd=project)
