@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,16 @@ def test_answers_that_say_try_again_are_retried(emulator: TpuApiEmulator, tmp_pa
     with pytest.raises(TpuApiError, match=r"^TPU API: listing queued resources .* failed \(5 tries\): .*unavailable") as e:
         api.queued_resources()
     assert "\n" not in str(e.value) and emulator.unavailable_left == 95
+
+
+def test_the_wait_before_a_retry_is_the_cluster_files_api_retry_delay(emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    cluster = cluster_for(emulator, tmp_path, api_retry_delay=1.5)  # three times the default
+    assert cluster.gcp is not None
+    with TpuApi(cluster.gcp) as api:
+        emulator.unavailable_next(1)
+        began = time.monotonic()
+        assert api.queued_resources() == []
+        assert time.monotonic() - began >= 1.5 and emulator.unavailable_left == 0
 
 
 def test_a_slice_waiting_for_capacity_outlasts_answers_that_say_try_again(
