@@ -180,6 +180,23 @@ PartitionName=urgent Nodes={','.join(NODES)} MaxTime=INFINITE State=UP PriorityT
 """
 
 
+def _stop_daemons(pidfiles: list[Path]) -> None:
+    """SIGTERM every daemon named by ``pidfiles`` at once, then wait (30 s at most each) until each is gone."""
+    pids = []
+    for pidfile in pidfiles:
+        try:
+            pid = int(pidfile.read_text())
+            os.kill(pid, signal.SIGTERM)
+        except (OSError, ValueError):
+            continue
+        pids.append((pidfile, pid))
+    for pidfile, pid in pids:
+        try:
+            _wait(lambda pid=pid: not Path(f"/proc/{pid}").exists(), 30, f"{pidfile.name} ended")
+        except AssertionError:
+            pass
+
+
 @pytest.fixture(scope="module")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     for tool in ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel"):
@@ -212,10 +229,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
             cluster.cancel_all()
         except Exception:  # a broken cluster is torn down all the same
             pass
-        for pidfile in [*(folder / f"slurmd-{n}.pid" for n in NODES), folder / "slurmctld.pid", m / "munged.pid"]:
-            try:
-                pid = int(pidfile.read_text())
-                os.kill(pid, signal.SIGTERM)
-                _wait(lambda pid=pid: not Path(f"/proc/{pid}").exists(), 30, f"{pidfile.name} ended")
-            except (OSError, ValueError, AssertionError):
-                pass
+        # The Slurm daemons stop side by side (each takes a second or two); munged, which
+        # they may still ask on the way out, once they are gone.
+        for pidfiles in ([*(folder / f"slurmd-{n}.pid" for n in NODES), folder / "slurmctld.pid"], [m / "munged.pid"]):
+            _stop_daemons(pidfiles)

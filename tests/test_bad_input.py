@@ -77,12 +77,12 @@ def test_unknown_target_suggests_close_names(project):
 
 def test_verbose_shows_traceback(project):
     write_marinfile(project, "raise RuntimeError('nope')\n")
-    result = marinbuild("plan", "-v", cwd=project)
+    result = marinbuild_in_process("plan", "-v", cwd=project)
     assert result.returncode == 2 and "Traceback" in result.stderr
 
 
 def test_usage_error_exits_2(project):
-    result = marinbuild("plan", "--dag", "png", cwd=project)
+    result = marinbuild_in_process("plan", "--dag", "png", cwd=project)
     assert result.returncode == 2
 
 

@@ -57,7 +57,7 @@ def test_clean_leaves_a_step_running_under_a_live_lease_alone(project: Path) -> 
         status = json.loads(marinbuild_in_process("status", "--json", cwd=project).stdout)
         assert status[0]["status"] == "RUNNING" and status[0]["lease"] is not None
 
-        result = marinbuild("clean", "train", "--yes", cwd=project, env=LEASE_ENV)
+        result = marinbuild_in_process("clean", "train", "--yes", cwd=project, env=LEASE_ENV)
         assert result.returncode == 0, result.stderr
         assert f"leaving {out} alone: it is running, leased by " in result.stderr
         assert (out / ".marinbuild" / "lease").exists() and (out / "ckpt").exists()
@@ -74,7 +74,7 @@ def test_clean_leaves_a_step_running_under_a_live_lease_alone(project: Path) -> 
             runner.wait()
 
     # Finished, nothing holds it: now clean removes it, lease and all.
-    result = marinbuild("clean", "train", "--yes", cwd=project)
+    result = marinbuild_in_process("clean", "train", "--yes", cwd=project)
     assert result.returncode == 0 and not out.exists(), result.stderr
 
 
@@ -83,7 +83,7 @@ def test_clean_force_removes_a_running_step(project: Path) -> None:
     runner = start_marinbuild("run", cwd=project, env=LEASE_ENV)
     try:
         first_pid = int(wait_for_text(started))
-        result = marinbuild("clean", "train", "--yes", "--force", cwd=project)
+        result = marinbuild_in_process("clean", "train", "--yes", "--force", cwd=project)
         assert result.returncode == 0 and "removed 1 output(s)" in result.stdout, result.stderr
         # The runner finds its lease gone and stops that attempt (it then starts the step afresh).
         assert wait_dead(first_pid, 30)
@@ -100,7 +100,7 @@ def test_clean_takes_over_the_lease_of_a_runner_that_died(project: Path) -> None
     (out,) = (project / "marinbuild-out").glob("train-*")
     runner.kill()
     runner.wait()
-    result = marinbuild("clean", "train", "--yes", cwd=project)
+    result = marinbuild_in_process("clean", "train", "--yes", cwd=project)
     assert result.returncode == 0 and not out.exists(), result.stderr
 
 
@@ -139,7 +139,7 @@ def test_clean_never_reaches_outside_the_prefix_through_an_override(project: Pat
     (project / "marinbuild-out-sibling" / "e").mkdir(parents=True)
     write_marinfile(project, OVERRIDES)
     before = snapshot(project.parent)
-    result = marinbuild("clean", "c", "d", "e", "--yes", cwd=project)
+    result = marinbuild_in_process("clean", "c", "d", "e", "--yes", cwd=project)
     assert "internal error" not in result.stderr
     # Either the plan refuses the overrides, or clean leaves each of them alone by name.
     if result.returncode == 0:
@@ -158,7 +158,7 @@ def test_clean_does_not_remove_a_step_folder_that_is_a_symlink(project: Path, tm
     out.rename(elsewhere)
     out.symlink_to(elsewhere)
     before = snapshot(elsewhere)
-    result = marinbuild("clean", "a", "--yes", cwd=project)
+    result = marinbuild_in_process("clean", "a", "--yes", cwd=project)
     assert f"leaving {out} alone: it is reached through a symlink" in result.stderr, result.stderr
     assert snapshot(elsewhere) == before and out.is_symlink()
 
@@ -199,19 +199,19 @@ def test_orphans_are_only_this_marinfiles_old_outputs(project: Path, tmp_path: P
     (deep / ".marinbuild").mkdir(parents=True)
     before = {p: snapshot(p) for p in (third.parent, deep, *theirs)}
 
-    dry = marinbuild("clean", "--orphans", "--dry", cwd=project)
+    dry = marinbuild_in_process("clean", "--orphans", "--dry", cwd=project)
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.strip().splitlines() == [f"would remove {old}"]
     (their_x,) = [p for p in theirs if p.name.startswith("x-")]
     assert f"leaving {their_x} alone: it was written from {other / 'Marinfile.py'}" in dry.stderr
 
-    result = marinbuild("clean", "--orphans", "--yes", cwd=project)
+    result = marinbuild_in_process("clean", "--orphans", "--yes", cwd=project)
     assert result.returncode == 0, result.stderr
     assert not old.exists() and current.exists()
     assert {p: snapshot(p) for p in before} == before  # theirs, the symlink's target, the deep folder
 
     # --any-orphans widens to every NAME-HASH output, but still follows no link and stays shallow.
-    wide = marinbuild("clean", "--any-orphans", "--yes", cwd=project)
+    wide = marinbuild_in_process("clean", "--any-orphans", "--yes", cwd=project)
     assert wide.returncode == 0, wide.stderr
     assert not any(p.exists() for p in theirs) and current.exists()
     assert snapshot(third.parent) == before[third.parent] and snapshot(deep) == before[deep]
@@ -227,7 +227,7 @@ def test_orphans_running_under_a_live_lease_are_left_alone(project: Path, tmp_pa
         wait_for_text(started)
         (theirs,) = prefix.glob("train-*")
         write_marinfile(project, "from marinbuild import step\nstep('mine', cmd='true')\n")
-        result = marinbuild("clean", "--any-orphans", "--yes", cwd=project)
+        result = marinbuild_in_process("clean", "--any-orphans", "--yes", cwd=project)
         assert result.returncode == 0, result.stderr
         assert f"leaving {theirs} alone: it is running, leased by " in result.stderr
         assert (theirs / ".marinbuild" / "lease").exists()
@@ -246,7 +246,7 @@ def test_orphans_running_under_a_live_lease_are_left_alone(project: Path, tmp_pa
 def test_a_filesystem_root_is_refused_as_a_prefix(project: Path, root: str, command: list[str]) -> None:
     write_marinfile(project, "from marinbuild import step\nstep('a', cmd='true')\n")
     before = set(os.listdir("/"))
-    result = marinbuild(*command, "--prefix", root, cwd=project)
+    result = marinbuild_in_process(*command, "--prefix", root, cwd=project)
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "is a filesystem root" in lines[0], result.stderr
@@ -266,6 +266,6 @@ def test_clean_of_a_target_leaves_a_folder_holding_another_identity_alone(projec
     shared = project / "marinbuild-out" / "shared"
     write_marinfile(project, 'from marinbuild import step\nstep("two", cmd="true", override_output_path="shared")\n')
     before = snapshot(shared)
-    result = marinbuild("clean", "two", "--yes", cwd=project)
+    result = marinbuild_in_process("clean", "two", "--yes", cwd=project)
     assert result.returncode == 0 and f"leaving {shared} alone: it holds the SUCCESS of one" in result.stderr
     assert snapshot(shared) == before

@@ -20,7 +20,7 @@ from marinbuild.store.conditional import conditional_store
 from marinbuild.store.lease import LeaseRecord, Owner, lease_path
 from marinbuild.store.storage import Storage
 
-from .helpers import alive, marinbuild, start_marinbuild, wait_dead, write_marinfile
+from .helpers import alive, marinbuild, marinbuild_in_process, start_marinbuild, wait_dead, write_marinfile
 
 LEASE_ENV = {"MARINBUILD_LEASE_HEARTBEAT": "0.5", "MARINBUILD_LEASE_EXPIRY": "3"}
 
@@ -268,10 +268,10 @@ def test_a_runner_whose_lease_is_taken_kills_its_step_and_records_nothing(projec
     out = next((project / "marinbuild-out").glob("train-*"))
 
     # While it runs, plan and status show the lease.
-    plan = json.loads(marinbuild("plan", "--json", cwd=project, env=env).stdout)
+    plan = json.loads(marinbuild_in_process("plan", "--json", cwd=project, env=env).stdout)
     assert plan[0]["action"] == "wait"
     assert plan[0]["reason"].startswith(f"waiting: leased by {socket.gethostname()}:{runner.pid} since ")
-    status = json.loads(marinbuild("status", "--json", cwd=project, env=env).stdout)
+    status = json.loads(marinbuild_in_process("status", "--json", cwd=project, env=env).stdout)
     assert status[0]["status"] == "RUNNING" and status[0]["lease"]["owner"] == f"{socket.gethostname()}:{runner.pid}"
 
     # Another owner (on another machine, never renewing) appears in the lease file.

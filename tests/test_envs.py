@@ -17,7 +17,7 @@ from marinbuild.pyenv.builder import MANIFEST, EnvBuildError, ensure, env_key
 from marinbuild.pyenv.inventory import cached_envs, prune
 from marinbuild.pyenv.spec import expand_groups
 
-from .helpers import cli_env, marinbuild, plan_json, status_of, write_marinfile
+from .helpers import cli_env, marinbuild, marinbuild_in_process, plan_json, status_of, write_marinfile
 from .wheels import direct_reference, make_wheel
 
 pytest_plugins = ["tests.fixtures_ray"]
@@ -143,7 +143,7 @@ def test_an_unknown_extra_is_refused_at_plan_time_naming_the_step_and_the_extras
 from marinbuild import step
 step("train", cmd="true", pip_dependency_groups=["rll"])
 """)
-    result = marinbuild("plan", cwd=project)
+    result = marinbuild_in_process("plan", cwd=project)
     assert result.returncode == 2
     line = result.stderr.strip()
     assert "'train'" in line and "'rll'" in line and "extras: eval, rl" in line
@@ -170,7 +170,7 @@ from marinbuild import step
 step("train", cmd="true", pip_dependency_groups={[entry]!r})
 """)
     for command in ("plan", "run"):
-        result = marinbuild(command, cwd=project)
+        result = marinbuild_in_process(command, cwd=project)
         assert result.returncode == 2, result.stdout + result.stderr
         line = result.stderr.strip()
         assert line.startswith("marinbuild: error: step 'train': pip_dependency_groups entry ") and why in line, line
@@ -182,7 +182,7 @@ step("train", cmd="true", pip_dependency_groups={[entry]!r})
 def test_an_extra_holding_an_option_is_refused_naming_the_extra(project, cache):
     (project / "pyproject.toml").write_text('[project]\nname = "demo"\n[project.optional-dependencies]\nrl = ["-r /etc/passwd"]\n')
     write_marinfile(project, 'from marinbuild import step\nstep("train", cmd="true", pip_dependency_groups=["rl"])\n')
-    result = marinbuild("plan", cwd=project)
+    result = marinbuild_in_process("plan", cwd=project)
     assert result.returncode == 2
     line = result.stderr.strip()
     assert "step 'train': extra 'rl' of " in line and "'-r /etc/passwd' is an installer option" in line, line
@@ -259,7 +259,7 @@ def test_env_build_list_and_prune(project, cache, wheel):
     assert f"{env_dir.name}  built" in built.stdout
     again = marinbuild("env", "build", "sh", cwd=project, env={"MARINBUILD_ENV_CACHE": str(cache)})
     assert f"{env_dir.name}  cached" in again.stdout
-    listed = marinbuild("env", "list", cwd=project, env={"MARINBUILD_ENV_CACHE": str(cache)})
+    listed = marinbuild_in_process("env", "list", cwd=project, env={"MARINBUILD_ENV_CACHE": str(cache)})
     assert env_dir.name in listed.stdout and "tinypkg @ file://" in listed.stdout
     [entry] = cached_envs(cache)
     assert entry.size > 0 and entry.requirements == (direct_reference(wheel),)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .helpers import marinbuild, on_terminal, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, on_terminal, write_marinfile
 
 MARINFILE = """
 from marinbuild import step, versioned
@@ -20,28 +20,28 @@ def test_dash_b_forces_every_step_as_make_does(project):
     forced = marinbuild("run", "-B", "-q", "train/lr1", cwd=project)
     assert forced.returncode == 0, forced.stderr
     assert forced.stdout.startswith("2 done"), forced.stdout  # train/lr1 and the data it needs
-    planned = marinbuild("plan", "-B", cwd=project)
+    planned = marinbuild_in_process("plan", "-B", cwd=project)
     assert "4 to run" in planned.stdout, planned.stdout
 
 
 def test_list_prints_step_names_one_a_line(project):
     write_marinfile(project, MARINFILE)
-    every = marinbuild("list", cwd=project)
+    every = marinbuild_in_process("list", cwd=project)
     assert every.returncode == 0, every.stderr
     assert every.stdout.splitlines() == ["data", "train/lr1", "train/lr2", "report"]
-    assert marinbuild("list", "train/*", cwd=project).stdout.splitlines() == ["train/lr1", "train/lr2"]
+    assert marinbuild_in_process("list", "train/*", cwd=project).stdout.splitlines() == ["train/lr1", "train/lr2"]
     for command in ("run", "plan"):
         listed = marinbuild(command, "--list", "train/*", cwd=project)
         assert listed.returncode == 0 and listed.stdout.splitlines() == ["train/lr1", "train/lr2"], listed
     assert not (project / "marinbuild-out").exists()  # run --list ran nothing
-    missing = marinbuild("list", "nope", cwd=project)
+    missing = marinbuild_in_process("list", "nope", cwd=project)
     assert missing.returncode == 2 and "no step named 'nope'" in missing.stderr
 
 
 def _completions(project, *words: str) -> list[str]:
     line = " ".join(["marinbuild", *words])
-    found = marinbuild(cwd=project, env={"_MARINBUILD_COMPLETE": "complete_bash", "COMP_WORDS": line,
-                                         "COMP_CWORD": str(len(words))})
+    found = marinbuild_in_process(cwd=project, env={"_MARINBUILD_COMPLETE": "complete_bash", "COMP_WORDS": line,
+                                                    "COMP_CWORD": str(len(words))})
     assert found.returncode == 0, found.stderr
     return found.stdout.split()
 

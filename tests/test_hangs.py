@@ -51,10 +51,10 @@ def test_a_silent_step_is_killed_as_a_hang_and_its_retry_succeeds(project: Path)
     assert status["retries"]["hang"] == {"used": 1, "max": 2}
     assert set(status["retries"]) == {"failure", "preemption", "hang", "infra", "provisioning"}
     assert all(set(v) >= {"used", "max"} for v in status["retries"].values())
-    assert "failures 0/0 · preemptions 0/100 · hangs 1/2" in marinbuild("status", cwd=project).stdout
+    assert "failures 0/0 · preemptions 0/100 · hangs 1/2" in marinbuild_in_process("status", cwd=project).stdout
     shown = json.loads(marinbuild_in_process("show", "--json", cwd=project).stdout)[0]
     assert shown["retries"]["hang"] == {"used": 1, "max": 2} and shown["attempts"] == 2
-    assert "hangs 1/2" in marinbuild("show", cwd=project).stdout
+    assert "hangs 1/2" in marinbuild_in_process("show", cwd=project).stdout
 
 
 BUSY = """
@@ -97,7 +97,7 @@ step("ticking", cmd='touch {output}/started; while [ ! -e {output}/stop ]; do ec
         assert seen is not None, "status never showed the running step's progress"
         assert seen["progress"]["timeout_s"] == 30 and seen["progress"]["attempt"] == 1
         assert isinstance(seen["progress"]["last_moved"], float)
-        assert "last moved" in marinbuild("status", cwd=project).stdout
+        assert "last moved" in marinbuild_in_process("status", cwd=project).stdout
     finally:
         (out / "stop").touch()
         assert runner.wait(60) == 0

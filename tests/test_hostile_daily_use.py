@@ -17,7 +17,16 @@ from pathlib import Path
 import pytest
 
 from .cdp import Browser, chromium
-from .helpers import cli_env, marinbuild, missing_tool, on_terminal, plan_json, start_marinbuild, write_marinfile
+from .helpers import (
+    cli_env,
+    marinbuild,
+    marinbuild_in_process,
+    missing_tool,
+    on_terminal,
+    plan_json,
+    start_marinbuild,
+    write_marinfile,
+)
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:
@@ -106,10 +115,10 @@ def _first_column(text: str) -> list[str]:
 def test_show_sort_ranks_the_numbers_and_puts_a_nan_metric_last(project: Path) -> None:
     write_marinfile(project, NAN_SWEEP)
     ok(marinbuild("run", "-q", cwd=project))
-    ascending = marinbuild("show", "sweep/*", "--sort", "loss", cwd=project)
+    ascending = marinbuild_in_process("show", "sweep/*", "--sort", "loss", cwd=project)
     assert ascending.returncode == 0, ascending.stderr
     assert _first_column(ascending.stdout) == [*BY_LOSS, "sweep/lr0.2"], ascending.stdout  # the winner on top
-    descending = marinbuild("show", "sweep/*", "--sort", "loss", "-r", cwd=project)
+    descending = marinbuild_in_process("show", "sweep/*", "--sort", "loss", "-r", cwd=project)
     assert descending.returncode == 0, descending.stderr
     assert _first_column(descending.stdout)[:3] == BY_LOSS[::-1], descending.stdout
 
@@ -119,7 +128,7 @@ def test_the_report_sorts_a_metric_with_a_nan_as_numbers(project: Path, tmp_path
         missing_tool("Chromium is not installed (the Debian package chromium; .ci/run installs it)")
     write_marinfile(project, NAN_SWEEP)
     ok(marinbuild("run", "-q", cwd=project))
-    ok(marinbuild("report", "sweep/*", "-o", "sweep.html", cwd=project))
+    ok(marinbuild_in_process("report", "sweep/*", "-o", "sweep.html", cwd=project))
     browser = Browser((project / "sweep.html").as_uri(), tmp_path / "profile")
     try:
         browser.wait_for("document.body && document.body.getAttribute('data-ready') === '1'")
@@ -146,9 +155,9 @@ METRICS = "metrics.json"
 def test_the_report_takes_a_metrics_file_that_records_the_training_step(project: Path) -> None:
     write_marinfile(project, STEP_METRIC)
     ok(marinbuild("run", "-q", cwd=project))
-    shown = marinbuild("show", "sweep/*", cwd=project)
+    shown = marinbuild_in_process("show", "sweep/*", cwd=project)
     assert shown.returncode == 0 and "metrics.step" in shown.stdout, shown.stdout + shown.stderr
-    made = marinbuild("report", "sweep/*", "-o", "sweep.html", cwd=project)
+    made = marinbuild_in_process("report", "sweep/*", "-o", "sweep.html", cwd=project)
     assert made.returncode == 0, made.stderr  # not "internal error: ValueError: could not convert string to float"
     assert "internal error" not in made.stderr
     page = (project / "sweep.html").read_text()
@@ -189,7 +198,7 @@ def test_a_record_of_the_wrong_json_type_is_named_not_an_internal_error(
     kept = broken.read_text()
     broken.write_text(text + "\n")
     try:
-        result = marinbuild(*command, cwd=project)
+        result = marinbuild_in_process(*command, cwd=project)
     finally:
         broken.write_text(kept)
     assert "internal error" not in result.stderr and "Traceback" not in result.stderr, result.stderr

@@ -170,7 +170,7 @@ def test_ray_status_shows_the_retry_counts_of_a_late_success_and_of_a_failure_fo
     for out, shown in ((third, shown_third), (never, shown_never)):
         head = ledger(out)["retries"]
         assert {k: v["used"] for k, v in shown["retries"].items()} == {k: v["used"] for k, v in head.items()}
-    table = marinbuild("status", cwd=project).stdout
+    table = marinbuild_in_process("status", cwd=project).stdout
     assert "unknown" not in table, table
 
 

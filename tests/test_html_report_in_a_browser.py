@@ -16,7 +16,7 @@ import zlib
 from pathlib import Path
 
 from .fixtures_ssh import pids_with_env, wait_for
-from .helpers import marinbuild, plan_json, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, plan_json, write_marinfile
 
 MARINFILE = """
 from marinbuild import step, versioned, ResourceConfig
@@ -89,7 +89,7 @@ def test_report_renders_dag_timeline_and_hours_in_headless_chromium(project, fle
     preempter.join()
     assert ran.returncode == 1, ran.stdout + ran.stderr  # eval/flaky fails twice; summary never starts
 
-    made = marinbuild("report", "summary", "-o", "run.html", cwd=project)
+    made = marinbuild_in_process("report", "summary", "-o", "run.html", cwd=project)
     assert made.returncode == 0, made.stderr
     assert made.stderr.strip() == "marinbuild: wrote run.html (4 steps, 5 attempts)"
     page = project / "run.html"
@@ -147,15 +147,15 @@ def test_report_renders_dag_timeline_and_hours_in_headless_chromium(project, fle
 
 def test_report_of_steps_that_never_ran_and_a_bad_output_folder(project, tmp_path):
     write_marinfile(project, 'from marinbuild import step\nstep("a", cmd="true")\n')
-    made = marinbuild("report", cwd=project)
+    made = marinbuild_in_process("report", cwd=project)
     assert made.returncode == 0, made.stderr
     text = (project / "report.html").read_text()
     assert 'id="timeline-empty"' in text and 'data-step="a" data-status="NONE"' in text
-    bad = marinbuild("report", "-o", "no/such/dir/r.html", cwd=project)
+    bad = marinbuild_in_process("report", "-o", "no/such/dir/r.html", cwd=project)
     assert bad.returncode == 2 and bad.stderr.startswith("marinbuild: error: cannot write no/such/dir/r.html")
     assert not (project / "no").exists()
     # `-o -`: the page on standard output (to pipe or mail it), no file named "-".
-    piped = marinbuild("report", "-o", "-", cwd=project)
+    piped = marinbuild_in_process("report", "-o", "-", cwd=project)
     assert piped.returncode == 0, piped.stderr
     assert piped.stdout.startswith("<!DOCTYPE html>") and 'data-step="a" data-status="NONE"' in piped.stdout
     assert not (project / "-").exists() and "standard output" in piped.stderr
@@ -167,7 +167,7 @@ from marinbuild import step, versioned
 step("only", cmd="true", config={"n": versioned(1)})
 """)
     assert marinbuild("run", "-q", cwd=project).returncode == 0
-    made = marinbuild("report", "-o", "one.html", cwd=project)
+    made = marinbuild_in_process("report", "-o", "one.html", cwd=project)
     assert made.returncode == 0 and made.stderr.strip() == "marinbuild: wrote one.html (1 step, 1 attempt)", made.stderr
 
 
@@ -189,7 +189,7 @@ for kind in ("folder", "binary", "good"):
     step(f"t/{kind}", write, {"kind": versioned(kind), "out": this_output_path()})
 """)
     assert marinbuild("run", "-q", cwd=project).returncode == 0
-    made = marinbuild("report", "--curves", "log.jsonl", "-o", "r.html", cwd=project)
+    made = marinbuild_in_process("report", "--curves", "log.jsonl", "-o", "r.html", cwd=project)
     assert made.returncode == 0, made.stderr
     page = (project / "r.html").read_text()
     assert re.findall(r'<polyline class="curve" data-step="([^"]+)"', page) == ["t/good"]
@@ -211,7 +211,7 @@ step("flaky", flaky, {"n": versioned(2), "mark": os.path.abspath("failed-once"),
 """)
     ran = marinbuild("run", "-q", cwd=project, env={"MARINBUILD_RETRY_BASE_DELAY": "0.01"})
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    assert marinbuild("report", "-o", "r.html", cwd=project).returncode == 0
+    assert marinbuild_in_process("report", "-o", "r.html", cwd=project).returncode == 0
     table = (project / "r.html").read_text().split('id="steps"')[1].split("</table>")[0]
     cells = {name: re.findall(r"<td>(.*?)</td>", row)[9] for name, row in
              re.findall(r'<tr data-step="([^"]+)">(.*?)</tr>', table)}

@@ -12,7 +12,7 @@ import pytest
 from marinbuild.errors import UserError
 from marinbuild.store.lease_settings import MAX_EXPIRY, MIN_EXPIRY, MIN_HEARTBEAT, LeaseSettings
 
-from .helpers import marinbuild, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, write_marinfile
 
 MARINFILE = 'from marinbuild import step\nstep("a", cmd="echo ran > {output}/ran")\n'
 
@@ -36,7 +36,7 @@ MARINFILE = 'from marinbuild import step\nstep("a", cmd="echo ran > {output}/ran
 def test_out_of_bounds_lease_flags_are_one_line_before_anything_runs(project, args, env, problem):
     write_marinfile(project, MARINFILE)
     for extra in ([], ["-n"]):  # checked as parsed: a dry run refuses them too
-        result = marinbuild("run", *args, *extra, cwd=project, env=env)
+        result = marinbuild_in_process("run", *args, *extra, cwd=project, env=env)
         assert result.returncode == 2, result.stdout + result.stderr
         (line,) = result.stderr.strip().splitlines()
         assert line.startswith("marinbuild run: error: Invalid value for '--lease-") and problem in line, line

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import cli_env, marinbuild, missing_tool, on_terminal, plan_json, write_marinfile
+from .helpers import cli_env, marinbuild, marinbuild_in_process, missing_tool, on_terminal, plan_json, write_marinfile
 from .wheels import make_wheel
 
 SWEEP = """
@@ -44,7 +44,7 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
 
 def test_a_renamed_step_makes_a_reviewed_plan_stale(project: Path) -> None:
     sweep(project)
-    ok(marinbuild("plan", "-o", "plan.json", "train/lr0.1", cwd=project))
+    ok(marinbuild_in_process("plan", "-o", "plan.json", "train/lr0.1", cwd=project))
     write_marinfile(project, SWEEP.format(seed=1, width=64, depth=2).replace('f"train/lr', 'f"train/rate'))
     refused = marinbuild("run", "--plan", "plan.json", cwd=project)
     assert refused.returncode == 2
@@ -97,9 +97,9 @@ def test_tables_fit_a_terminal_and_pipes_keep_whole_paths(project: Path) -> None
     wide = on_terminal(project, "plan", "--wide", columns=400)
     assert rows["train/lr0.1"]["output_path"] in wide and "(why" not in wide
     assert rows["eval"]["reason"] in wide  # the whole reason
-    piped = ok(marinbuild("plan", cwd=project))
+    piped = ok(marinbuild_in_process("plan", cwd=project))
     assert rows["train/lr0.1"]["output_path"] in piped and rows["train/lr0.1"]["reason"] in piped
-    piped_status = marinbuild("status", cwd=project).stdout
+    piped_status = marinbuild_in_process("status", cwd=project).stdout
     assert rows["train/lr0.1"]["output_path"] in piped_status
 
 
@@ -124,11 +124,11 @@ def test_a_closed_pipe_ends_quietly(project: Path) -> None:
 
 def test_plan_says_once_when_nothing_to_run_has_history(project: Path) -> None:
     sweep(project)
-    shown = ok(marinbuild("plan", cwd=project))
+    shown = ok(marinbuild_in_process("plan", cwd=project))
     assert shown.count("no history") == 1 and "estimates: no history" in shown
     ok(marinbuild("run", "-q", "train/lr0.1", cwd=project))
     sweep(project, seed=3)
-    shown = ok(marinbuild("plan", cwd=project))
+    shown = ok(marinbuild_in_process("plan", cwd=project))
     assert "estimates from earlier runs" in shown  # the sweep points have history now
 
 

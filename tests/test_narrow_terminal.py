@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .helpers import marinbuild, on_terminal, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, on_terminal, write_marinfile
 
 SWEEP = """
 import json, os
@@ -45,7 +45,7 @@ def _rows_of(shown: str, names: list[str]) -> list[str]:
 def test_plan_status_and_show_keep_each_cell_on_one_line_in_100_columns(project):
     _marinfile(project)
     marinbuild("run", "-k", "-q", cwd=project)
-    names = marinbuild("list", cwd=project).stdout.split()
+    names = marinbuild_in_process("list", cwd=project).stdout.split()
     trains = [n for n in names if n.startswith("train/")]
     _marinfile(project, hidden=96, warmup=200)  # two fields change: a long reason per step
     plan = on_terminal(project, "plan", columns=100)
@@ -73,8 +73,8 @@ def test_plan_status_and_show_keep_each_cell_on_one_line_in_100_columns(project)
 def test_pipes_and_csv_keep_every_column(project):
     _marinfile(project)
     marinbuild("run", "-k", "-q", cwd=project)
-    piped = marinbuild("show", "train/*", "--metrics", "metrics.json", cwd=project).stdout
+    piped = marinbuild_in_process("show", "train/*", "--metrics", "metrics.json", cwd=project).stdout
     header = piped.splitlines()[0].split()
     assert "accelerator_hours" in header and "tokens_per_second_mean" in header and "not shown" not in piped
-    csv = marinbuild("show", "train/*", "--metrics", "metrics.json", "--csv", cwd=project).stdout
+    csv = marinbuild_in_process("show", "train/*", "--metrics", "metrics.json", "--csv", cwd=project).stdout
     assert "accelerator_hours" in csv.splitlines()[0]

@@ -35,9 +35,9 @@ def test_writes_outside_the_output_are_warned_and_noted(project):
     rows = {r["name"]: r for r in json.loads(marinbuild_in_process("status", "--json", cwd=project).stdout)}
     assert rows["tok"]["outside_writes"] == ["the output of its dependency data: cache.bin"]
     assert rows["fine"]["outside_writes"] is None and rows["data"]["outside_writes"] is None
-    shown = marinbuild("status", cwd=project).stdout
+    shown = marinbuild_in_process("status", cwd=project).stdout
     assert "wrote outside its output: beside the outputs in the prefix: stray.txt" in shown
-    made = marinbuild("report", "-o", "r.html", cwd=project)
+    made = marinbuild_in_process("report", "-o", "r.html", cwd=project)
     assert made.returncode == 0, made.stderr
     page = (project / "r.html").read_text()
     assert page.count('class="outside-writes"') == 3 and "cache.bin" in page

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .helpers import marinbuild, on_terminal, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, on_terminal, write_marinfile
 
 # A window-title OSC, a screen clear, a bell and a raw newline, in a versioned field and a plain one.
 HOSTILE = "\\x1b]0;PWNED\\x07 a\\x1b[2J\\nsecond line"
@@ -25,12 +25,12 @@ def test_plan_why_and_dry_run_commands_escape_control_characters_one_line_per_st
     write_marinfile(project, MARINFILE)
     assert marinbuild("run", "-q", cwd=project).returncode == 0
     write_marinfile(project, MARINFILE.replace("v1 ", "v2 ").replace("p1 ", "p2 "))
-    plan = marinbuild("plan", cwd=project)
+    plan = marinbuild_in_process("plan", cwd=project)
     assert plan.returncode == 0, plan.stderr
     _assert_defused(plan.stdout)
     rows = [line for line in plan.stdout.splitlines() if line.startswith(("a ", "b "))]
     assert len(rows) == 2 and "second line" in rows[0] and "second line" not in plan.stdout.replace(rows[0], "")
-    why = marinbuild("why", "a", cwd=project)
+    why = marinbuild_in_process("why", "a", cwd=project)
     assert why.returncode == 0, why.stderr
     _assert_defused(why.stdout)
     assert not any(line.startswith("second line") for line in why.stdout.splitlines())
@@ -47,12 +47,12 @@ def test_a_drift_note_quoting_a_plain_field_is_escaped(project):
     write_marinfile(project, MARINFILE)
     assert marinbuild("run", "-q", cwd=project).returncode == 0
     write_marinfile(project, MARINFILE.replace("p1 ", "p2 "))
-    plan = marinbuild("plan", cwd=project)
+    plan = marinbuild_in_process("plan", cwd=project)
     assert plan.returncode == 0, plan.stderr
     notes = [line for line in plan.stderr.splitlines() if "plain field plain changed" in line]
     assert len(notes) == 1, plan.stderr
     _assert_defused(plan.stderr)
-    why = marinbuild("why", "a", cwd=project)
+    why = marinbuild_in_process("why", "a", cwd=project)
     _assert_defused(why.stdout)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from .fixtures_mounts import tmpfs_at
-from .helpers import marinbuild, snapshot, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, snapshot, write_marinfile
 
 MARINFILE = """
 from marinbuild import step
@@ -51,7 +51,7 @@ def read_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
 def test_commands_that_only_read_work_on_a_read_only_prefix(read_only, args):
     project, read_only_prefix = read_only
     before = snapshot(read_only_prefix)
-    result = marinbuild(*args, "--prefix", str(read_only_prefix), cwd=project)
+    result = marinbuild_in_process(*args, "--prefix", str(read_only_prefix), cwd=project)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "not writable" not in result.stdout and "error" not in result.stderr
     assert snapshot(read_only_prefix) == before
@@ -59,14 +59,16 @@ def test_commands_that_only_read_work_on_a_read_only_prefix(read_only, args):
 
 def test_plan_and_status_tell_the_stored_state_and_plan_notes_that_run_could_not_write(read_only):
     project, read_only_prefix = read_only
-    plan = marinbuild("plan", "--prefix", str(read_only_prefix), cwd=project)
+    plan = marinbuild_in_process("plan", "--prefix", str(read_only_prefix), cwd=project)
     assert plan.returncode == 0, plan.stderr
     assert f"marinbuild: note: `run` could not write there: prefix '{read_only_prefix}' is on a read-only filesystem" in plan.stderr
-    rows = json.loads(marinbuild("plan", "--json", "--prefix", str(read_only_prefix), cwd=project).stdout)
+    rows = json.loads(marinbuild_in_process("plan", "--json", "--prefix", str(read_only_prefix), cwd=project).stdout)
     assert {r["name"]: r["action"] for r in rows} == {"a": "skip", "b": "skip", "c": "run"}
-    status = json.loads(marinbuild("status", "--json", "--prefix", str(read_only_prefix), cwd=project).stdout)
+    status = json.loads(marinbuild_in_process("status", "--json", "--prefix", str(read_only_prefix),
+                                              cwd=project).stdout)
     assert {r["name"]: r["status"] for r in status} == {"a": "SUCCESS", "b": "SUCCESS", "c": "NONE"}
-    report = marinbuild("report", "-o", str(project / "report.html"), "--prefix", str(read_only_prefix), cwd=project)
+    report = marinbuild_in_process("report", "-o", str(project / "report.html"), "--prefix", str(read_only_prefix),
+                                   cwd=project)
     assert report.returncode == 0, report.stderr
     assert (project / "report.html").is_file()
 
@@ -75,7 +77,7 @@ def test_plan_and_status_tell_the_stored_state_and_plan_notes_that_run_could_not
 def test_run_and_clean_refuse_a_read_only_prefix_in_one_line(read_only, args):
     project, read_only_prefix = read_only
     before = snapshot(read_only_prefix)
-    result = marinbuild(*args, "--prefix", str(read_only_prefix), cwd=project)
+    result = marinbuild_in_process(*args, "--prefix", str(read_only_prefix), cwd=project)
     assert result.returncode == 2, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line == f"marinbuild: error: prefix '{read_only_prefix}' is on a read-only filesystem (in {read_only_prefix})"
@@ -87,7 +89,7 @@ def test_a_prefix_that_is_a_file_is_an_error_everywhere(project, command):
     write_marinfile(project, MARINFILE)
     (project / "a-file").write_text("not a folder")
     args = {"why": ["why", "a"], "report": ["report", "-o", str(project / "r.html")], "clean": ["clean", "--yes"]}
-    result = marinbuild(*args.get(command, [command]), "--prefix", str(project / "a-file"), cwd=project)
+    result = marinbuild_in_process(*args.get(command, [command]), "--prefix", str(project / "a-file"), cwd=project)
     assert result.returncode == 2, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line == f"marinbuild: error: prefix '{project / 'a-file'}' is not a folder; give a folder for the outputs"

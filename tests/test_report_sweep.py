@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from .cdp import Browser, chromium
-from .helpers import marinbuild, missing_tool, plan_json, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, missing_tool, plan_json, write_marinfile
 
 MARINFILE = """
 from marinbuild import step, versioned
@@ -41,7 +41,7 @@ def _sweep(project: Path, metrics_line: str) -> None:
 
 
 def _report(project: Path, *args: str) -> str:
-    made = marinbuild("report", "train/*", "-o", "sweep.html", *args, cwd=project)
+    made = marinbuild_in_process("report", "train/*", "-o", "sweep.html", *args, cwd=project)
     assert made.returncode == 0, made.stderr
     return (project / "sweep.html").read_text()
 
@@ -110,7 +110,7 @@ def test_metrics_named_on_the_command_line_and_none_at_all(project: Path) -> Non
 
 def test_show_takes_the_marinfiles_metrics_too(project: Path) -> None:
     _sweep(project, 'METRICS = "metrics.json"')
-    shown = marinbuild("show", "train/*", "--sort", "loss", cwd=project)
+    shown = marinbuild_in_process("show", "train/*", "--sort", "loss", cwd=project)
     assert shown.returncode == 0, shown.stderr
     header, *rows = shown.stdout.splitlines()
     assert header.split()[-2:] == ["loss", "eval.acc"]

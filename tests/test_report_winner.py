@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from .cdp import Browser, chromium
-from .helpers import marinbuild, missing_tool, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, missing_tool, write_marinfile
 
 CHAIN = """
 import json, os
@@ -44,7 +44,8 @@ def _chain(project: Path, hidden: int = 64, best: str = "") -> None:
 
 
 def _report(project: Path, *args: str) -> str:
-    made = marinbuild("report", "train/*", "--metrics", "metrics.json", "-o", "report.html", *args, cwd=project)
+    made = marinbuild_in_process("report", "train/*", "--metrics", "metrics.json", "-o", "report.html", *args,
+                                 cwd=project)
     assert made.returncode == 0, made.stderr
     return (project / "report.html").read_text()
 
@@ -97,7 +98,7 @@ def test_best_from_the_marinfile_or_the_command_line_and_history_rows_marked_ear
     text = _report(project, "--best", "accuracy=max", "--best", "eval_loss=max")
     assert re.search(r'<tr data-step="train/lr0\.01-s1"[^>]*data-best="eval_loss"', text)
     assert re.search(r'<tr data-step="train/lr0\.003-s0"[^>]*data-best="accuracy"', text)
-    bad = marinbuild("report", "--best", "accuracy=highest", cwd=project)
+    bad = marinbuild_in_process("report", "--best", "accuracy=highest", cwd=project)
     assert bad.returncode == 2 and "--best 'accuracy=highest': expected METRIC=min or METRIC=max" in bad.stderr
     _chain(project, hidden=96, best='BEST = {"accuracy": "min"}')
     text = _report(project, "--history")
@@ -105,7 +106,7 @@ def test_best_from_the_marinfile_or_the_command_line_and_history_rows_marked_ear
     assert sorted(earlier) == TRAINS
     assert len(re.findall(r'<tr data-step="train/', text.split('id="sweep"')[1].split("</table>")[0])) == 12
     write_marinfile(project, CHAIN.format(hidden=96, best='BEST = ["accuracy"]'))
-    refused = marinbuild("report", cwd=project)
+    refused = marinbuild_in_process("report", cwd=project)
     assert refused.returncode == 2 and "BEST in the Marinfile must map metric names" in refused.stderr
 
 
@@ -136,8 +137,8 @@ def test_no_text_of_a_plot_covers_another_or_leaves_the_plot(project: Path, tmp_
         missing_tool("Chromium is not installed (the Debian package chromium; .ci/run installs it)")
     _chain(project, hidden=64)
     _chain(project, hidden=96)
-    made = marinbuild("report", "--history", "--metrics", "metrics.json", "--curves", "train_log.jsonl", "-o", "report.html",
-                      cwd=project)
+    made = marinbuild_in_process("report", "--history", "--metrics", "metrics.json", "--curves", "train_log.jsonl",
+                                 "-o", "report.html", cwd=project)
     assert made.returncode == 0, made.stderr
     browser = Browser((project / "report.html").as_uri(), tmp_path / "profile")
     try:
@@ -165,7 +166,7 @@ for i, (count, drift) in enumerate([(123456789012345678901234567890, -2.5e-12), 
     step(f"t/{i}", write, {"lr": versioned(10.0 ** -i), "count": count, "drift": drift, "out": this_output_path()})
 """)
     assert marinbuild("run", "-q", cwd=project).returncode == 0
-    made = marinbuild("report", "--metrics", "metrics.json", "-o", "report.html", cwd=project)
+    made = marinbuild_in_process("report", "--metrics", "metrics.json", "-o", "report.html", cwd=project)
     assert made.returncode == 0, made.stderr
     browser = Browser((project / "report.html").as_uri(), tmp_path / "profile")
     try:
@@ -184,7 +185,7 @@ from marinbuild import step, versioned
 step("only", cmd="true", config={"n": versioned(1)})
 """)
     assert marinbuild("run", "-q", cwd=project).returncode == 0
-    assert marinbuild("report", "-o", "report.html", cwd=project).returncode == 0
+    assert marinbuild_in_process("report", "-o", "report.html", cwd=project).returncode == 0
     browser = Browser((project / "report.html").as_uri(), tmp_path / "profile")
     try:
         browser.wait_for("document.body && document.body.getAttribute('data-ready') === '1'")

@@ -15,7 +15,16 @@ import sys
 import time
 from pathlib import Path
 
-from .helpers import cli_env, marinbuild, plan_json, python_code, start_marinbuild, status_of, write_marinfile
+from .helpers import (
+    cli_env,
+    marinbuild,
+    marinbuild_in_process,
+    plan_json,
+    python_code,
+    start_marinbuild,
+    status_of,
+    write_marinfile,
+)
 
 SWEEP = '''
 from marinbuild import step, versioned
@@ -103,7 +112,7 @@ def test_a_failed_forced_rerun_keeps_the_earlier_output_and_says_where(project: 
     ok(marinbuild("run", "-q", cwd=project))
     assert lines(project) == 6
     assert "resumes from partial output of an earlier failed run" in first_log_line(project)
-    shown = marinbuild("logs", "train/lr0.1", cwd=project).stdout.splitlines()
+    shown = marinbuild_in_process("logs", "train/lr0.1", cwd=project).stdout.splitlines()
     assert shown[0].startswith("=== marinbuild attempt ") and "resumes from partial output" in shown[1], shown[:3]
     assert "--fresh-output to start over" in first_log_line(project)
     assert not list((out / ".marinbuild").glob("aside-*"))  # gone once a run succeeded

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .helpers import marinbuild, plan_json, snapshot, status_of, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, plan_json, snapshot, status_of, write_marinfile
 
 MARINFILE = """
 from marinbuild import step, versioned
@@ -16,7 +16,7 @@ report = step("report", cmd="cat {train}/model.txt", config={"train": train})
 
 def test_plan_file_lists_identity_output_and_action_and_run_plan_runs_it(project):
     write_marinfile(project, MARINFILE % {"n": 1})
-    made = marinbuild("plan", "-o", "plan.json", "train", cwd=project)
+    made = marinbuild_in_process("plan", "-o", "plan.json", "train", cwd=project)
     assert made.returncode == 0, made.stderr
     doc = json.loads((project / "plan.json").read_text())
     rows = plan_json(project, "train")
@@ -32,10 +32,10 @@ def test_plan_file_lists_identity_output_and_action_and_run_plan_runs_it(project
 
 def test_run_plan_refuses_a_drifted_identity_before_running_anything(project):
     write_marinfile(project, MARINFILE % {"n": 1})
-    assert marinbuild("plan", "-o", "plan.json", cwd=project).returncode == 0
+    assert marinbuild_in_process("plan", "-o", "plan.json", cwd=project).returncode == 0
     write_marinfile(project, MARINFILE % {"n": 2})
     before = snapshot(project / "marinbuild-out")
-    refused = marinbuild("run", "--plan", "plan.json", cwd=project)
+    refused = marinbuild_in_process("run", "--plan", "plan.json", cwd=project)
     assert refused.returncode == 2
     lines = refused.stderr.splitlines()
     assert any(line.startswith("marinbuild: differs from the plan: data: identity ") and "n: 1 -> 2" in line for line in lines)
@@ -48,7 +48,7 @@ def test_run_plan_refuses_a_drifted_identity_before_running_anything(project):
 def test_run_plan_refuses_a_step_the_plan_did_not_list(project):
     write_marinfile(project, MARINFILE % {"n": 1})
     assert marinbuild("run", "data", cwd=project).returncode == 0
-    assert marinbuild("plan", "-o", "plan.json", cwd=project).returncode == 0
+    assert marinbuild_in_process("plan", "-o", "plan.json", cwd=project).returncode == 0
     assert [s["action"] for s in json.loads((project / "plan.json").read_text())["steps"]] == ["skip", "run", "run"]
     # Another runner (or a hand) marks data failed: it would now run, which nobody reviewed.
     data_out = plan_json(project)["data"]["output_path"]
@@ -60,7 +60,7 @@ def test_run_plan_refuses_a_step_the_plan_did_not_list(project):
         import shutil
 
         shutil.rmtree(index)  # the status summary would still say SUCCESS
-    refused = marinbuild("run", "--plan", "plan.json", cwd=project)
+    refused = marinbuild_in_process("run", "--plan", "plan.json", cwd=project)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "marinbuild: differs from the plan: data: would run (failed before: damaged; resumes from partial output; --fresh-output to start over), but the plan listed it as up to date" in refused.stderr
     assert status_of(plan_json(project)["train"]["output_path"]) is None
@@ -68,7 +68,7 @@ def test_run_plan_refuses_a_step_the_plan_did_not_list(project):
 
 def test_run_plan_skips_a_step_another_runner_finished_meanwhile(project):
     write_marinfile(project, MARINFILE % {"n": 1})
-    assert marinbuild("plan", "-o", "plan.json", cwd=project).returncode == 0
+    assert marinbuild_in_process("plan", "-o", "plan.json", cwd=project).returncode == 0
     other = marinbuild("run", "train", cwd=project)  # another runner gets there first
     assert other.returncode == 0
     train_out = plan_json(project)["train"]["output_path"]
@@ -89,19 +89,19 @@ def test_bad_plan_files_are_one_line(project):
         (["--plan", "junk.json"], "junk.json is not a plan file"),
         (["--plan", "other.json"], "other.json is not a plan written by `marinbuild plan -o`"),
     ):
-        result = marinbuild("run", *args, cwd=project)
+        result = marinbuild_in_process("run", *args, cwd=project)
         assert result.returncode == 2
         assert result.stderr.strip().splitlines() == [f"marinbuild: error: {result.stderr.split('error: ', 1)[1].strip()}"]
         assert text in result.stderr
-    assert marinbuild("plan", "-o", "plan.json", cwd=project).returncode == 0
-    both = marinbuild("run", "--plan", "plan.json", "train", cwd=project)
+    assert marinbuild_in_process("plan", "-o", "plan.json", cwd=project).returncode == 0
+    both = marinbuild_in_process("run", "--plan", "plan.json", "train", cwd=project)
     assert both.returncode == 2 and "give no targets" in both.stderr
     assert not (project / "marinbuild-out").exists() or not any((project / "marinbuild-out").glob("*-*"))
 
 
 def test_plan_o_into_a_missing_folder_is_one_line_and_writes_nothing(project):
     write_marinfile(project, MARINFILE % {"n": 1})
-    result = marinbuild("plan", "-o", "no/such/plan.json", cwd=project)
+    result = marinbuild_in_process("plan", "-o", "no/such/plan.json", cwd=project)
     assert result.returncode == 2
     assert result.stderr.strip() == "marinbuild: error: cannot write the plan to no/such/plan.json: No such file or directory"
     assert sorted(p.name for p in project.iterdir()) == ["Marinfile.py"]
@@ -109,13 +109,13 @@ def test_plan_o_into_a_missing_folder_is_one_line_and_writes_nothing(project):
 
 def test_run_plan_refuses_a_payload_edited_in_the_file(project):
     write_marinfile(project, MARINFILE % {"n": 3})
-    assert marinbuild("plan", "-o", "plan.json", cwd=project).returncode == 0
+    assert marinbuild_in_process("plan", "-o", "plan.json", cwd=project).returncode == 0
     doc = json.loads((project / "plan.json").read_text())
     data = next(s for s in doc["steps"] if s["name"] == "data")
     assert data["payload"]["versioned"] == {"n": 3}
     data["payload"]["versioned"]["n"] = 99  # what a reviewer reads now; the identity still says 3
     (project / "plan.json").write_text(json.dumps(doc))
-    refused = marinbuild("run", "--plan", "plan.json", cwd=project)
+    refused = marinbuild_in_process("run", "--plan", "plan.json", cwd=project)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     (line,) = refused.stderr.strip().splitlines()
     assert line.startswith("marinbuild: error: plan.json: step 'data': its payload hashes to ") and "the file was edited" in line
@@ -124,5 +124,5 @@ def test_run_plan_refuses_a_payload_edited_in_the_file(project):
     # A payload dropped from an entry is refused too: nothing would back what was reviewed.
     del data["payload"]
     (project / "plan.json").write_text(json.dumps(doc))
-    refused = marinbuild("run", "--plan", "plan.json", cwd=project)
+    refused = marinbuild_in_process("run", "--plan", "plan.json", cwd=project)
     assert refused.returncode == 2 and "step 'data' has no identity payload" in refused.stderr

@@ -96,13 +96,13 @@ def test_run_then_nothing_to_do_then_versioned_change_reruns_downstream_only(pro
 def test_plan_writes_nothing(project):
     pipeline(project)
     prefix = project / "marinbuild-out"
-    assert marinbuild("plan", cwd=project).returncode == 0
+    assert marinbuild_in_process("plan", cwd=project).returncode == 0
     assert not prefix.exists()
     assert marinbuild("run", "data", cwd=project).returncode == 0
     pipeline(project, lr=0.5)
     before = snapshot(prefix)
     for args in (["plan"], ["plan", "--json"], ["plan", "--dag", "dot"], ["run", "--dry"], ["status"], ["why", "train"]):
-        result = marinbuild(*args, cwd=project)
+        result = (marinbuild if args[0] == "run" else marinbuild_in_process)(*args, cwd=project)
         assert result.returncode == 0, (args, result.stderr)
     assert snapshot(prefix) == before
 
@@ -175,7 +175,11 @@ def test_parallel_jobs_overlap(project):
         def work(cfg):
             with open(cfg["log"], "a") as f:
                 f.write(f"{cfg['i']} start {time.time()}\\n")
-            time.sleep(1.0)
+            # Until the other step has started too (a minute at most): run one after the
+            # other, the first ends before the second starts and the overlap is not there.
+            deadline = time.time() + 60
+            while f"{1 - cfg['i']} start" not in open(cfg["log"]).read() and time.time() < deadline:
+                time.sleep(0.02)
             with open(cfg["log"], "a") as f:
                 f.write(f"{cfg['i']} end {time.time()}\\n")
         for i in range(2):
@@ -214,7 +218,7 @@ def test_sigkill_of_the_tool_mid_step_leaves_no_success_and_next_run_reruns(proj
     # status agrees with plan: the lease left behind is no one's.
     shown = json.loads(marinbuild_in_process("status", "--json", cwd=project).stdout)[0]
     assert shown["status"] == "RUNNING" and shown["lease"] is None
-    assert "its runner is gone" in marinbuild("status", cwd=project).stdout
+    assert "its runner is gone" in marinbuild_in_process("status", cwd=project).stdout
 
 
 def _sigint_as(disposition: str) -> Callable[[], None]:
@@ -282,11 +286,11 @@ def test_why_names_the_changed_field(project):
     pipeline(project)
     assert marinbuild("run", cwd=project).returncode == 0
     pipeline(project, lr=0.3)
-    result = marinbuild("why", "train", cwd=project)
+    result = marinbuild_in_process("why", "train", cwd=project)
     assert result.returncode == 0
     assert "would run" in result.stdout
     assert "lr: 0.1 -> 0.3" in result.stdout
-    dep = marinbuild("why", "data", cwd=project)
+    dep = marinbuild_in_process("why", "data", cwd=project)
     assert "up to date" in dep.stdout
 
 
@@ -294,7 +298,7 @@ def test_why_names_a_changed_dependency(project):
     pipeline(project)
     assert marinbuild("run", cwd=project).returncode == 0
     write_marinfile(project, PIPELINE.format(lr=0.1, note="x", sleep=0).replace('versioned(3)', 'versioned(4)'))
-    result = marinbuild("why", "train", cwd=project)
+    result = marinbuild_in_process("why", "train", cwd=project)
     assert "dependency data: data-" in result.stdout
 
 
@@ -324,13 +328,13 @@ def test_clean_orphans_and_targets(project, tmp_path):
 
 def test_plan_check_and_dag_outputs(project):
     pipeline(project)
-    assert marinbuild("plan", "--check", cwd=project).returncode == 1
-    dot = marinbuild("plan", "--dag", "dot", cwd=project).stdout
+    assert marinbuild_in_process("plan", "--check", cwd=project).returncode == 1
+    dot = marinbuild_in_process("plan", "--dag", "dot", cwd=project).stdout
     assert dot.startswith("digraph") and '"data" -> "train"' in dot
-    mermaid = marinbuild("plan", "--dag", "mermaid", cwd=project).stdout
+    mermaid = marinbuild_in_process("plan", "--dag", "mermaid", cwd=project).stdout
     assert mermaid.startswith("flowchart") and "-->" in mermaid
     assert marinbuild("run", cwd=project).returncode == 0
-    assert marinbuild("plan", "--check", cwd=project).returncode == 0
+    assert marinbuild_in_process("plan", "--check", cwd=project).returncode == 0
 
 
 def test_status_reports_each_step(project):
@@ -363,7 +367,7 @@ def test_plan_into_a_pipe_is_plain_columns_without_rich(project):
         step("train", cmd="cat {prep}/a > {output}/b", config={"prep": a}, resources=Cores(1))
         """,
     )
-    result = marinbuild("plan", cwd=project)
+    result = marinbuild_in_process("plan", cwd=project)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["step", "action", "reason", "resources", "output"]
@@ -531,7 +535,7 @@ def test_status_into_a_pipe_is_plain_unwrapped_columns_with_an_error_column(proj
     )
     marinbuild("run", "-k", cwd=project)
     rows = plan_json(project)
-    result = marinbuild("status", cwd=project, env={"COLUMNS": "40"})
+    result = marinbuild_in_process("status", cwd=project, env={"COLUMNS": "40"})
     assert result.returncode == 0
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["step", "status", "duration", "finished", "output", "error"]
@@ -576,7 +580,7 @@ def test_clean_answered_no_says_nothing_was_removed(project):
 def test_why_explains_every_step_a_glob_matches_and_says_up_to_date_once(project):
     pipeline(project)
     assert marinbuild("run", cwd=project).returncode == 0
-    result = marinbuild("why", "*a*", cwd=project)  # data and train
+    result = marinbuild_in_process("why", "*a*", cwd=project)  # data and train
     assert result.returncode == 0
     heads = [line for line in result.stdout.splitlines() if line and not line.startswith(" ")]
     assert heads == ["data is up to date", "train is up to date"]
@@ -656,9 +660,9 @@ def test_a_missing_optional_package_is_one_line_naming_its_extra(project, tmp_pa
 def test_an_error_in_a_module_the_marinfile_imports_is_shown_where_it_was_raised(project):
     (project / "helper.py").write_text("def load():\n    raise ValueError('bad row 7')\n")
     write_marinfile(project, "import helper\nfrom marinbuild import step\nhelper.load()\nstep('a', cmd='true')\n")
-    line = _one_error_line(marinbuild("plan", cwd=project))
+    line = _one_error_line(marinbuild_in_process("plan", cwd=project))
     assert f"{project / 'helper.py'}:2: ValueError: bad row 7" in line
-    verbose = marinbuild("plan", "-v", cwd=project)
+    verbose = marinbuild_in_process("plan", "-v", cwd=project)
     assert verbose.returncode == 2
     # -v: the whole traceback, the user's frames included.
     assert 'helper.py", line 2, in load' in verbose.stderr and 'Marinfile.py", line 3' in verbose.stderr

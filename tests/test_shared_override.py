@@ -64,7 +64,7 @@ def test_clean_leaves_an_output_outside_the_prefix_alone_unless_named_with_the_f
     lookalike.mkdir(parents=True)
     for args in (["clean", "--yes"], ["clean", "tok", "--yes"], ["clean", "--orphans", "--yes"],
                  ["clean", "--any-orphans", "--yes"]):
-        result = marinbuild(*args, cwd=project)
+        result = marinbuild_in_process(*args, cwd=project)
         assert result.returncode == 0, result.stdout + result.stderr
         assert (shared / "data.txt").is_file() and lookalike.is_dir(), args
         assert "shared-bucket" not in result.stdout, (args, result.stdout)
@@ -72,11 +72,11 @@ def test_clean_leaves_an_output_outside_the_prefix_alone_unless_named_with_the_f
             assert f"leaving {shared} alone: it is outside the prefix (name the step 'tok' with --outside-prefix" in result.stderr
     for args in (["clean", "--outside-prefix", "--yes"], ["clean", "t*", "--outside-prefix", "--yes"],
                  ["clean", "--orphans", "--outside-prefix", "--yes"]):
-        refused = marinbuild(*args, cwd=project)
+        refused = marinbuild_in_process(*args, cwd=project)
         assert refused.returncode == 2, args
         assert "--outside-prefix removes the outputs of steps named exactly" in refused.stderr
         assert (shared / "data.txt").is_file()
-    removed = marinbuild("clean", "tok", "--outside-prefix", "--yes", cwd=project)
+    removed = marinbuild_in_process("clean", "tok", "--outside-prefix", "--yes", cwd=project)
     assert removed.returncode == 0, removed.stderr
     assert f"remove {shared}" in removed.stdout and not shared.exists()
     assert lookalike.is_dir() and shared.parent.is_dir()  # only the step's own folder went

@@ -76,7 +76,8 @@ def test_eval_rows_carry_the_training_fields_and_train_rows_their_eval_metrics(o
         assert row["metrics"] == {"eval_loss": _loss(lr, seed)}, row
         assert row["metrics_from"] == row["step"].replace("train/", "eval/")
     # The summary reads every training: it evaluates none of them alone.
-    table = marinbuild("show", "train/*", "--metrics", "metrics.json", "--csv", "--sort", "eval_loss", cwd=project)
+    table = marinbuild_in_process("show", "train/*", "--metrics", "metrics.json", "--csv", "--sort", "eval_loss",
+                                  cwd=project)
     best = next(csv.DictReader(io.StringIO(table.stdout)))
     assert best["step"] == "train/lr0.003-s0" and best["eval_loss"] == "0.0"
 
@@ -98,7 +99,8 @@ def test_history_keeps_the_earlier_identities_and_diff_lists_what_differs(projec
     evals = _show(project, "eval/*", "--history")
     assert {r["config"].get("hidden") for r in evals if r["earlier"]} == {64}
     assert all(r["config"].get("rows") is None for r in evals)  # the same for every row: not a column
-    diff = marinbuild("show", "train/*", "--metrics", "metrics.json", "--history", "--diff", "--csv", cwd=project)
+    diff = marinbuild_in_process("show", "train/*", "--metrics", "metrics.json", "--history", "--diff", "--csv",
+                                 cwd=project)
     assert diff.returncode == 0, diff.stderr
     table = list(csv.DictReader(io.StringIO(diff.stdout)))
     assert list(table[0]) == ["step", "hidden", "version", "when"]
@@ -108,7 +110,7 @@ def test_history_keeps_the_earlier_identities_and_diff_lists_what_differs(projec
     shutil.rmtree(gone)
     again = _show(project, "train/*", "--history")
     assert len(again) == 11 and gone not in {r.get("output_path") for r in again}
-    refused = marinbuild("show", "--diff", cwd=project)
+    refused = marinbuild_in_process("show", "--diff", cwd=project)
     assert refused.returncode == 2 and "needs --history" in refused.stderr
 
 
@@ -141,7 +143,7 @@ def test_a_field_is_one_column_along_the_chain_and_unrelated_fields_of_one_name_
 def test_diff_without_any_earlier_identity_says_so_in_one_line(one_chain):
     project = one_chain
     note = "marinbuild: note: no shown step has an earlier identity under the prefix: nothing to compare"
-    piped = marinbuild("show", "--history", "--diff", cwd=project)
+    piped = marinbuild_in_process("show", "--history", "--diff", cwd=project)
     assert piped.returncode == 0 and piped.stdout == "" and piped.stderr.strip() == note, piped
     assert on_terminal(project, "show", "--history", "--diff", columns=100).strip() == note
     # Machine-readable output keeps its shape: no rows.

@@ -63,7 +63,7 @@ def test_show_csv_neutralises_cells_a_spreadsheet_would_run(hostile):
 
 
 def test_show_escapes_control_characters_in_a_pipe(hostile):
-    result = marinbuild("show", "sweep/*", "--metrics", "metrics.json", cwd=hostile)
+    result = marinbuild_in_process("show", "sweep/*", "--metrics", "metrics.json", cwd=hostile)
     assert result.returncode == 0, result.stderr
     assert not any(c in result.stdout for c in ESCAPES), result.stdout
     assert "\\x1b[2J\\x1b[Hcleared" in result.stdout and "ding\\x07" in result.stdout
@@ -120,12 +120,12 @@ for kind in ("folder", "binary", "good"):
     assert rows["sweep/good"]["metrics"] == {"loss": 0.125}
     assert rows["sweep/folder"]["metrics"] == rows["sweep/binary"]["metrics"] == {"loss": None}  # no value there
     page = project / "r.html"
-    report = marinbuild("report", "--metrics", "metrics.json", "-o", str(page), cwd=project)
+    report = marinbuild_in_process("report", "--metrics", "metrics.json", "-o", str(page), cwd=project)
     assert report.returncode == 0, report.stderr
     assert "0.125" in page.read_text()
     for folder in ("/etc", "."):  # a name that is a folder in every output
         for command in (["show", "--metrics", folder], ["report", "--metrics", folder, "-o", str(page)]):
-            result = marinbuild(*command, cwd=project)
+            result = marinbuild_in_process(*command, cwd=project)
             assert result.returncode == 0 and "internal error" not in result.stderr, result.stderr
 
 
@@ -142,13 +142,13 @@ step("t/empty_list", write, {"lr": versioned(0.2), "text": "[]", "out": this_out
 step("t/full", write, {"lr": versioned(0.3), "text": '{"loss": 0.5}', "out": this_output_path()})
 """)
     assert marinbuild("run", "-q", cwd=project).returncode == 0
-    table = marinbuild("show", "--metrics", "metrics.json", "--csv", cwd=project)
+    table = marinbuild_in_process("show", "--metrics", "metrics.json", "--csv", cwd=project)
     assert table.returncode == 0, table.stderr
     rows = list(csv.DictReader(io.StringIO(table.stdout)))
     assert [c for c in rows[0] if c not in ("step", "lr", "status", "duration_s", "attempts", "accelerator_hours",
                                             "core_hours")] == ["loss"], rows[0]
     assert [r["loss"] for r in rows] == ["", "", "0.5"]
-    report = marinbuild("report", "--metrics", "metrics.json", "-o", "r.html", cwd=project)
+    report = marinbuild_in_process("report", "--metrics", "metrics.json", "-o", "r.html", cwd=project)
     assert report.returncode == 0, report.stderr
     sweep = (project / "r.html").read_text().split('id="sweep"')[1].split("</table>")[0]
     assert 'data-step="t/full"' in sweep and 'data-step="t/empty"' not in sweep  # no metric: the other table
@@ -190,7 +190,7 @@ for v in (7, 8):
     step(f"t/{v}", write, {"v": versioned(v), "out": this_output_path()})
 """)
     assert marinbuild("run", "-q", cwd=project).returncode == 0
-    piped = marinbuild("show", "--metrics", "metrics.json", cwd=project).stdout.splitlines()
+    piped = marinbuild_in_process("show", "--metrics", "metrics.json", cwd=project).stdout.splitlines()
     assert piped[0].split()[-1] == "\\x1b[2Jclear", piped  # the last column, escaped
     assert [line.split()[-1] for line in piped[1:]] == ["7", "8"], piped
     shown = on_terminal(project, "show", "--metrics", "metrics.json", columns=100)

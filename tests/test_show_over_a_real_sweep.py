@@ -58,7 +58,7 @@ def test_show_json_has_a_row_per_sweep_point_with_config_status_attempts_and_met
 
 
 def test_show_csv_sorted_by_a_metric(sweep):
-    result = marinbuild("show", "sweep/*", "--metrics", "metrics.json", "--csv", "--sort", "loss", cwd=sweep)
+    result = marinbuild_in_process("show", "sweep/*", "--metrics", "metrics.json", "--csv", "--sort", "loss", cwd=sweep)
     assert result.returncode == 0, result.stderr
     table = list(csv.DictReader(io.StringIO(result.stdout)))
     assert list(table[0]) == ["step", "lr", "width", "status", "duration_s", "attempts", "accelerator_hours",
@@ -66,19 +66,20 @@ def test_show_csv_sorted_by_a_metric(sweep):
     losses = [float(r["loss"]) for r in table]
     assert losses == sorted(losses) and len(losses) == 6
     assert table[0]["step"] == "sweep/lr0.03-w64"
-    down = list(csv.DictReader(io.StringIO(
-        marinbuild("show", "sweep/*", "--metrics", "metrics.json", "--csv", "--sort", "width", "-r", cwd=sweep).stdout)))
+    down_csv = marinbuild_in_process("show", "sweep/*", "--metrics", "metrics.json", "--csv", "--sort", "width", "-r",
+                                     cwd=sweep).stdout
+    down = list(csv.DictReader(io.StringIO(down_csv)))
     assert [r["width"] for r in down] == ["128"] * 3 + ["64"] * 3
 
 
 def test_show_table_in_a_pipe_and_bad_input(sweep):
-    text = marinbuild("show", "sweep/*", "--metrics", "metrics.json", cwd=sweep)
+    text = marinbuild_in_process("show", "sweep/*", "--metrics", "metrics.json", cwd=sweep)
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     assert lines[0].split() == ["step", "lr", "width", "status", "duration_s", "attempts", "accelerator_hours",
                                 "core_hours", "loss", "eval.acc"]
     assert len(lines) == 7
-    bad = marinbuild("show", "sweep/*", "--sort", "nope", cwd=sweep)
+    bad = marinbuild_in_process("show", "sweep/*", "--sort", "nope", cwd=sweep)
     assert bad.returncode == 2 and bad.stderr.startswith("marinbuild: error: --sort 'nope': no such column")
     both = marinbuild_in_process("show", "--json", "--csv", cwd=sweep)
     assert both.returncode == 2 and len(both.stderr.strip().splitlines()) == 1
@@ -94,7 +95,7 @@ def test_plan_estimates_from_earlier_runs_of_the_same_step(sweep):
     assert point["estimate"]["runs"] == 1 and point["estimate"]["duration_s"] > 0
     assert point["estimate"]["core_hours"] == pytest.approx(point["estimate"]["duration_s"] / 3600, rel=0.2)
     assert rows["brand-new"]["estimate"] is None
-    text = marinbuild("plan", cwd=sweep).stdout
+    text = marinbuild_in_process("plan", cwd=sweep).stdout
     assert "estimates from earlier runs of the same step" in text
     assert any(line.split()[:2] == ["brand-new", "no"] for line in text.splitlines())
     total = next(line for line in text.splitlines() if line.strip().startswith("total"))
@@ -144,7 +145,7 @@ def test_a_metric_named_step_beside_one_named_metrics_step_keeps_both_values(tmp
     shown = marinbuild_in_process("show", "--metrics", "metrics.json", "--json", "--prefix", prefix, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)[0]["metrics"] == {"step": 7, "metrics.step": 100}
-    table = marinbuild("show", "--metrics", "metrics.json", "--prefix", prefix, cwd=tmp_path)
+    table = marinbuild_in_process("show", "--metrics", "metrics.json", "--prefix", prefix, cwd=tmp_path)
     assert table.returncode == 0, table.stderr
     header, row = table.stdout.splitlines()[:2]
     assert len(header.split()) == len(set(header.split())), header  # no two columns of one name

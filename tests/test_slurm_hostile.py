@@ -69,11 +69,16 @@ def test_sbatch_refusing_its_arguments_fails_the_step_at_once_in_one_line(projec
 
 def test_a_controller_away_is_infrastructure_trouble_retried_on_its_budget(project: Path, slurm_cluster: SlurmCluster) -> None:
     _project(project, 'from marinbuild import step\nstep("s", cmd="true")\n')
+    # The run's Slurm commands give up on the controller after MessageTimeout less a second:
+    # its own slurm.conf says 2 s (the cluster's daemons keep 5).
+    client = project / "slurm.conf"
+    client.write_text(slurm_cluster.conf.read_text().replace("MessageTimeout=5", "MessageTimeout=2"))
+    assert "MessageTimeout=2" in client.read_text()
     pid = int((slurm_cluster.folder / "slurmctld.pid").read_text())
     subprocess.run(["kill", str(pid)], check=True)
     _wait(lambda: not Path(f"/proc/{pid}").exists(), 30, "slurmctld gone")
     try:
-        result = _run(project, slurm_cluster)
+        result = _run(project, slurm_cluster, SLURM_CONF=str(client))
     finally:
         subprocess.run(["slurmctld", "-i"], env=slurm_cluster.env, check=True, timeout=60)
         _wait(lambda: slurm_cluster.node_state("n1") in ("idle", "mixed"), 60, "the controller back")

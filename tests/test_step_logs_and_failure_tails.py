@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from .helpers import marinbuild, plan_json, start_marinbuild, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, plan_json, start_marinbuild, write_marinfile
 
 HEADER = re.compile(r"^=== marinbuild attempt (\d+) \S+ host (\S+) backend (\S+) ===$", re.M)
 
@@ -46,27 +46,27 @@ def test_each_attempt_opens_with_a_header_and_logs_picks_attempts(project):
     assert len(earlier) == 1 and re.fullmatch(r"step\.\S+\.log", earlier[0].name)
     assert "try 1" in earlier[0].read_text()
 
-    latest = marinbuild("logs", "flaky", cwd=project)
+    latest = marinbuild_in_process("logs", "flaky", cwd=project)
     assert latest.returncode == 0, latest.stderr
     assert "try 3" in latest.stdout and "try 2" not in latest.stdout
     assert HEADER.search(latest.stdout).group(1) == "3"
-    second_attempt = marinbuild("logs", "flaky", "--attempt", "2", cwd=project)
+    second_attempt = marinbuild_in_process("logs", "flaky", "--attempt", "2", cwd=project)
     assert "try 2" in second_attempt.stdout and "try 1" not in second_attempt.stdout and "try 3" not in second_attempt.stdout
-    first_attempt = marinbuild("logs", "flaky", "--attempt", "1", cwd=project)
+    first_attempt = marinbuild_in_process("logs", "flaky", "--attempt", "1", cwd=project)
     assert "try 1" in first_attempt.stdout and "try 2" not in first_attempt.stdout
-    function_step = marinbuild("logs", "data", cwd=project)
+    function_step = marinbuild_in_process("logs", "data", cwd=project)
     assert "generating 3" in function_step.stdout
 
-    missing = marinbuild("logs", "flaky", "--attempt", "7", cwd=project)
+    missing = marinbuild_in_process("logs", "flaky", "--attempt", "7", cwd=project)
     assert missing.returncode == 2
     assert missing.stderr.strip() == "marinbuild: error: no attempt 7 in the logs of flaky; attempts logged: 1, 2, 3"
-    no_host = marinbuild("logs", "flaky", "--host", "x", cwd=project)
+    no_host = marinbuild_in_process("logs", "flaky", "--host", "x", cwd=project)
     assert no_host.returncode == 2 and "only TPU and Slurm steps" in no_host.stderr
 
 
 def test_logs_of_a_step_that_never_ran_is_one_line(project):
     write_marinfile(project, MARINFILE)
-    result = marinbuild("logs", "data", cwd=project)
+    result = marinbuild_in_process("logs", "data", cwd=project)
     assert result.returncode == 2
     assert result.stderr.startswith("marinbuild: error: no log of step data: it never ran")
     assert len(result.stderr.strip().splitlines()) == 1
@@ -130,20 +130,20 @@ def test_tpu_logs_per_host_by_attempt(project, fleet):
     result = marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST_RETRY)
     assert result.returncode == 0, result.stdout + result.stderr
     hosts = [fleet.hosts[0].entry, fleet.hosts[1].entry]
-    every = marinbuild("logs", "tpu/sh", cwd=project)
+    every = marinbuild_in_process("logs", "tpu/sh", cwd=project)
     assert every.returncode == 0, every.stderr
     # Without --host: each host's part of the latest attempt, each under its name.
     assert "hello from worker 0" in every.stdout and "hello from worker 1" in every.stdout
     assert [n for n, _, _ in HEADER.findall(every.stdout)] == ["2", "2"]
     assert {h for _, h, b in HEADER.findall(every.stdout)} == set(hosts)
     assert {b for _, _, b in HEADER.findall(every.stdout)} == {"tpu"}
-    one = marinbuild("logs", "tpu/sh", "--host", hosts[1], "--attempt", "1", cwd=project)
+    one = marinbuild_in_process("logs", "tpu/sh", "--host", hosts[1], "--attempt", "1", cwd=project)
     assert one.returncode == 0, one.stderr
     assert "hello from worker 1" in one.stdout and "hello from worker 0" not in one.stdout
     assert [(n, h) for n, h, _ in HEADER.findall(one.stdout)] == [("1", hosts[1])]
-    by_slot = marinbuild("logs", "tpu/sh", "--host", "slice_00_worker_00", cwd=project)
+    by_slot = marinbuild_in_process("logs", "tpu/sh", "--host", "slice_00_worker_00", cwd=project)
     assert "hello from worker 0" in by_slot.stdout and "worker 1" not in by_slot.stdout
-    unknown = marinbuild("logs", "tpu/sh", "--host", "10.9.9.9", cwd=project)
+    unknown = marinbuild_in_process("logs", "tpu/sh", "--host", "10.9.9.9", cwd=project)
     assert unknown.returncode == 2 and "no log for host '10.9.9.9'" in unknown.stderr
 
 
@@ -167,6 +167,6 @@ def test_logs_refuses_a_symlink_planted_in_an_outputs_logs(project, tmp_path):
     (logs / "step.log").unlink()
     logs.rmdir()
     logs.symlink_to(elsewhere, target_is_directory=True)
-    result = marinbuild("logs", "s", cwd=project)
+    result = marinbuild_in_process("logs", "s", cwd=project)
     assert result.returncode == 2 and "TOP-SECRET" not in result.stdout + result.stderr
     assert result.stderr.strip() == f"marinbuild: error: {logs} is a symbolic link; logs are never read through one"

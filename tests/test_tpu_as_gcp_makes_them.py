@@ -61,7 +61,7 @@ def test_status_shows_the_hosts_booting(project: Path, emulator: TpuApiEmulator,
         seen: list[str] = []
 
         def booting() -> bool:
-            seen.append(marinbuild("status", cwd=project).stdout)
+            seen.append(marinbuild_in_process("status", cwd=project).stdout)
             return "booting: 0/1 hosts reachable" in seen[-1]
 
         wait_for(booting, timeout=60)
@@ -182,10 +182,12 @@ def test_a_burst_of_503_while_waiting_keeps_the_queue_place(project: Path, emula
                                                             hosts: FakeFleet) -> None:
     emulator.waiting_s = 2.0
     cluster = train_step(project, emulator, hosts, "echo ok > {output}/out")
+    # One call's five tries then span 0.05 + 0.1 + 0.2 + 0.4 s (0.75 s; 8 s with the default).
+    cluster.write_text(cluster.read_text() + "api_retry_delay = 0.05\n")
     runner = start_marinbuild("run", "--cluster", str(cluster), "--no-sync", cwd=project, env=FAST)
     try:
         wait_for(lambda: bool(emulator.queued_resource_names()), timeout=60)
-        emulator.unavailable_for(10.0)  # longer than one call's five tries (about 8 s)
+        emulator.unavailable_for(3.0)  # four times as long as one call's five tries
         assert runner.wait(timeout=120) == 0
     finally:
         if runner.poll() is None:
@@ -195,6 +197,7 @@ def test_a_burst_of_503_while_waiting_keeps_the_queue_place(project: Path, emula
     attempts = ledger(out)["attempts"]
     assert [a["class"] for a in attempts] == ["SUCCESS"]
     assert len(emulator.requests("POST", "/queuedResources")) == 1
+    assert len(emulator.refused) >= 5, emulator.refused  # a call's every try met the burst
     # The run's done line names the wait too, apart from the step's own time.
     done = re.search(r"done\s+train \((\d+\.\d) s after (\d+(?:\.\d)?) s waiting for capacity\)", stdout + stderr)
     assert done is not None and float(done.group(2)) >= 2.0, stdout + stderr

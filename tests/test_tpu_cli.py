@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from .helpers import marinbuild, plan_json, status_of, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, plan_json, status_of, write_marinfile
 
 MARINFILE = """
 import json, os
@@ -31,7 +31,7 @@ def test_run_with_cluster_file_fans_out_function_and_shell_steps(project, fleet)
     write_marinfile(project, MARINFILE)
     cluster = fleet.write_cluster(project / "cluster.toml", [("a", "v4-16", [0, 1]), ("b", "v4-16", [2, 3])],
                                   python=sys.executable)
-    refused = marinbuild("plan", cwd=project)
+    refused = marinbuild_in_process("plan", cwd=project)
     assert refused.returncode == 2 and "tpu/fn" in refused.stderr and "v4-16" in refused.stderr
     result = marinbuild("run", "--cluster", str(cluster), cwd=project, env={"MARINBUILD_RETRY_BASE_DELAY": "0.05"})
     assert result.returncode == 0, result.stdout + result.stderr
@@ -68,7 +68,7 @@ step("boom", cmd="test $MARINBUILD_WORKER_ID = 0 || exit 7", resources=ResourceC
 def test_bad_cluster_file_is_exit_2(project):
     write_marinfile(project, "from marinbuild import step, ResourceConfig\nstep('t', cmd='true', resources=ResourceConfig.with_tpu('v4-32'))\n")
     (project / "cluster.toml").write_text('[[slices]]\nname = "p"\ntpu_type = "v4-32"\nhosts = ["10.0.0.2"]\n')
-    result = marinbuild("plan", "--cluster", "cluster.toml", cwd=project)
+    result = marinbuild_in_process("plan", "--cluster", "cluster.toml", cwd=project)
     assert result.returncode == 2
     assert "'p'" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
@@ -86,7 +86,7 @@ def test_hostile_cluster_files_are_one_line_and_exit_2(project):
     }
     for name, text in cases.items():
         (project / name).write_bytes(text)
-        result = marinbuild("plan", "--cluster", name, cwd=project)
+        result = marinbuild_in_process("plan", "--cluster", name, cwd=project)
         assert result.returncode == 2, (name, result.stdout, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and name in lines[0] and "internal error" not in lines[0], (name, lines)

@@ -34,7 +34,7 @@ from marinbuild.execution.attempt_start import to_jsonable
 from marinbuild.graph import build_graph
 from marinbuild.resolve import render_command, resolve_config
 from marinbuild.steps import VersionedValue, find_mirrored, scan_config
-from tests.helpers import marinbuild, write_marinfile
+from tests.helpers import marinbuild, marinbuild_in_process, write_marinfile
 
 
 class NT(NamedTuple):
@@ -353,7 +353,7 @@ def _outputs(project: pathlib.Path) -> dict[str, pathlib.Path]:
 
 def test_classvar_dataclass_and_namedtuple_configs_run_in_shell_and_function_steps(tmp_path):
     write_marinfile(tmp_path, MARINFILE.replace("versioned(N)", "versioned(3)"))
-    planned = marinbuild("plan", "--prefix", "out", cwd=tmp_path)
+    planned = marinbuild_in_process("plan", "--prefix", "out", cwd=tmp_path)
     assert planned.returncode == 0, planned.stderr
     result = marinbuild("run", "--prefix", "out", "-q", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr

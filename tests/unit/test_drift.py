@@ -10,7 +10,7 @@ from marinbuild.graph import build_graph
 from marinbuild.steps import step, versioned
 from marinbuild.store.markers import SUCCESS, StatusRecord, info_path, info_text
 from marinbuild.store.storage import Storage
-from tests.helpers import marinbuild, plan_json, write_marinfile
+from tests.helpers import marinbuild, marinbuild_in_process, plan_json, write_marinfile
 
 
 def _fn(cfg: object) -> None:
@@ -115,9 +115,9 @@ NOTE = "not part of the identity: --force it or make it versioned"
 
 
 def _plan_and_why(project):
-    planned = marinbuild("plan", cwd=project)
+    planned = marinbuild_in_process("plan", cwd=project)
     assert planned.returncode == 0, planned.stderr
-    why = marinbuild("why", "data", "train/model", cwd=project)
+    why = marinbuild_in_process("why", "data", "train/model", cwd=project)
     assert why.returncode == 0, why.stderr
     return planned, why
 
@@ -158,7 +158,7 @@ def test_plain_field_of_a_shell_step(project):
     write_marinfile(project, MARINFILE)
     assert marinbuild("run", cwd=project).returncode == 0
     write_marinfile(project, MARINFILE.replace('"lr": 0.1', '"lr": 0.2'))
-    planned = marinbuild("plan", cwd=project)
+    planned = marinbuild_in_process("plan", cwd=project)
     assert f"marinbuild: train/model: note: plain field lr changed since the stored run (0.1 -> 0.2); {NOTE}" in planned.stderr
     assert "command changed" not in planned.stderr  # the template is the same; only its value moved
 
@@ -175,7 +175,7 @@ def test_hash_code_puts_the_command_and_function_source_into_the_identity(projec
     write_marinfile(project, hashed_file.replace("echo train {lr}", "echo training {lr}"))
     changed = plan_json(project)
     assert changed["data"]["action"] == "skip" and changed["train/model"]["action"] == "run"
-    why = marinbuild("why", "train/model", cwd=project)
+    why = marinbuild_in_process("why", "train/model", cwd=project)
     assert "note:" not in why.stdout
     write_marinfile(project, hashed_file.replace('print("rows", cfg["rows"])', 'print("ROWS:", cfg["rows"])'))
     edited = plan_json(project)
@@ -196,13 +196,13 @@ def test_why_names_the_root_change_upstream(project):
     model = step("train/model", cmd="echo {lr} {tok}", config={"tok": tok, "lr": versioned(0.2)})
     ev = step("eval", cmd="echo {m}", config={"m": model})
     """)
-    why = marinbuild("why", "eval", cwd=project)
+    why = marinbuild_in_process("why", "eval", cwd=project)
     assert why.returncode == 0, why.stderr
     lines = why.stdout.splitlines()
     assert any(line.strip().startswith("dependency m: train/model-") for line in lines)
     assert "  root change upstream: train/model: lr 0.1 -> 0.2" in lines
     assert not any("data/tokenize" in line for line in lines)
-    own = marinbuild("why", "train/model", cwd=project)
+    own = marinbuild_in_process("why", "train/model", cwd=project)
     assert "  lr: 0.1 -> 0.2" in own.stdout.splitlines()
     assert "root change upstream" not in own.stdout
 
@@ -221,5 +221,5 @@ def test_run_says_the_drift_notes_plan_says_once_before_running_or_doing_nothing
     busy = marinbuild("run", "-q", cwd=project)
     assert busy.returncode == 0 and busy.stdout.startswith("1 done"), busy.stdout + busy.stderr
     assert busy.stderr.splitlines().count(note) == 1, busy.stderr
-    dry = marinbuild("run", "-n", cwd=project)
+    dry = marinbuild_in_process("run", "-n", cwd=project)
     assert dry.stderr.splitlines().count(note) == 1, dry.stderr

@@ -52,6 +52,7 @@ from marinbuild.tpu_types import TpuTopology, tpu_topology
 
 __all__ = [
     "CAPACITY_TIERS",
+    "DEFAULT_API_RETRY_DELAY",
     "DEFAULT_HYGIENE_COMMAND",
     "DEFAULT_PROVISION_TIMEOUT",
     "DEFAULT_RUNTIME_VERSIONS",
@@ -146,6 +147,11 @@ can take over 10 minutes to boot, and capacity can take longer to free up)."""
 DEFAULT_SSH_READY_TIMEOUT = 600.0
 """Seconds after ACTIVE for every worker to report its host keys and accept the login: sshd,
 the ``ssh-keys`` user and the guest agent's host keys arrive minutes after a VM boots."""
+DEFAULT_API_RETRY_DELAY = 0.5
+"""Seconds before the first retry of a TPU API call answered "try again" (429, 5xx, a deadline);
+each next wait doubles, so a call's five tries span 0.5 + 1 + 2 + 4 s."""
+_API_RETRY_DELAY_MAX = 60.0
+"""Past a minute (doubled four times: a quarter of an hour per call) the setting is a typo."""
 CAPACITY_TIERS = ("on-demand", "spot", "reserved", "best-effort")
 """``[gcp] capacity``: the queued resource's tier (Google's ``spot``, ``guaranteed.reserved``,
 ``best_effort``; on-demand is none of them)."""
@@ -195,6 +201,8 @@ class GcpSettings:
     runtime_versions: tuple[tuple[str, str], ...] = ()
     """Per generation (``v6e``) or per type (``v6e-8``), as (key, image) pairs."""
     ssh_ready_timeout: float = DEFAULT_SSH_READY_TIMEOUT
+    api_retry_delay: float = DEFAULT_API_RETRY_DELAY
+    """Seconds before the first retry of an API call answered "try again"; each next wait doubles."""
 
     @property
     def region(self) -> str:
@@ -286,7 +294,8 @@ _TOP_KEYS = {"ssh", "slices", "max_parallel", "gcp", "progress_timeout"}
 _GCP_STRINGS = ("project", "zone", "runtime_version", "network", "subnetwork", "service_account", "api_endpoint",
                 "capacity", "reservation")
 _GCP_BOOLS = ("spot", "os_login", "external_ips")
-_GCP_KEYS = {*_GCP_STRINGS, *_GCP_BOOLS, "tags", "labels", "provision_timeout", "runtime_versions", "ssh_ready_timeout"}
+_GCP_KEYS = {*_GCP_STRINGS, *_GCP_BOOLS, "tags", "labels", "provision_timeout", "runtime_versions", "ssh_ready_timeout",
+             "api_retry_delay"}
 # Google's rules: a project id is 6-30 lowercase letters, digits and hyphens (a domain-scoped one
 # is ``example.com:id``); a zone is REGION-LETTER. Both go into API paths, so nothing else may pass.
 _PROJECT = re.compile(r"(?:[a-z0-9][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]\Z")
@@ -381,6 +390,7 @@ def _parse_gcp(raw: Any, source: str) -> GcpSettings:
                        "must be a positive number of seconds")
     ready = _timeout(raw.get("ssh_ready_timeout", DEFAULT_SSH_READY_TIMEOUT), "ssh_ready_timeout", where,
                      "must be a positive number of seconds")
+    retry_delay = _api_retry_delay(raw.get("api_retry_delay", DEFAULT_API_RETRY_DELAY), where)
     endpoint = raw.get("api_endpoint")
     if endpoint is not None and not endpoint.startswith(("http://", "https://")):
         raise ClusterConfigError(f"{where}: 'api_endpoint' must be an http:// or https:// URL, not {endpoint!r}")
@@ -394,6 +404,7 @@ def _parse_gcp(raw: Any, source: str) -> GcpSettings:
         os_login=raw.get("os_login", False), external_ips=raw.get("external_ips", not network_set),
         capacity=capacity, reservation=raw.get("reservation"),
         runtime_versions=_runtime_versions(raw.get("runtime_versions", {}), where), ssh_ready_timeout=ready,
+        api_retry_delay=retry_delay,
     )
 
 
@@ -532,6 +543,16 @@ def _timeout(raw: Any, key: str, where: str, must: str) -> float:
     if seconds > _TIMEOUT_MAX:
         raise ClusterConfigError(f"{where}: {key!r} = {seconds:g} s is over {_TIMEOUT_MAX / 86400:g} days")
     return seconds
+
+
+def _api_retry_delay(raw: Any, where: str) -> float:
+    """``api_retry_delay``: a number of seconds over 0, at most :data:`_API_RETRY_DELAY_MAX`."""
+    # NaN fails every comparison, so it is refused with the rest.
+    if not _has_type(raw, (int, float)) or not 0 < raw <= _API_RETRY_DELAY_MAX:
+        raise ClusterConfigError(
+            f"{where}: 'api_retry_delay' = {raw!r} must be a number of seconds over 0 to {_API_RETRY_DELAY_MAX:g}"
+        )
+    return float(raw)
 
 
 def load_cluster(path: str | Path) -> Cluster:

@@ -37,9 +37,8 @@ LABEL_PREFIX = "marinbuild"
 """Label key (and key prefix) on every node marinbuild creates: how its leftovers are found."""
 _TIMEOUT_S = 60.0
 _TRIES = 5
-"""Calls answered "try again" (429, 500, 502, 503, 504, a deadline) are made this many times in all."""
-_RETRY_DELAY_S = 0.5
-"""The first wait before such a retry; each next one doubles (0.5 + 1 + 2 + 4 s in all)."""
+"""Calls answered "try again" (429, 500, 502, 503, 504, a deadline) are made this many times in all,
+waiting ``[gcp] api_retry_delay`` before the first retry and twice as long before each next."""
 _NOT_LABEL = re.compile(r"[^a-z0-9_-]+")
 
 
@@ -196,7 +195,7 @@ class TpuApi:
 
         transient = (exceptions.TooManyRequests, exceptions.InternalServerError, exceptions.BadGateway,
                      exceptions.ServiceUnavailable, exceptions.GatewayTimeout, exceptions.DeadlineExceeded)
-        delay = _RETRY_DELAY_S
+        delay = self.gcp.api_retry_delay  # the first wait; each next one doubles
         for attempt in range(1, tries + 1):
             try:
                 return fn(*args, timeout=_TIMEOUT_S, **kwargs)

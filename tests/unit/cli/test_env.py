@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.helpers import marinbuild, write_marinfile
+from tests.helpers import marinbuild_in_process, write_marinfile
 
 PYPROJECT = """
 [project]
@@ -28,7 +28,7 @@ def test_build_list_and_prune(tmp_path: Path) -> None:
     env = {"MARINBUILD_ENV_CACHE": str(cache)}
 
     def cli(*args: str) -> list[str]:
-        done = marinbuild("env", *args, cwd=tmp_path, env=env)
+        done = marinbuild_in_process("env", *args, cwd=tmp_path, env=env)
         assert done.returncode == 0, done.stderr
         return done.stdout.splitlines()
 

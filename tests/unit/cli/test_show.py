@@ -90,7 +90,8 @@ def test_the_command_prints_csv_of_the_stored_runs(tmp_path: Path) -> None:
             step(f"sweep/{lr}", train, {"lr": versioned(lr), "out": this_output_path()})
     """)
     assert marinbuild("run", cwd=tmp_path).returncode == 0
-    shown = marinbuild("show", "sweep/*", "--metrics", "metrics.json", "--sort", "loss", "-r", "--csv", cwd=tmp_path)
+    shown = marinbuild_in_process("show", "sweep/*", "--metrics", "metrics.json", "--sort", "loss", "-r", "--csv",
+                                  cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     rows = list(csv.DictReader(io.StringIO(shown.stdout)))
     assert [(r["step"], r["lr"], r["status"], r["loss"]) for r in rows] == [

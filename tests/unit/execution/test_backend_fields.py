@@ -20,7 +20,7 @@ from marinbuild.graph import StepGraph, build_graph
 from marinbuild.resources import ResourceConfig
 from marinbuild.steps import step
 from tests.fixtures_ssh import live_processes_matching, wait_for
-from tests.helpers import marinbuild, placed_kind, plan_json, status_of, write_marinfile
+from tests.helpers import marinbuild, marinbuild_in_process, placed_kind, plan_json, status_of, write_marinfile
 
 
 def _check(graph: StepGraph, backend: str = "local", engine=None) -> FieldCheck:  # type: ignore[no-untyped-def]
@@ -120,7 +120,7 @@ def test_an_image_no_engine_here_can_run_is_refused_at_plan_time(project):
 from marinbuild import step, ResourceConfig
 step("boxed", cmd="true", resources=ResourceConfig.with_cpu(1, ram=None, image={NO_IMAGE!r}))
 """)
-    result = marinbuild("plan", cwd=project)
+    result = marinbuild_in_process("plan", cwd=project)
     assert result.returncode == 2
     line = result.stderr.strip()
     assert "'boxed'" in line and NO_IMAGE in line and "local backend" in line and len(line.splitlines()) == 1
@@ -153,10 +153,10 @@ from marinbuild import step, ResourceConfig
 step("small", cmd="true", resources=ResourceConfig.with_cpu(1, ram=None, disk=1))
 step("huge", cmd="true", resources=ResourceConfig.with_cpu(1, ram=None, disk={free * 4}))
 """)
-    refused = marinbuild("plan", cwd=project)
+    refused = marinbuild_in_process("plan", cwd=project)
     assert refused.returncode == 2
     assert "'huge'" in refused.stderr and "disk=" in refused.stderr and "free" in refused.stderr
-    fine = marinbuild("plan", "small", cwd=project)
+    fine = marinbuild_in_process("plan", "small", cwd=project)
     assert fine.returncode == 0, fine.stderr
 
 
@@ -215,7 +215,7 @@ def test_preemptible_false_with_only_preemptible_slices_is_a_plan_time_error(pro
 from marinbuild import step, ResourceConfig
 step("careful", cmd="true", resources=ResourceConfig.with_tpu("v5p-8", preemptible=False))
 """)
-    result = marinbuild("plan", "--cluster", "cluster.toml", cwd=project)
+    result = marinbuild_in_process("plan", "--cluster", "cluster.toml", cwd=project)
     assert result.returncode == 2 and "'careful'" in result.stderr and "preemptible" in result.stderr
 
 

@@ -257,7 +257,7 @@ def test_an_unreadable_status_is_named_and_the_step_planned_to_run(project: Path
     assert {r["name"]: r["status"] for r in json.loads(status.stdout)} == {"a": UNREADABLE, "b": "SUCCESS"}
     assert str(marker) in status.stderr and len(status.stderr.strip().splitlines()) == 1
 
-    why = marinbuild("why", "a", cwd=project)
+    why = marinbuild_in_process("why", "a", cwd=project)
     _no_crash(why)
     assert why.returncode == 0 and str(marker) in why.stdout
 
@@ -278,7 +278,7 @@ def test_a_status_with_fields_of_the_wrong_type_is_shown_without_them(project: P
     assert marinbuild("run", cwd=project).returncode == 0
     _damage(_outputs(project)["a"] / ".marinbuild" / "status", "bad_duration")
     for command in (["status"], ["status", "--json"], ["plan"], ["why", "a"]):
-        result = marinbuild(*command, cwd=project)
+        result = marinbuild_in_process(*command, cwd=project)
         _no_crash(result)
         assert result.returncode == 0, (command, result.stderr)
     rows = {r["name"]: r for r in json.loads(marinbuild_in_process("status", "--json", cwd=project).stdout)}
@@ -293,10 +293,10 @@ def test_an_unreadable_lease_is_named_and_not_fatal(project: Path) -> None:
     lease = a / ".marinbuild" / "lease"
     lease.write_bytes(b'{"owner": "\xff"}')
     for command in (["plan"], ["why", "a"]):
-        result = marinbuild(*command, cwd=project)
+        result = marinbuild_in_process(*command, cwd=project)
         _no_crash(result)
         assert result.returncode == 0, result.stderr
-    status = marinbuild("status", cwd=project)
+    status = marinbuild_in_process("status", cwd=project)
     _no_crash(status)
     assert status.returncode == 0 and f"{lease}: not valid UTF-8" in status.stderr
     assert lease.read_bytes() == b'{"owner": "\xff"}'  # named, not deleted
@@ -434,6 +434,8 @@ def test_a_runner_cannot_be_given_an_expiry_waiters_would_not_honour(project: Pa
 
 
 LEASE_ENV = {"MARINBUILD_LEASE_HEARTBEAT": "0.5", "MARINBUILD_LEASE_EXPIRY": "3"}
+TAKING_OVER = {"MARINBUILD_LEASE_HEARTBEAT": "0.3", "MARINBUILD_LEASE_EXPIRY": "1.5"}
+"""A waiter's own expiry, short: the lease it waits out is never renewed, and the step it then runs lasts a moment."""
 ONE = "from marinbuild import step\nstep('a', cmd='echo done > {output}/a.txt')\n"
 
 
@@ -452,11 +454,11 @@ def _leased_elsewhere(project: Path, lease_text: str) -> Path:
 def test_a_waiting_runner_takes_over_a_lease_with_a_senseless_expiry(project: Path, expiry: str) -> None:
     text = _lease_text(expiry=60.0).replace('"expiry": 60.0', f'"expiry": {expiry}')
     out = _leased_elsewhere(project, text)
-    result = marinbuild("run", cwd=project, env=LEASE_ENV, timeout=60)
+    result = marinbuild("run", cwd=project, env=TAKING_OVER, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     # It said whom it waited for, and, once the lease stayed unrenewed, when it would take over.
     assert "wait  a: leased by elsewhere:4242 since 1970-01-01" in result.stdout, result.stdout
-    assert "taken over if not renewed for 3 s" in result.stdout
+    assert "taken over if not renewed for 1.5 s" in result.stdout
     assert "taking over at " in result.stdout
     assert (out / "a.txt").read_text() == "done\n"
     assert status_of(str(out))["status"] == "SUCCESS"  # type: ignore[index]
@@ -492,7 +494,7 @@ def test_a_waiting_runner_bounds_an_endless_expiry_and_says_so(project: Path, ex
 def test_a_lease_naming_no_plausible_owner_is_taken_over_after_the_expiry(project: Path, owner: dict[str, object]) -> None:
     base = {"host": "elsewhere", "pid": 4242, "started": "1", "nonce": "n", "machine": "m"}
     out = _leased_elsewhere(project, _lease_text(owner={**base, **owner}))
-    result = marinbuild("run", cwd=project, env=LEASE_ENV, timeout=60)
+    result = marinbuild("run", cwd=project, env=TAKING_OVER, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "wait  a: leased by an unreadable lease" in result.stdout, result.stdout
     assert status_of(str(out))["status"] == "SUCCESS"  # type: ignore[index]
@@ -506,10 +508,10 @@ def test_a_folder_where_the_lease_belongs_fails_that_step_alone(project: Path) -
     lease = outputs["a"] / ".marinbuild" / "lease"
     lease.mkdir()
     for command in (["plan"], ["why", "a"], ["status"]):
-        result = marinbuild(*command, cwd=project)
+        result = marinbuild_in_process(*command, cwd=project)
         _no_crash(result)
         assert result.returncode == 0, result.stderr
-    assert f"{lease}: a folder, not a file" in marinbuild("status", cwd=project).stderr
+    assert f"{lease}: a folder, not a file" in marinbuild_in_process("status", cwd=project).stderr
     run = marinbuild("run", "-k", cwd=project, env=LEASE_ENV)
     _no_crash(run)
     assert run.returncode == 1 and f"a: cannot take its lease ({lease}): Is a directory" in run.stdout, run.stdout

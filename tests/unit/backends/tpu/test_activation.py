@@ -54,11 +54,10 @@ def test_provision_timeout_and_cancel_delete_the_queued_resource(emulator: TpuAp
 
 
 def test_a_burst_of_try_again_while_waiting_keeps_the_queued_resources_place(
-        emulator: TpuApiEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tpu_api, "_RETRY_DELAY_S", 0.01)  # five tries are over long before the burst is
+        emulator: TpuApiEmulator, tmp_path: Path) -> None:
     emulator.waiting_s = 1.0
     lines: list[str] = []
-    p = provider(emulator, tmp_path)
+    p = provider(emulator, tmp_path, api_retry_delay=0.01)  # five tries are over long before the burst is
     p.report = lines.append
     got: list[object] = []
     t = threading.Thread(target=lambda: got.append(p.acquire(threading.Event())))

@@ -28,18 +28,18 @@ def test_gcp_alone_is_a_cluster_with_defaults() -> None:
     g = cluster.gcp
     assert g is not None and g.region == "us-central2" and g.provision_timeout == DEFAULT_PROVISION_TIMEOUT == 3600
     assert (g.spot, g.os_login, g.external_ips, g.api_endpoint, g.tags, g.labels) == (False, False, True, None, (), ())
-    assert (g.tier, g.reservation, g.ssh_ready_timeout) == ("on-demand", None, 600.0)
+    assert (g.tier, g.reservation, g.ssh_ready_timeout, g.api_retry_delay) == ("on-demand", None, 600.0, 0.5)
 
 
 def test_every_key_is_read() -> None:
     table = {**GCP, "spot": True, "network": "n", "subnetwork": "s", "service_account": "sa@p.iam",
              "tags": ["t"], "labels": {"team": "a-b"}, "provision_timeout": 60, "api_endpoint": "http://127.0.0.1:1",
-             "os_login": True, "external_ips": True}
+             "os_login": True, "external_ips": True, "api_retry_delay": 2}
     g = parse_cluster({"gcp": table}).gcp
     assert g is not None
     assert (g.spot, g.network, g.subnetwork, g.service_account, g.tags, g.labels, g.provision_timeout, g.api_endpoint,
-            g.os_login, g.external_ips) == (True, "n", "s", "sa@p.iam", ("t",), (("team", "a-b"),), 60.0,
-                                             "http://127.0.0.1:1", True, True)
+            g.os_login, g.external_ips, g.api_retry_delay) == (True, "n", "s", "sa@p.iam", ("t",), (("team", "a-b"),),
+                                                               60.0, "http://127.0.0.1:1", True, True, 2.0)
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -117,6 +117,11 @@ def test_runtime_versions_per_generation() -> None:
     ({"runtime_versions": {"gpu": "x"}}, "is not a TPU generation"),
     ({"runtime_version": "a b"}, "is not a GCP resource name"),
     ({"ssh_ready_timeout": 0}, "'ssh_ready_timeout' must be a positive number"),
+    ({"api_retry_delay": 0}, "'api_retry_delay' = 0 must be a number of seconds over 0 to 60$"),
+    ({"api_retry_delay": float("nan")}, "'api_retry_delay' = nan must be a number of seconds over 0 to 60$"),
+    ({"api_retry_delay": 3600}, "'api_retry_delay' = 3600 must be a number of seconds"),
+    ({"api_retry_delay": "1s"}, "'api_retry_delay' = '1s' must be a number of seconds"),
+    ({"api_retry_delay": True}, "'api_retry_delay' = True must be a number of seconds"),
     ({"provision_timeout": 1e308}, "is over 30 days"),
 ])
 def test_bad_names_and_tiers_are_one_line(change: dict[str, object], message: str) -> None:

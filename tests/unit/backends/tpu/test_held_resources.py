@@ -25,10 +25,9 @@ def test_a_records_waiting_time_ends_at_active_or_at_its_delete() -> None:
 
 
 def test_a_delete_the_api_refuses_keeps_the_queued_resource_held_until_a_later_one_succeeds(
-        emulator: TpuApiEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tpu_api, "_RETRY_DELAY_S", 0.01)
+        emulator: TpuApiEmulator, tmp_path: Path) -> None:
     lines: list[str] = []
-    p = provider(emulator, tmp_path)
+    p = provider(emulator, tmp_path, api_retry_delay=0.01)
     p.report = lines.append
     got = p.acquire(threading.Event())
     emulator.unavailable_next(tpu_api._TRIES)  # every try of the first delete is refused
@@ -54,9 +53,8 @@ def test_a_delete_the_api_refuses_keeps_the_queued_resource_held_until_a_later_o
 
 def test_the_exit_handler_deletes_a_queued_resource_whose_delete_failed(
         emulator: TpuApiEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tpu_api, "_RETRY_DELAY_S", 0.01)
     monkeypatch.setattr(held_resources, "_LIVE", {})
-    p = provider(emulator, tmp_path)
+    p = provider(emulator, tmp_path, api_retry_delay=0.01)
     got = p.acquire(threading.Event())
     emulator.unavailable_next(tpu_api._TRIES)
     p.release()

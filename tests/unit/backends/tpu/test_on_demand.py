@@ -9,8 +9,6 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import pytest
-
 from marinbuild.backends.base import Cause, Job
 from marinbuild.backends.tpu import tpu_api
 from marinbuild.backends.tpu.attempts import TpuJob, TpuStep
@@ -66,9 +64,8 @@ def test_an_api_refusal_is_infrastructure(emulator: TpuApiEmulator, tmp_path: Pa
 
 
 def test_a_queued_resource_the_steps_end_cannot_delete_is_counted_until_then(
-        emulator: TpuApiEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tpu_api, "_RETRY_DELAY_S", 0.01)
-    cluster = cluster_for(emulator, tmp_path)
+        emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    cluster = cluster_for(emulator, tmp_path, api_retry_delay=0.01)
     created = CreatedSlices(cluster, prefix=str(tmp_path / "out"), console=lambda line: None, probe=no_sshd)
     out = str(tmp_path / "out" / "train-00aa")
     job = Job("train", out, str(tmp_path / "step.log"), str(tmp_path), {"MARINBUILD_TPU_TYPE": "v4-8"})

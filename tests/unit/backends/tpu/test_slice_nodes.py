@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild.backends.tpu import tpu_api
 from marinbuild.backends.tpu.cluster import SliceSpec, SshSettings
 from marinbuild.backends.tpu.provision import SliceProvider
 from marinbuild.backends.tpu.provision_request import ProvisionRequest
@@ -81,12 +80,10 @@ def test_an_emulators_ssh_ports_are_used_unless_the_cluster_file_names_one(tmp_p
         second.release()
 
 
-def test_a_burst_of_try_again_after_active_keeps_the_slice(emulator: TpuApiEmulator, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tpu_api, "_RETRY_DELAY_S", 0.01)  # five tries are over long before the burst is
+def test_a_burst_of_try_again_after_active_keeps_the_slice(emulator: TpuApiEmulator, tmp_path: Path) -> None:
     emulator.unavailable_for(2.0, path_contains="/nodes/")  # the nodes cannot be read for 2 s
     lines: list[str] = []
-    p = provider(emulator, tmp_path, count=2)
+    p = provider(emulator, tmp_path, count=2, api_retry_delay=0.01)  # five tries are over long before the burst is
     p.report = lines.append
     got = p.acquire(threading.Event())
     assert got.queued_resource in emulator.queued_resource_names() and emulator.deleted == []

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from marinbuild.backends.tpu import tpu_api
 from marinbuild.backends.tpu.provision_request import ProvisionRequest
 from marinbuild.backends.tpu.tpu_api import QueuedResourceSpec, TpuApi, TpuApiError
 from tests.tpu_api_emulator import TpuApiEmulator
@@ -44,10 +44,8 @@ def test_api_errors_are_one_line(emulator: TpuApiEmulator, tmp_path: Path) -> No
     assert "\n" not in str(e.value) and "http" not in str(e.value) and e.value.final
 
 
-def test_answers_that_say_try_again_are_retried(emulator: TpuApiEmulator, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tpu_api, "_RETRY_DELAY_S", 0.01)
-    cluster = cluster_for(emulator, tmp_path)
+def test_answers_that_say_try_again_are_retried(emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    cluster = cluster_for(emulator, tmp_path, api_retry_delay=0.01)
     assert cluster.gcp is not None
     api = TpuApi(cluster.gcp)
     emulator.unavailable_next(2)
@@ -72,10 +70,19 @@ def test_answers_that_say_try_again_are_retried(emulator: TpuApiEmulator, tmp_pa
     assert "\n" not in str(e.value) and emulator.unavailable_left == 95
 
 
+def test_the_wait_before_a_retry_is_the_cluster_files_api_retry_delay(emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    cluster = cluster_for(emulator, tmp_path, api_retry_delay=1.5)  # three times the default
+    assert cluster.gcp is not None
+    with TpuApi(cluster.gcp) as api:
+        emulator.unavailable_next(1)
+        began = time.monotonic()
+        assert api.queued_resources() == []
+        assert time.monotonic() - began >= 1.5 and emulator.unavailable_left == 0
+
+
 def test_a_slice_waiting_for_capacity_outlasts_answers_that_say_try_again(
-        emulator: TpuApiEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tpu_api, "_RETRY_DELAY_S", 0.01)
-    p = provider(emulator, tmp_path)
+        emulator: TpuApiEmulator, tmp_path: Path) -> None:
+    p = provider(emulator, tmp_path, api_retry_delay=0.01)
     emulator.unavailable_next(3)
     got = p.acquire(threading.Event())
     assert emulator.queued_resource_names() == [got.queued_resource]
