@@ -10,10 +10,6 @@ A ``ctypes`` call releases the GIL around the foreign function, so on glibc the 
 attributes. Elsewhere (or when libc does not offer what is needed) :func:`spawn` falls back
 to ``os.posix_spawn``; both behave the same.
 
-For the call the calling thread is held on the CPU it runs on, so that the child starts there
-rather than waiting behind other work on another CPU while the caller's stands idle; the
-child gets the caller's CPUs back before it can pass its gate.
-
 Example::
 
     pid = spawn("/bin/sh", ["/bin/sh", "-c", "echo hi"], Environment({"PATH": "/usr/bin"}),
@@ -22,11 +18,10 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = ["Environment", "spawn"]
 
@@ -145,50 +140,11 @@ def spawn(
         _refused(libc.posix_spawnattr_setflags(attributes, _SETSIGDEF | _SETSIGMASK | (_SETSID if setsid else 0)), path)
         pid = ctypes.c_int(0)
         # The GIL is released for the call: the other threads go on while the child execs.
-        with _on_this_cpu() as mask:
-            _refused(libc.posix_spawn(ctypes.byref(pid), os.fsencode(path), actions, attributes, c_argv, c_env), path)
-            _give_back(pid.value, mask)
+        _refused(libc.posix_spawn(ctypes.byref(pid), os.fsencode(path), actions, attributes, c_argv, c_env), path)
         return pid.value
     finally:
         libc.posix_spawn_file_actions_destroy(actions)
         libc.posix_spawnattr_destroy(attributes)
-
-
-@contextlib.contextmanager
-def _on_this_cpu() -> Iterator[set[int] | None]:
-    """Keep the calling thread, and so the child it spawns, on the CPU it runs on; yields the
-    thread's own CPU mask, to be given back to the child (None: nothing was changed).
-
-    ``posix_spawn`` blocks its caller until the child has reached ``exec``, and the kernel is
-    free to start the child on another CPU: with every CPU busy (a run's steps, other work) the
-    child then waits there for its turn while the caller's CPU stands idle. On two busy CPUs a
-    spawn of bash took 2.6 ms (median) instead of 0.16 ms pinned (``bench/spawn_latency.py``).
-    """
-    cpu = _libc.sched_getcpu() if _libc is not None and hasattr(_libc, "sched_getcpu") else -1
-    mask: set[int] | None = None
-    if cpu >= 0:
-        try:
-            mask = os.sched_getaffinity(0)
-            os.sched_setaffinity(0, (cpu,))
-        except OSError:  # a CPU set that moved under us: spawn as before
-            mask = None
-    try:
-        yield mask
-    finally:
-        if mask is not None:
-            try:
-                os.sched_setaffinity(0, mask)
-            except OSError:
-                pass
-
-
-def _give_back(pid: int, mask: set[int] | None) -> None:
-    """The child's CPUs as it would have inherited them (before anything past its gate runs)."""
-    if mask is not None and pid > 0:
-        try:
-            os.sched_setaffinity(pid, mask)
-        except OSError:
-            pass
 
 
 def _refused(error: int, path: str) -> None:
