@@ -437,10 +437,10 @@ class _SlurmRun:
 
     def _failure_of(self, seen: JobState, cause: Cause, common: Outcome) -> Outcome:
         """A job that failed, was preempted or lost a node: the error of the process that failed first."""
-        # The process that failed first, not one srun killed for it (a signal): on two nodes
-        # rank 1's exit status 7 is the cause, rank 0's SIGTERM only its consequence.
+        # The process that failed first, not one srun stopped for it: on two nodes rank 1's exit
+        # status 7 is the cause, rank 0's SIGTERM (-15, or 143 from its shell) only its consequence.
         codes = sorted((e for e in self._exits() if e.get("code")),
-                       key=lambda e: not (isinstance(e["code"], int) and e["code"] > 0))
+                       key=lambda e: (e.get("stopped") is True, not (isinstance(e["code"], int) and e["code"] > 0)))
         if cause is Cause.FAILED and codes:
             error = str(codes[0].get("error") or f"exit status {codes[0].get('code')}")
             if self.backend.replicas(self.job.name) > 1:

@@ -150,9 +150,11 @@ def _task(spec_path: str) -> int:
         if spec.header:
             log.write(spec.header.replace(" host ? ", f" host {node} "))
         log.flush()
-        code, error = _fenced(spec, env, log)
+        code, error, stopped = _fenced(spec, env, log)
     with open(os.path.join(spec.folder, f"exit-{rank}.json"), "w") as f:
-        json.dump({"code": code, "error": error, "node": node, "rank": rank}, f)
+        # "stopped": this process was still running when Slurm stopped the task (srun ending
+        # the job for another rank's failure): its exit is a consequence, never the cause.
+        json.dump({"code": code, "error": error, "node": node, "rank": rank, "stopped": stopped}, f)
     return 0 if code == 0 else (code if 0 < code < 256 else 1)
 
 
@@ -163,15 +165,20 @@ def _argv(spec: NodeSpec) -> list[str]:
             "--step", spec.name, "--prefix", spec.prefix]
 
 
-def _fenced(spec: NodeSpec, env: dict[str, str], log: Any) -> tuple[int, str | None]:
+def _fenced(spec: NodeSpec, env: dict[str, str], log: Any) -> tuple[int, str | None, bool]:
+    """Run the step under its fence; its exit code, error, and whether a stop reached it while it ran."""
     fence = _Fence(spec)
     if not fence.held():
-        return 1, "lease lost before the step started"
+        return 1, "lease lost before the step started", False
     proc = subprocess.Popen(_argv(spec), cwd=spec.workdir if os.path.isdir(spec.workdir) else None, env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
+    stopped = False
+
     def stop(signum: int, frame: Any) -> None:  # scancel: the step's whole group goes with the job
+        nonlocal stopped
+        stopped = stopped or proc.poll() is None
         _kill_group(proc.pid, signal.SIGTERM)
 
     from marinbuild.backends.held_signals import handle_stops
@@ -192,14 +199,14 @@ def _fenced(spec: NodeSpec, env: dict[str, str], log: Any) -> tuple[int, str | N
     fence.stop()
     _kill_group(proc.pid, signal.SIGKILL)  # what the step left running
     if fence.killed is not None:
-        return 1, fence.killed
+        return 1, fence.killed, stopped
     if code == 0:
-        return 0, None
+        return 0, None, stopped
     from marinbuild.backends.worker import FAILED_LINE
 
     if spec.command is None and last.startswith(FAILED_LINE):
-        return code, last[len(FAILED_LINE):]
-    return code, f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+        return code, last[len(FAILED_LINE):], stopped
+    return code, f"killed by signal {-code}" if code < 0 else f"exit status {code}", stopped
 
 
 def _kill_group(pgid: int, sig: int) -> None:

@@ -46,7 +46,8 @@ def test_a_node_runs_its_step_and_writes_its_log_and_exit_file(tmp_path: Path, m
     assert "rank 1 of 2" in capfd.readouterr().out
     log = Path(spec.folder, "node_01.log").read_text()
     assert log.startswith("=== marinbuild attempt 3 t host n2 backend slurm ===\n") and "rank 1 of 2" in log
-    assert json.loads(Path(spec.folder, "exit-1.json").read_text()) == {"code": 3, "error": "exit status 3", "node": "n2", "rank": 1}
+    assert json.loads(Path(spec.folder, "exit-1.json").read_text()) == {"code": 3, "error": "exit status 3", "node": "n2", "rank": 1,
+                                                                          "stopped": False}
 
 
 def test_the_fence_stops_the_step_once_another_runner_holds_its_lease(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,3 +66,25 @@ def test_the_fence_stops_the_step_once_another_runner_holds_its_lease(tmp_path: 
     again = _spec(tmp_path, "true", lease_path=str(lease), owner=dict(vars(mine)))
     assert _task(str(Path(again.folder) / "spec.json")) == 1  # no lease at all: the step never starts
     assert json.loads(Path(again.folder, "exit-0.json").read_text())["error"] == "lease lost before the step started"
+
+
+def test_a_node_stopped_while_its_step_runs_says_so_in_its_exit_file(tmp_path: Path) -> None:
+    """srun stops the other ranks when one fails: their exits (SIGTERM, or 143 from a shell) are
+    marked as stopped, so the failure named is the rank that failed first."""
+    import signal
+    import subprocess
+    import sys
+
+    spec = _spec(tmp_path, "echo started; sleep 60; echo never")
+    env = {**os.environ, "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURMD_NODENAME": "n1"}
+    proc = subprocess.Popen([sys.executable, "-m", "marinbuild.backends.slurm.node", "task", str(Path(spec.folder) / "spec.json")],
+                            env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    record = json.loads(Path(spec.folder, "exit-0.json").read_text())
+    assert record["stopped"] is True and record["code"] != 0, record
