@@ -105,10 +105,15 @@ def test_usage_error_exits_2(project):
     ],
 )
 def test_usage_and_option_errors_are_one_line(project, args, expected):
+    # In this process; test_usage_error_exits_2 and those around it run real ones.
+    _one_line_usage_error(project, marinbuild_in_process, args, expected)
+
+
+def _one_line_usage_error(project, run, args, expected):  # type: ignore[no-untyped-def]
+    """``run`` (in this process or a fresh one) exits 2 with one line naming the problem, writing nothing."""
     write_marinfile(project, "from marinbuild import step\nstep('a', cmd='true')\n")
     before = snapshot(project)
-    # In this process; test_usage_error_exits_2 and those around it run real ones.
-    result = marinbuild_in_process(*args, cwd=project)
+    result = run(*args, cwd=project)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], result.stderr
@@ -120,13 +125,7 @@ def test_usage_and_option_errors_are_one_line(project, args, expected):
     (["run", "--prefix", "gcs://b/x"], "marinbuild names GCS prefixes gs://; write gs://b/x"),
 ])
 def test_usage_and_option_errors_are_one_line_from_a_fresh_process(project, args, expected):
-    write_marinfile(project, "from marinbuild import step\nstep('a', cmd='true')\n")
-    before = snapshot(project)
-    result = marinbuild(*args, cwd=project)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and expected in lines[0], result.stderr
-    assert snapshot(project) == before
+    _one_line_usage_error(project, marinbuild, args, expected)
 
 
 # -- a prefix that is full or read-only -----------------------------------------------------
