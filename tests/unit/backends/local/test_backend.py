@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 from marinbuild.backends.base import Job, Outcome
@@ -46,23 +47,41 @@ def test_what_a_step_left_in_its_group_without_its_environment_dies_when_it_ends
     assert wait_dead(int((tmp_path / "left.pid").read_text()), 20)
 
 
+def _group_fellows() -> list[int]:
+    """The other processes in the calling process's group."""
+    pgid, fellows = os.getpgid(0), []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                if os.getpgid(int(name)) == pgid:
+                    fellows.append(int(name))
+            except OSError:
+                continue
+    return fellows
+
+
+def _sentinel_among(pids: list[int]) -> int | None:
+    # posix_spawn returns once the sentinel's exec has replaced its memory, which is before
+    # the kernel fills in its command line: poll that, the process itself was there already.
+    for _ in range(1000):
+        for pid in pids:
+            try:
+                if b"step-fence" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return pid
+            except OSError:
+                continue
+        time.sleep(0.01)
+    return None
+
+
 def test_a_function_step_starts_its_sentinel_before_it_runs(tmp_path):
     def fn(config: object) -> None:
-        pgid = os.getpgid(0)
-        members = []
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                try:
-                    fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
-                    if int(fields[2]) == pgid and int(name) != os.getpid():
-                        members.append(Path(f"/proc/{name}/cmdline").read_bytes())
-                except OSError:
-                    continue
-        Path("members.txt").write_bytes(b"\n".join(members))
+        fellows = _group_fellows()  # taken first: the sentinel is there before the step runs
+        Path("sentinel.txt").write_text(str(_sentinel_among(fellows)))
 
     outcome = _run(_job(tmp_path, fn=fn))
     assert outcome.ok, outcome.error
-    assert b"step-fence" in (tmp_path / "members.txt").read_bytes()
+    assert (tmp_path / "sentinel.txt").read_text().isdigit()
 
 
 def test_a_failing_step_says_its_exit_status(tmp_path):
@@ -103,14 +122,8 @@ def test_shell_steps_run_under_bash_where_it_is_found_and_under_sh_when_told(tmp
 
 
 def _sentinel_exe(config: dict[str, str]) -> None:
-    pgid = os.getpgid(0)
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if b"step-fence" in Path(f"/proc/{name}/cmdline").read_bytes() and os.getpgid(int(name)) == pgid:
-                    Path(config["file"]).write_text(os.readlink(f"/proc/{name}/exe"))
-            except OSError:
-                continue
+    sentinel = _sentinel_among(_group_fellows())
+    Path(config["file"]).write_text(os.readlink(f"/proc/{sentinel}/exe") if sentinel else "no sentinel")
 
 
 def test_a_function_steps_sentinel_runs_under_the_backends_shell(tmp_path):
