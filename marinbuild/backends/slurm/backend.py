@@ -41,7 +41,7 @@ from typing import Any
 from marinbuild.backends.base import HELD_EXTRA, BackendHooks, Cause, Job, Outcome, wall_time_exceeded
 from marinbuild.backends.slurm import commands
 from marinbuild.backends.slurm.commands import JobState, SlurmError
-from marinbuild.backends.slurm.node import STALE_PREFIXES, NodeSpec, stop_file
+from marinbuild.backends.slurm.node import STALE_PREFIXES, NodeSpec, failures_first, stop_file
 from marinbuild.backends.slurm.settings import SlurmSettings
 from marinbuild.backends.slurm.submission import comment_of, job_name, sbatch_args
 from marinbuild.errors import MarinbuildError
@@ -437,10 +437,7 @@ class _SlurmRun:
 
     def _failure_of(self, seen: JobState, cause: Cause, common: Outcome) -> Outcome:
         """A job that failed, was preempted or lost a node: the error of the process that failed first."""
-        # The process that failed first, not one srun stopped for it: on two nodes rank 1's exit
-        # status 7 is the cause, rank 0's SIGTERM (-15, or 143 from its shell) only its consequence.
-        codes = sorted((e for e in self._exits() if e.get("code")),
-                       key=lambda e: (e.get("stopped") is True, not (isinstance(e["code"], int) and e["code"] > 0)))
+        codes = failures_first(self._exits())
         if cause is Cause.FAILED and codes:
             error = str(codes[0].get("error") or f"exit status {codes[0].get('code')}")
             if self.backend.replicas(self.job.name) > 1:
@@ -583,3 +580,4 @@ def _quote(text: str) -> str:
     import shlex
 
     return shlex.quote(text)
+

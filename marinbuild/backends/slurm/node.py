@@ -22,6 +22,7 @@ those runs ``node task SPEC``, which
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import socket
@@ -29,11 +30,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["NodeSpec", "coordinator_port", "node_main", "process_env", "stop_file"]
+__all__ = ["NodeSpec", "coordinator_port", "failures_first", "node_main", "process_env", "stop_file"]
 
 STALE_PREFIXES = ("MARINBUILD_", "MEGASCALE_")
 """Variables of the submitting shell that never reach a step: its own come from the spec."""
@@ -151,11 +152,32 @@ def _task(spec_path: str) -> int:
             log.write(spec.header.replace(" host ? ", f" host {node} "))
         log.flush()
         code, error, stopped = _fenced(spec, env, log)
+    ended = time.time()
     with open(os.path.join(spec.folder, f"exit-{rank}.json"), "w") as f:
         # "stopped": this process was still running when Slurm stopped the task (srun ending
         # the job for another rank's failure): its exit is a consequence, never the cause.
-        json.dump({"code": code, "error": error, "node": node, "rank": rank, "stopped": stopped}, f)
+        # "ended": when its exit was seen. srun stops the others only once a failed rank's task
+        # (this process) has exited, so the rank that failed first ended first, even where
+        # Slurm signalled a step's processes before the task that would have marked it stopped.
+        json.dump({"code": code, "error": error, "node": node, "rank": rank, "stopped": stopped, "ended": ended}, f)
     return 0 if code == 0 else (code if 0 < code < 256 else 1)
+
+
+def failures_first(exits: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The nodes' exit records that failed, the cause first: the process that failed first, not
+    one srun stopped for it (on two nodes rank 1's exit status 7 is the cause, rank 0's SIGTERM,
+    or 143 from its shell, only its consequence).
+
+    >>> [e["rank"] for e in failures_first([{"rank": 0, "code": 143, "ended": 2.0}, {"rank": 1, "code": 7, "ended": 1.0}])]
+    [1, 0]
+    """
+    def rank(e: Mapping[str, Any]) -> tuple[bool, float, bool]:
+        ended = e.get("ended")
+        # Exit files of an earlier version have no time: after every timed one.
+        when = float(ended) if isinstance(ended, (int, float)) and not isinstance(ended, bool) else math.inf
+        return e.get("stopped") is True, when, not (isinstance(e["code"], int) and e["code"] > 0)
+
+    return sorted((e for e in exits if e.get("code")), key=rank)
 
 
 def _argv(spec: NodeSpec) -> list[str]:

@@ -7,10 +7,11 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from marinbuild.backends.slurm.node import NodeSpec, _task, coordinator_port, process_env
+from marinbuild.backends.slurm.node import NodeSpec, _task, coordinator_port, failures_first, process_env
 from marinbuild.store.lease import LeaseRecord, Owner
 
 
@@ -46,8 +47,10 @@ def test_a_node_runs_its_step_and_writes_its_log_and_exit_file(tmp_path: Path, m
     assert "rank 1 of 2" in capfd.readouterr().out
     log = Path(spec.folder, "node_01.log").read_text()
     assert log.startswith("=== marinbuild attempt 3 t host n2 backend slurm ===\n") and "rank 1 of 2" in log
-    assert json.loads(Path(spec.folder, "exit-1.json").read_text()) == {"code": 3, "error": "exit status 3", "node": "n2", "rank": 1,
-                                                                          "stopped": False}
+    now = time.time()
+    record = json.loads(Path(spec.folder, "exit-1.json").read_text())
+    assert now - 60 < record.pop("ended") <= now
+    assert record == {"code": 3, "error": "exit status 3", "node": "n2", "rank": 1, "stopped": False}
 
 
 def test_the_fence_stops_the_step_once_another_runner_holds_its_lease(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,3 +91,17 @@ def test_a_node_stopped_while_its_step_runs_says_so_in_its_exit_file(tmp_path: P
         proc.wait()
     record = json.loads(Path(spec.folder, "exit-0.json").read_text())
     assert record["stopped"] is True and record["code"] != 0, record
+
+
+def test_the_failure_named_is_the_rank_that_failed_first() -> None:
+    """Slurm may signal a step's processes before its task, which then never hears a stop: rank
+    0's 143 is unmarked, yet it ended after rank 1's exit 7, whose task's end made srun stop it."""
+    exits: list[dict[str, Any]] = [{"rank": 0, "code": 143, "stopped": False, "ended": 20.5},
+             {"rank": 1, "code": 7, "stopped": False, "ended": 20.1},
+             {"rank": 2, "code": 0, "stopped": False, "ended": 19.0}]
+    assert [e["rank"] for e in failures_first(exits)] == [1, 0]
+    # A mark of a stop outweighs the times; records without a time (an earlier version's)
+    # come after timed ones, a real exit status before a signal's.
+    assert [e["rank"] for e in failures_first([{**exits[1], "stopped": True}, exits[0]])] == [0, 1]
+    untimed: list[dict[str, Any]] = [{"rank": 0, "code": -15}, {"rank": 1, "code": 7}, {"rank": 3, "code": 1, "ended": 99.0}]
+    assert [e["rank"] for e in failures_first(untimed)] == [3, 1, 0]
