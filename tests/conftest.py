@@ -31,6 +31,7 @@ LONGEST_FIRST = (
     "tests/test_gcs_runners_under_fire.py::",
     "tests/test_gcs_torture.py::",
     "tests/test_slurm_jobs.py::",
+    "tests/test_slurm_hostile.py::",
     "tests/test_running_end_to_end.py::test_sigkill_of_the_tool_mid_step",
     "tests/test_gcs_scale.py::",
     "tests/test_tpu_provisioning.py::",
@@ -82,7 +83,8 @@ def _group_of(item: pytest.Item) -> str | None:
     ``ray``: Ray clusters; one worker starts them once for every Ray test, and a driver
     started without an address may find another worker's cluster.
 
-    ``slurm``: the test Slurm clusters (one per module), started one at a time.
+    ``slurm-<module>``: the test Slurm cluster of one module (each module starts its own): its
+    tests run one after another on one worker, beside another module's cluster on another.
 
     Tests on fake TPU hosts need no group: each worker starts its own hosts (on the same
     loopback addresses, other ports), and a test that kills "host N's" processes names the
@@ -92,7 +94,7 @@ def _group_of(item: pytest.Item) -> str | None:
     if names & _RAY_FIXTURES or item.path.name in _RAY_MODULES:
         return "ray"
     if "slurm_cluster" in names or item.path.name.startswith("test_slurm"):
-        return "slurm"  # one Slurm at a time: its daemons run as root, on this machine's host name
+        return f"slurm-{item.path.stem}"  # a module's tests share its cluster's two nodes
     return None
 
 

@@ -4,8 +4,11 @@ Debian's ``slurm-wlm`` and ``munge`` (``.ci/run`` installs them). The cluster ha
 database (``jobcomp/filetxt`` keeps finished jobs; ``squeue`` shows them for ``MinJobAge``), two
 partitions (``main``, and ``urgent`` whose jobs preempt ``main``'s: ``PreemptMode=CANCEL`` ends
 them ``PREEMPTED``), and notices a killed ``slurmd`` within a few seconds (``NODE_FAIL``).
-One cluster serves a whole test module (``slurm_cluster`` is module-scoped); the tests that use
-it run in one xdist group, so that two clusters never start at once.
+One cluster serves a whole test module (``slurm_cluster`` is module-scoped); the module's tests
+run in one xdist group, one after another. Clusters of two modules may run at once, on two
+workers: each has its own ports, munged, folders, name and job ids (by worker), so that neither
+the coordinator ports derived from job ids nor a test's search for a job's ``slurmstepd`` can
+meet the other's.
 """
 
 from __future__ import annotations
@@ -28,7 +31,13 @@ NODES = ("n1", "n2")
 CPUS = 2
 MEMORY_MB = 8000
 FIRST_JOB_ID = 14000
-"""Job ids (and the coordinator ports derived from them, 20000 + id % 20000) clear of the SSH tests' ports."""
+"""Job ids (and the coordinator ports derived from them, 20000 + id % 20000) clear of the SSH tests' ports;
+worker N's cluster counts from ``FIRST_JOB_ID + 1000 * N``."""
+
+
+def _worker_index() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")  # "gw3" under xdist
+    return int(worker[2:]) if worker[2:].isdigit() else 0
 
 
 def _free_port() -> int:
@@ -133,11 +142,12 @@ def _wait(ok, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def
 
 def _conf(folder: Path, ports: dict[str, int]) -> str:
     host = socket.gethostname()
+    worker = _worker_index()
     nodes = "\n".join(
         f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={ports[n]} CPUs={CPUS} RealMemory={MEMORY_MB} State=UNKNOWN"
         for n in NODES
     )
-    return f"""ClusterName=mbtest
+    return f"""ClusterName=mbtest{worker}
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ports['ctld']}
 AuthType=auth/munge
@@ -170,7 +180,7 @@ MinJobAge=600
 KillWait=2
 InactiveLimit=0
 MessageTimeout=5
-FirstJobId={FIRST_JOB_ID}
+FirstJobId={FIRST_JOB_ID + 1000 * worker}
 PreemptType=preempt/partition_prio
 PreemptMode=CANCEL
 SlurmdParameters=config_overrides
