@@ -79,15 +79,18 @@ def test_end_of_file_on_the_pipe_kills_the_whole_group(shell):
 
 
 def test_no_renewal_before_the_deadline_kills_the_group_and_renewals_keep_it_alive(shell):
-    worker, sentinel, w = _group_with_sentinel(shell, "0.6")
+    # Each renewal's time is far above how late a renewal may come on a busy machine; the
+    # last one is short, and nothing follows it.
+    worker, sentinel, w = _group_with_sentinel(shell, "2")
     try:
         # Renewed for longer than the first deadline: still alive.
         started = time.monotonic()
-        while time.monotonic() - started < 1.5:
-            assert write_line(w, b"0.6\n")
+        while time.monotonic() - started < 2.5:
+            assert write_line(w, b"4\n")
             time.sleep(0.1)
         assert _alive(worker.pid), "killed although renewed"
         # Renewals stop (the runner is stopped) while the pipe stays open.
+        assert write_line(w, b"0.3\n")
         assert _wait_dead(worker.pid), "the group outlived its deadline"
     finally:
         os.close(w)
