@@ -3,14 +3,44 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from marinbuild.backends.base import Job, Outcome
 from marinbuild.backends.local.backend import LocalBackend
 from marinbuild.backends.local.fence import PORTABLE, find_shell
-from tests.helpers import wait_dead
+from tests.helpers import REPO, wait_dead
+
+
+def _in_a_fresh_interpreter(body: Callable[[Path], None], tmp_path: Path) -> None:
+    """Run ``body``, whose function steps fork this process, in a new interpreter.
+
+    A pytest worker may hold gRPC's threads, started by an earlier test's ``gs://`` client, and
+    gRPC's at-fork handlers then close and remake descriptors of the process forking. A runner
+    holding gRPC never forks its function steps (``marinbuild.backends.environments``); this
+    backend alone, as tested here, would.
+    """
+    code = (f"import sys; from pathlib import Path; from {body.__module__} import {body.__name__} as body; "
+            "body(Path(sys.argv[1]))")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_function_step_starts_its_sentinel_before_it_runs(tmp_path: Path) -> None:
+    _in_a_fresh_interpreter(_a_function_step_starts_its_sentinel_before_it_runs, tmp_path)
+
+
+def test_a_steps_env_cannot_replace_its_token(tmp_path: Path) -> None:
+    _in_a_fresh_interpreter(_a_steps_env_cannot_replace_its_token, tmp_path)
+
+
+def test_a_function_steps_sentinel_runs_under_the_backends_shell(tmp_path: Path) -> None:
+    _in_a_fresh_interpreter(_a_function_steps_sentinel_runs_under_the_backends_shell, tmp_path)
 
 
 def _run(job: Job, backend: LocalBackend | None = None) -> Outcome:
@@ -74,7 +104,7 @@ def _sentinel_among(pids: list[int]) -> int | None:
     return None
 
 
-def test_a_function_step_starts_its_sentinel_before_it_runs(tmp_path):
+def _a_function_step_starts_its_sentinel_before_it_runs(tmp_path: Path) -> None:
     def fn(config: object) -> None:
         fellows = _group_fellows()  # taken first: the sentinel is there before the step runs
         Path("sentinel.txt").write_text(str(_sentinel_among(fellows)))
@@ -94,7 +124,7 @@ def _token_into_file(config: dict[str, str]) -> None:
     Path(config["file"]).write_text(os.environ.get("MARINBUILD_STEP_TOKEN", ""))
 
 
-def test_a_steps_env_cannot_replace_its_token(tmp_path):
+def _a_steps_env_cannot_replace_its_token(tmp_path: Path) -> None:
     # The token is how a step's leftovers are found; shell and function steps alike keep it.
     env = {"MARINBUILD_STEP_TOKEN": "forged"}
     shell = _run(Job(name="s", output_path=str(tmp_path / "out"), log_file=str(tmp_path / "log.txt"),
@@ -126,7 +156,7 @@ def _sentinel_exe(config: dict[str, str]) -> None:
     Path(config["file"]).write_text(os.readlink(f"/proc/{sentinel}/exe") if sentinel else "no sentinel")
 
 
-def test_a_function_steps_sentinel_runs_under_the_backends_shell(tmp_path):
+def _a_function_steps_sentinel_runs_under_the_backends_shell(tmp_path: Path) -> None:
     for shell in (find_shell(), PORTABLE):
         folder = tmp_path / str(shell.bash)
         folder.mkdir()

@@ -44,15 +44,54 @@ def _wait_dead(pid: int, seconds: float = 20) -> bool:
     return not _alive(pid)
 
 
-def _group_with_sentinel(shell: Shell, first: str) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes], int]:
+class _Spawned:
+    """A process started by ``posix_spawn`` with ``pipe`` on the fence's descriptor.
+
+    No fork, so no library's at-fork handlers run in this worker: gRPC's, started here by an
+    earlier test's ``gs://`` client, close and remake descriptors around a fork, which took a
+    test's own pipe away now and then.
+    """
+
+    def __init__(self, path: str, argv: list[str], pipe: int, *, pgroup: int | None = None, setsid: bool = False,
+                 env: dict[str, str] | None = None, stdout: int | None = None) -> None:
+        os.set_inheritable(pipe, True)  # a dup2 onto itself (it may be the fence's number) keeps close-on-exec
+        actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0), (os.POSIX_SPAWN_DUP2, pipe, FENCE_FD)]
+        if stdout is not None:
+            actions.append((os.POSIX_SPAWN_DUP2, stdout, 1))
+        extra: dict[str, int] = {} if pgroup is None else {"setpgroup": pgroup}
+        self.pid = os.posix_spawn(path, argv, os.environ if env is None else env, file_actions=actions,
+                                  setsid=setsid, **extra)  # type: ignore[arg-type]
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float = 60) -> int:
+        end = time.monotonic() + timeout
+        while self.poll() is None:
+            assert time.monotonic() < end, f"process {self.pid} still running after {timeout} s"
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _group_with_sentinel(shell: Shell, first: str) -> tuple[subprocess.Popen[bytes], _Spawned, int]:
     """A ``sleep`` leading its own group, a sentinel in that group holding a pipe; the pipe's write end."""
     r, w = os.pipe()
-    worker = subprocess.Popen(["sleep", "300"], process_group=0)
-    sentinel = subprocess.Popen(
-        shell.sentinel_argv(first, ""), executable=shell.path, pass_fds=(FENCE_FD,),
-        preexec_fn=lambda: (os.setpgid(0, worker.pid), os.dup2(r, FENCE_FD)),
-        stdin=subprocess.DEVNULL, close_fds=True,
-    )
+    worker = subprocess.Popen(["sleep", "300"], process_group=0)  # no preexec_fn: vfork, no fork handlers
+    sentinel = _Spawned(shell.path, shell.sentinel_argv(first, ""), r, pgroup=worker.pid)
     os.close(r)
     return worker, sentinel, w
 
@@ -120,23 +159,23 @@ def test_a_shell_step_exits_125_at_its_gate_when_the_pipe_ends_first(tmp_path, s
     r, w = os.pipe()
     os.close(w)
     marker = tmp_path / "ran"
-    done = subprocess.run(shell.step_argv(f"touch {marker}", ""), executable=shell.path,
-                          pass_fds=(FENCE_FD,), preexec_fn=lambda: os.dup2(r, FENCE_FD), timeout=30)
+    done = _Spawned(shell.path, shell.step_argv(f"touch {marker}", ""), r)
     os.close(r)
-    assert done.returncode == NO_GATE
+    assert done.wait() == NO_GATE
     assert not marker.exists()
 
 
 def test_a_shell_step_ending_in_a_bare_wait_does_not_wait_for_its_sentinel(tmp_path, shell):
     r, w = os.pipe()
     write_line(w, b"-\n")
-    proc = subprocess.Popen(shell.step_argv("sleep 0.1 & wait; echo done", ""), executable=shell.path,
-                            stdout=subprocess.PIPE,
-                            pass_fds=(FENCE_FD,), preexec_fn=lambda: os.dup2(r, FENCE_FD), start_new_session=True)
+    out_r, out_w = os.pipe()
+    proc = _Spawned(shell.path, shell.step_argv("sleep 0.1 & wait; echo done", ""), r, setsid=True, stdout=out_w)
     os.close(r)
+    os.close(out_w)
     try:
-        out, _ = proc.communicate(timeout=30)
-        assert out == b"done\n" and proc.returncode == 0
+        with os.fdopen(out_r, "rb") as out:  # end of file once the step, not its sentinel, is gone
+            assert out.read() == b"done\n"
+        assert proc.wait(30) == 0
     finally:
         os.close(w)  # the sentinel, alone in the group now, ends it
 
@@ -186,11 +225,10 @@ def test_bash_reads_no_start_up_file_before_the_gate(tmp_path):
     (tmp_path / "env.sh").write_text(f"touch {early}\n")
     r, w = os.pipe()
     os.close(w)
-    done = subprocess.run(shell.step_argv("true", ""), executable=shell.path, pass_fds=(FENCE_FD,),
-                          env={**os.environ, "BASH_ENV": str(tmp_path / "env.sh"), "ENV": str(tmp_path / "env.sh")},
-                          preexec_fn=lambda: os.dup2(r, FENCE_FD), timeout=30)
+    done = _Spawned(shell.path, shell.step_argv("true", ""), r,
+                    env={**os.environ, "BASH_ENV": str(tmp_path / "env.sh"), "ENV": str(tmp_path / "env.sh")})
     os.close(r)
-    assert done.returncode == NO_GATE
+    assert done.wait() == NO_GATE
     assert not early.exists(), "a start-up file ran before the step's gate"
 
 
