@@ -187,6 +187,18 @@ def test_fence_floor_runs_make_with_the_steps_own_sentinel(tmp_path: Path) -> No
     assert done.returncode != 0 and not list((fenced / "out").rglob("out.txt"))
 
 
+def test_runner_cpu_bench_runs_the_command_and_says_the_runners_own_cpu(tmp_path: Path) -> None:
+    generate("marinbuild", "diamonds", N, tmp_path)
+    done = subprocess.run([sys.executable, "-m", "bench.runner_cpu", "-C", str(tmp_path), "--", "run", "-q", "-j", "2"],
+                          cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert len(list(tmp_path.glob("marinbuild-out/*/.marinbuild/status"))) == N
+    figures = re.search(r"wall ([\d.]+) s; runner ([\d.]+) s CPU .*children ([\d.]+) s CPU", done.stderr)
+    assert figures is not None, done.stderr
+    wall, runner, children = map(float, figures.groups())
+    assert runner > 0 and children > 0 and wall > 0
+
+
 def test_stray_writes_bench_measures_both_layouts_without_false_findings(tmp_path: Path) -> None:
     from bench.stray_writes import measure
 
