@@ -37,12 +37,6 @@ METADATA_PATH = "/computeMetadata/v1/instance/preempted"
 FIRST_IP = 2  # 127.0.0.2 is the first fake host
 
 
-def free_port(ip: str) -> int:
-    with socket.socket() as s:
-        s.bind((ip, 0))
-        return int(s.getsockname()[1])
-
-
 # The coordinator port is probed here but bound later by JAX on host 0, on every address ([::]),
 # so a port merely free on one loopback address when probed can be taken meanwhile by another
 # xdist worker's sshd, metadata server or ssh client. Ports are therefore drawn below the kernel's
@@ -69,6 +63,27 @@ def _free_everywhere(port: int) -> bool:
                 continue  # no IPv6 on this machine: JAX cannot bind there either
             return False
     return True
+
+
+_SSHD_PORTS_PER_WORKER = 300
+_FIRST_SSHD_PORT = 10000
+_sshd_ports = itertools.count()
+
+
+def sshd_port() -> int:
+    """A port for a fake host's sshd, free on every address, that nobody else is drawn meanwhile.
+
+    A host that a test stops is started again on its own port, by then free for seconds: a
+    port of the ephemeral range could be taken meanwhile by any process binding port 0 on
+    every address (Ray's and gRPC's servers do, all the time). These are drawn below it, from
+    this worker's own block, as the coordinators' are.
+    """
+    first = _FIRST_SSHD_PORT + (_worker_index() % 30) * _SSHD_PORTS_PER_WORKER
+    for _ in range(_SSHD_PORTS_PER_WORKER):
+        port = first + next(_sshd_ports) % _SSHD_PORTS_PER_WORKER
+        if _free_everywhere(port):
+            return port
+    raise RuntimeError(f"no port free for an sshd in {first}..{first + _SSHD_PORTS_PER_WORKER - 1}")
 
 
 def coordinator_port() -> int:
@@ -283,20 +298,6 @@ SetEnv FAKE_HOST_ID={index} HOME={home} GCE_METADATA_IP={metadata}
 """
 
 
-def common_free_port(ips: Sequence[str]) -> int:
-    """A port free on every one of ``ips`` (hosts reached with one ``[ssh] port``, as real VMs use 22)."""
-    for _ in range(100):
-        port = free_port(ips[0])
-        try:
-            for ip in ips[1:]:
-                with socket.socket() as s:
-                    s.bind((ip, port))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no port free on every fake host address")
-
-
 def start_fleet(n: int, root: Path, *, same_port: bool = False) -> FakeFleet:
     """Generate keys and start ``n`` fake hosts on 127.0.0.2 upwards (``same_port``: all on one port)."""
     root.mkdir(parents=True, exist_ok=True)
@@ -312,14 +313,14 @@ def start_fleet(n: int, root: Path, *, same_port: bool = False) -> FakeFleet:
     ssh_config = root / "ssh_config"
     ssh_config.write_text("")
     hosts: list[FakeHost] = []
-    shared = common_free_port([f"127.0.0.{FIRST_IP + i}" for i in range(n)]) if same_port else None
+    shared = sshd_port() if same_port else None  # free on every address: on every host's
     try:
         for i in range(n):
             ip = f"127.0.0.{FIRST_IP + i}"
             host_dir = root / f"host{i}"
             home = host_dir / "home"
             home.mkdir(parents=True, exist_ok=True)
-            port = shared or free_port(ip)
+            port = shared or sshd_port()
             metadata = MetadataServer(ip)
             config = host_dir / "sshd_config"
             # A file per host, so that one host can refuse logins while the others accept them.
