@@ -64,8 +64,9 @@ class OutputFollower:
         with self._lock:
             self._steps[step] = _Followed(path, offset)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="marinbuild-output", daemon=True)
-                self._thread.start()
+                thread = threading.Thread(target=self._loop, name="marinbuild-output", daemon=True)
+                thread.start()  # kept once started, as lease.Heartbeat keeps its thread
+                self._thread = thread
 
     def finish(self, step: str) -> None:
         """Pass on the rest of ``step``'s output (a last line without newline too) and stop following it."""

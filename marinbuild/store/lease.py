@@ -498,8 +498,11 @@ class Heartbeat:
     def start(self) -> None:
         with self._starting:  # claims are taken on several threads at once on a remote store
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
-                self._thread.start()
+                thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
+                # Kept once started: a Ctrl-C inside start() leaves nothing for stop() to join
+                # (joining a thread never started raises), and the stop event ends it if it runs.
+                thread.start()
+                self._thread = thread
 
     def _run(self) -> None:
         next_due = time.monotonic() + self.interval

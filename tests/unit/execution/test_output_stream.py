@@ -120,3 +120,28 @@ def test_a_reader_gone_is_told_once_from_the_thread_that_found_it(tmp_path: Path
     log.write_text("x\ny\nz\n")
     f.close()
     assert [(name, type(e)) for name, e in told] == [("marinbuild-output", BrokenPipeError)]
+
+
+def test_a_ctrl_c_inside_the_threads_start_leaves_close_nothing_to_join(tmp_path: Path, monkeypatch) -> None:
+    """A signal handler raising inside ``Thread.start`` (before the thread ran) must not make the
+    run's end fail with "cannot join thread before it is started"."""
+    log = tmp_path / "log.txt"
+    log.write_text("")
+    lines: list[tuple[str, str]] = []
+    follower = _follower(lines)
+
+    def interrupted(self: threading.Thread) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    try:
+        follower.follow("s", str(log))
+    except KeyboardInterrupt:
+        pass
+    monkeypatch.undo()
+    follower.close()  # raised RuntimeError when the unstarted thread was kept
+    follower.follow("s", str(log))  # and a later follow starts one that runs
+    log.write_text("hi\n")
+    follower.finish("s")
+    follower.close()
+    assert lines == [("s", "hi")]

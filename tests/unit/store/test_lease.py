@@ -656,3 +656,27 @@ def test_a_takeover_on_this_machine_first_kills_what_is_left_of_the_previous_att
     finally:
         leftover.kill()
         leftover.wait()
+
+
+def test_a_ctrl_c_inside_the_heartbeats_start_leaves_stop_nothing_to_join(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signal handler raising inside ``Thread.start`` must not make ``stop`` raise "cannot join
+    thread before it is started"; a later start still renews."""
+    from marinbuild.store.lease import Heartbeat
+
+    ticks = threading.Event()
+    beat = Heartbeat(0.01, ticks.set)
+
+    def interrupted(self: threading.Thread) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        beat.start()
+    monkeypatch.undo()
+    beat.stop()
+    again = Heartbeat(0.01, ticks.set)
+    beat.start()  # stopped: starts, and its stop event ends it at once
+    again.start()
+    assert ticks.wait(10)
+    again.stop()
+    beat.stop()
