@@ -70,6 +70,19 @@ _FIRST_SSHD_PORT = 10000
 _sshd_ports = itertools.count()
 
 
+def _port_in_block(first_port: int, per_worker: int, taken: Iterator[int], what: str) -> int:
+    """A port free on every address from this worker's block of ``per_worker`` from ``first_port``.
+
+    Each call moves on (``taken`` counts), so a port a previous test left in TIME_WAIT is not reused.
+    """
+    first = first_port + (_worker_index() % 30) * per_worker
+    for _ in range(per_worker):
+        port = first + next(taken) % per_worker
+        if _free_everywhere(port):
+            return port
+    raise RuntimeError(f"no port free for {what} in {first}..{first + per_worker - 1}")
+
+
 def sshd_port() -> int:
     """A port for a fake host's sshd, free on every address, that nobody else is drawn meanwhile.
 
@@ -78,23 +91,12 @@ def sshd_port() -> int:
     every address (Ray's and gRPC's servers do, all the time). These are drawn below it, from
     this worker's own block, as the coordinators' are.
     """
-    first = _FIRST_SSHD_PORT + (_worker_index() % 30) * _SSHD_PORTS_PER_WORKER
-    for _ in range(_SSHD_PORTS_PER_WORKER):
-        port = first + next(_sshd_ports) % _SSHD_PORTS_PER_WORKER
-        if _free_everywhere(port):
-            return port
-    raise RuntimeError(f"no port free for an sshd in {first}..{first + _SSHD_PORTS_PER_WORKER - 1}")
+    return _port_in_block(_FIRST_SSHD_PORT, _SSHD_PORTS_PER_WORKER, _sshd_ports, "an sshd")
 
 
 def coordinator_port() -> int:
     """A port for the fleet's JAX coordinator that no other test process will take meanwhile."""
-    first = _FIRST_COORDINATOR_PORT + (_worker_index() % 30) * _PORTS_PER_WORKER
-    for _ in range(_PORTS_PER_WORKER):
-        # Each call moves on, so a port a previous test's coordinator left in TIME_WAIT is not reused.
-        port = first + next(_coordinator_ports) % _PORTS_PER_WORKER
-        if _free_everywhere(port):
-            return port
-    raise RuntimeError(f"no port free for a coordinator in {first}..{first + _PORTS_PER_WORKER - 1}")
+    return _port_in_block(_FIRST_COORDINATOR_PORT, _PORTS_PER_WORKER, _coordinator_ports, "a coordinator")
 
 
 class MetadataServer:
