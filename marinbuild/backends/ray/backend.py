@@ -66,7 +66,6 @@ from marinbuild.backends.local.backend import _describe_exit
 from marinbuild.backends.local.containment import TOKEN_VAR, kill_token
 from marinbuild.backends.ray.cluster import Placement, require_ray
 from marinbuild.backends.ray.lease_fence import LeaseFence, TaskLease
-from marinbuild.errors import MarinbuildError
 from marinbuild.graph import StepGraph, StepNode
 from marinbuild.store.lease import LeaseRecord, LeaseSettings, lease_path, process_running
 from marinbuild.store.markers import (
@@ -227,8 +226,6 @@ class _RayRun:
         self.on_done = on_done
         self.started = 0.0
         self.ref: Any = None
-        self.token: str | None = None
-        """The submission's token, in the owner of the markers its task writes."""
         self._reason: str | None = None
         self._timed_out = False
         self._lock = threading.Lock()
@@ -242,11 +239,9 @@ class _RayRun:
             # Ray builds the environment on the node (and caches it there) before the task runs.
             options["runtime_env"] = runtime_env_of(environment)
         self.started = time.time()
-        spec = backend.spec_for(job)
-        self.token = spec.token
         self.ref = backend.task.options(
             **options, max_retries=backend.retries_for(job), retry_exceptions=False, name=job.name
-        ).remote(spec)
+        ).remote(backend.spec_for(job))
         if job.timeout is not None:
             self._timer = threading.Timer(job.timeout, self._on_timeout)
             self._timer.daemon = True
@@ -300,24 +295,11 @@ class _RayRun:
             ok=False, started=self.started, ended=ended, error=reason, timed_out=timed_out, cancelled=not timed_out
         )
 
-    def _recorded_by_task(self) -> bool:
-        """Whether this submission's task wrote the step's final status before it was lost."""
-        out = self.job.output_path
-        try:
-            record = read_statuses(Storage.for_prefix(self.backend.graph.prefix), [out]).get(out)
-        except (MarinbuildError, OSError):
-            return False
-        return (record is not None and record.status in (SUCCESS, FAILED) and self.token is not None
-                and _token(record.owner) == self.token)
-
     def _lost(self, error: BaseException, reason: str | None, timed_out: bool, ended: float) -> Outcome:
         """The outcome of a task that reported nothing itself: the driver records it."""
         ray = self.backend.ray
         if reason is not None or isinstance(error, ray.exceptions.TaskCancelledError):
-            # A forced cancel may kill the worker after its task recorded the kill as the
-            # step's failure: then, as in _done, only the ledger is left to write.
-            kind = RecordedOutcome if self._recorded_by_task() else Outcome
-            return self._cancelled(reason or "cancelled", timed_out, ended, kind)
+            return self._cancelled(reason or "cancelled", timed_out, ended)
         if isinstance(error, ray.exceptions.RayTaskError):
             text = f"{type(error.cause).__name__}: {error.cause}" if error.cause is not None else str(error)
         else:

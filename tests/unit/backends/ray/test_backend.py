@@ -150,30 +150,3 @@ def test_a_cancelled_task_that_recorded_the_kill_itself_leaves_the_runner_only_t
         (outcome,) = ended
         assert type(outcome) is kind
         assert (outcome.ok, outcome.cancelled, outcome.error) == (False, True, "interrupted")
-
-
-def test_a_cancelled_task_whose_worker_died_after_it_recorded_the_kill_leaves_only_the_ledger(tmp_path: Path) -> None:
-    """A forced cancel may kill the worker after its task wrote the step's FAILED: the result
-    never comes, yet those markers are this submission's, and the runner writes only the ledger.
-    Markers of another submission (or none) leave the runner's own commit to decide."""
-    from types import SimpleNamespace
-
-    from ray.exceptions import TaskCancelledError
-
-    from marinbuild.backends.base import Job, Outcome
-    from marinbuild.backends.final_records import RecordedOutcome
-    from marinbuild.backends.ray.backend import _RayRun
-
-    out = tmp_path / "s"
-    job = Job(name="s", output_path=str(out), log_file=str(out / "logs" / "step.log"), workdir=str(tmp_path), env={})
-    backend = SimpleNamespace(ray=SimpleNamespace(exceptions=SimpleNamespace(
-        TaskCancelledError=TaskCancelledError, RayTaskError=RuntimeError)), graph=SimpleNamespace(prefix=str(tmp_path)))
-    storage = Storage.for_prefix(str(tmp_path))
-    for owner, kind in ((None, Outcome), ("vm:7 theirs/1", Outcome), ("vm:7 mine/1", RecordedOutcome)):
-        if owner is not None:
-            write_status(storage, str(out), FAILED, error="killed by SIGKILL", owner=owner)
-        run = _RayRun(backend=backend, job=job, on_done=lambda o: None)  # type: ignore[arg-type]
-        run.token, run._reason = "mine", "interrupted"
-        outcome = run._lost(TaskCancelledError(), "interrupted", False, 12.0)
-        assert type(outcome) is kind, owner
-        assert (outcome.ok, outcome.cancelled, outcome.error) == (False, True, "interrupted")
