@@ -20,7 +20,7 @@ import pytest
 
 pytest_plugins = ["tests.fixtures_ssh"]
 
-WORKERS = 6
+WORKERS = 4
 """Parallel workers for a whole-suite run; measured on the 2-core CI machine (see README)."""
 
 _RAY_FIXTURES = frozenset({"ray_cluster", "ray_token_cluster"})
