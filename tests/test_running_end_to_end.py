@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -221,13 +220,13 @@ def test_sigkill_of_the_tool_mid_step_leaves_no_success_and_next_run_reruns(proj
     assert "its runner is gone" in marinbuild_in_process("status", cwd=project).stdout
 
 
-def _sigint_as(disposition: str) -> Callable[[], None]:
-    handler = signal.SIG_IGN if disposition == "ignored" else signal.SIG_DFL
-
-    def set_it() -> None:
-        signal.signal(signal.SIGINT, handler)
-
-    return set_it
+def _with_sigint(disposition: str, argv: list[str]) -> list[str]:
+    """``argv`` started with SIGINT ignored or at its default, through a small interpreter that
+    sets it and execs: no ``preexec_fn``, whose fork would run the at-fork handlers of whatever
+    this worker holds (gRPC's, from an earlier ``gs://`` test, crashed the child at times)."""
+    handler = "SIG_IGN" if disposition == "ignored" else "SIG_DFL"
+    code = f"import os, signal, sys; signal.signal(signal.SIGINT, signal.{handler}); os.execv(sys.argv[1], sys.argv[1:])"
+    return [sys.executable, "-c", code, *argv]
 
 
 @pytest.mark.parametrize("inherited", ["default", "ignored"])
@@ -242,13 +241,12 @@ def test_interrupt_marks_running_step_failed_and_exits_130(project, inherited):
         """,
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "marinbuild", "run"],
+        _with_sigint(inherited, [sys.executable, "-m", "marinbuild", "run"]),
         cwd=project,
         env=cli_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_sigint_as(inherited),
     )
     # The runner says the step started (it holds it as running by then) and the step runs.
     assert proc.stdout is not None
