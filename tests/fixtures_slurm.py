@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import missing_tool
+from .helpers import missing_tool, worker_index
 
 NODES = ("n1", "n2")
 CPUS = 2
@@ -33,11 +33,6 @@ MEMORY_MB = 8000
 FIRST_JOB_ID = 14000
 """Job ids (and the coordinator ports derived from them, 20000 + id % 20000) clear of the SSH tests' ports;
 worker N's cluster counts from ``FIRST_JOB_ID + 1000 * N``."""
-
-
-def _worker_index() -> int:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")  # "gw3" under xdist
-    return int(worker[2:]) if worker[2:].isdigit() else 0
 
 
 def _free_port() -> int:
@@ -142,7 +137,7 @@ def _wait(ok, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def
 
 def _conf(folder: Path, ports: dict[str, int]) -> str:
     host = socket.gethostname()
-    worker = _worker_index()
+    worker = worker_index()
     nodes = "\n".join(
         f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={ports[n]} CPUs={CPUS} RealMemory={MEMORY_MB} State=UNKNOWN"
         for n in NODES

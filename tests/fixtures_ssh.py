@@ -32,6 +32,8 @@ import pytest
 from marinbuild.backends.tpu.attempts import TpuJob, TpuResult, run_tpu_step
 from marinbuild.backends.tpu.cluster import load_cluster
 
+from .helpers import worker_index
+
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 METADATA_PATH = "/computeMetadata/v1/instance/preempted"
 FIRST_IP = 2  # 127.0.0.2 is the first fake host
@@ -45,11 +47,6 @@ FIRST_IP = 2  # 127.0.0.2 is the first fake host
 _PORTS_PER_WORKER = 400
 _FIRST_COORDINATOR_PORT = 20000
 _coordinator_ports = itertools.count()
-
-
-def _worker_index() -> int:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")  # "gw3" under pytest -n
-    return int(worker[2:]) if worker[2:].isdigit() else 0
 
 
 def _free_everywhere(port: int) -> bool:
@@ -75,7 +72,7 @@ def _port_in_block(first_port: int, per_worker: int, taken: Iterator[int], what:
 
     Each call moves on (``taken`` counts), so a port a previous test left in TIME_WAIT is not reused.
     """
-    first = first_port + (_worker_index() % 30) * per_worker
+    first = first_port + (worker_index() % 30) * per_worker
     for _ in range(per_worker):
         port = first + next(taken) % per_worker
         if _free_everywhere(port):

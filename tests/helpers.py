@@ -18,6 +18,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
+def worker_index() -> int:
+    """This pytest-xdist worker's number (``gw3`` is 3); 0 outside xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker[2:]) if worker[2:].isdigit() else 0
+
+
 def missing_tool(reason: str) -> None:
     """Skip a test whose tool or kernel feature this machine lacks, but fail it under ``MARINBUILD_TESTS_STRICT=1``.
 
