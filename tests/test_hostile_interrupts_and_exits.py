@@ -219,3 +219,47 @@ def test_a_run_whose_reader_goes_away_stops_its_steps_and_exits_141(tmp_path: Pa
     statuses = [json.loads(p.read_text())["status"] for p in (tmp_path / "out").glob("*/.marinbuild/status")]
     assert statuses, "no step started"
     assert "RUNNING" not in statuses, statuses
+
+
+# --- a signal the kernel gives to another thread of the runner ------------------------------
+
+
+def _tgkill(pid: int, tid: int, sig: int) -> None:
+    """Send ``sig`` to one thread of another process (a real signal, as the kernel may route one)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.tgkill(pid, tid, sig) != 0:
+        raise OSError(ctypes.get_errno(), f"tgkill {pid} {tid}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_taken_by_a_thread_other_than_the_main_one_stops_a_waiting_run(tmp_path: Path, sig: int) -> None:
+    """The kernel hands a process's signal to whichever thread it picks. The run loop, waiting
+    for its one step with nothing else due, slept on while another thread took the Ctrl-C: the
+    run went on until the step ended (a TPU step's retry back-off of a minute, seen so)."""
+    write_marinfile(tmp_path, """
+        from marinbuild import step
+        step("long", cmd="touch {output}/started; exec sleep 3071")
+    """)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "marinbuild", "run", "-f", "Marinfile.py", "--prefix", "out"],
+        cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "out").glob("long-*/started")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        others = sorted(int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid)
+        assert others, "the runner has no thread besides its main one"
+        _tgkill(proc.pid, others[0], sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    (marker,) = (tmp_path / "out").glob("long-*/.marinbuild/status")
+    assert json.loads(marker.read_text())["status"] == "FAILED", marker.read_text()
+    assert "Traceback" not in err, err

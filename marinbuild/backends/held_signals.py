@@ -14,6 +14,13 @@ stuck step of bookkeeping never makes Ctrl-C useless; and a SIGTERM still noted
 :data:`STUCK_AFTER` seconds later (the main thread blocked in a system call) ends the
 process as SIGTERM's default action would.
 
+The kernel gives a process's signal to any one of its threads, and Python runs the handler
+on the main thread only, at its next bytecode. A main thread asleep in a wait for an event
+(the run loop's, with nothing due) slept on when another thread took the signal: a Ctrl-C
+went unanswered until the next step ended, a minute later where a retry waited out its
+back-off. With ``on_noted`` given, a signal taken by any thread also calls it
+(:class:`_WakeRelay`), and the woken main thread then runs the handler.
+
 Example::
 
     events = queue.SimpleQueue()
@@ -53,6 +60,7 @@ class HeldSignals:
         self._holding = False
         self._previous: dict[int, Any] = {}
         self._hold = _Hold(self)
+        self._relay: _WakeRelay | None = None
 
     def installed(self) -> contextlib.AbstractContextManager[HeldSignals]:
         """Wrap the current handlers for the duration; put them back after."""
@@ -61,15 +69,26 @@ class HeldSignals:
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return  # handlers run on the main thread only: nothing can interrupt another
-        for sig in _SIGNALS:
-            previous = signal.getsignal(sig)
-            if previous is None or previous == signal.SIG_IGN:
-                continue  # set outside Python (it cannot be put back), or ignored: left alone
-            signal.signal(sig, self._on_signal)
-            self._previous[sig] = previous
+        try:
+            for sig in _SIGNALS:
+                previous = signal.getsignal(sig)
+                if previous is None or previous == signal.SIG_IGN:
+                    continue  # set outside Python (it cannot be put back), or ignored: left alone
+                signal.signal(sig, self._on_signal)
+                self._previous[sig] = previous
+            if self.on_noted is not None and self._previous:
+                relay = _WakeRelay(self.on_noted, frozenset(self._previous))
+                if relay.start():
+                    self._relay = relay
+        except BaseException:
+            self.uninstall()  # a Ctrl-C inside the install: nothing of it stays behind
+            raise
 
     def uninstall(self) -> None:
         """Put the handlers back; what was noted stays, for :meth:`release` to hand on."""
+        relay, self._relay = self._relay, None
+        if relay is not None:
+            relay.stop()
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 
@@ -127,6 +146,69 @@ class HeldSignals:
             os.kill(os.getpid(), number)
 
 
+class _WakeRelay:
+    """Calls ``wake`` when any thread takes one of ``signals``, while the main thread may sleep.
+
+    Python's C-level handler writes each signal's number to the wakeup fd
+    (:func:`signal.set_wakeup_fd`) from whichever thread the kernel chose; a thread of its own
+    reads them. Where something else holds the wakeup fd (an event loop on the main thread),
+    it is left alone and nothing is relayed.
+    """
+
+    def __init__(self, wake: Callable[[], None], signals: frozenset[int]) -> None:
+        self.wake = wake
+        self.signals = signals
+        self._write = -1
+
+    def start(self) -> bool:
+        """Take the wakeup fd and start the reader (main thread only); False where it is taken."""
+        read, write = os.pipe()
+        os.set_blocking(write, False)  # the C handler must never block on a full pipe
+        try:
+            previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+            if previous != -1:
+                signal.set_wakeup_fd(previous)
+                raise _Taken
+            self._write = write
+            thread = threading.Thread(target=self._relay, args=(read,), name="signal-relay", daemon=True)
+            thread.start()
+        except BaseException as e:
+            if self._write != -1:
+                signal.set_wakeup_fd(-1)
+                self._write = -1
+            os.close(read)
+            os.close(write)
+            if isinstance(e, _Taken):
+                return False
+            raise
+        return True
+
+    def stop(self) -> None:
+        """Give the wakeup fd up (left to whoever took it since, if anyone did); the reader then ends."""
+        current = signal.set_wakeup_fd(-1)
+        if current not in (self._write, -1):
+            signal.set_wakeup_fd(current)  # taken over since: theirs now
+        os.close(self._write)  # the reader sees its end of file and closes its end
+
+    def _relay(self, read: int) -> None:
+        try:
+            while True:
+                try:
+                    data = os.read(read, 64)
+                except InterruptedError:
+                    continue
+                if not data:
+                    return
+                if not self.signals.isdisjoint(data):
+                    self.wake()
+        finally:
+            os.close(read)
+
+
+class _Taken(Exception):
+    """The wakeup fd was set by someone else."""
+
+
 class _Hold(contextlib.AbstractContextManager[None]):
     """:meth:`HeldSignals.holding`'s block: hold on entry, release on exit."""
 
@@ -162,6 +244,8 @@ def reset_in_child(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM, si
     """
     for number in signals:
         signal.signal(number, signal.SIG_DFL)
+    with contextlib.suppress(ValueError):
+        signal.set_wakeup_fd(-1)  # the runner's relay pipe: a function step's own handlers must not wake its loop
 
 
 def handle_stops(handler: Callable[[int, Any], None]) -> None:

@@ -122,6 +122,57 @@ def test_a_signal_noted_while_holding_calls_on_noted_to_end_a_wait(seen: list[in
         assert seen == [signal.SIGTERM]
 
 
+_ANOTHER_THREAD_TAKES_IT = """
+import queue, signal, threading
+from marinbuild.backends.held_signals import HeldSignals
+signal.signal(signal.SIGTERM, lambda number, frame: print("handled", flush=True))
+events = queue.SimpleQueue()
+held = HeldSignals(on_noted=lambda: events.put("wake"))
+asleep = threading.Event()
+def other():
+    asleep.wait()
+    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # the kernel gives it to this thread
+with held.installed():
+    thread = threading.Thread(target=other)
+    thread.start()
+    with held.holding():
+        asleep.set()
+        try:
+            print("woke by", events.get(timeout=30), flush=True)
+        except queue.Empty:
+            print("slept on", flush=True)
+    thread.join()
+    print("after the hold", flush=True)
+"""
+
+
+def test_a_signal_another_thread_takes_still_ends_the_main_threads_wait() -> None:
+    # A real signal sent to a thread of its own: the main thread, asleep in a queue's wait,
+    # is not interrupted by it, and Python runs the handler only on the main thread.
+    done = subprocess.run([sys.executable, "-c", _ANOTHER_THREAD_TAKES_IT], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["woke by wake", "handled", "after the hold"], done.stdout + done.stderr
+
+
+def test_the_wakeup_fd_is_given_up_and_one_set_before_is_left_alone() -> None:
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    try:
+        held = HeldSignals(on_noted=lambda: None)
+        with held.installed():
+            assert signal.set_wakeup_fd(-1) != -1  # taken for the hold
+        assert signal.set_wakeup_fd(-1) == -1  # given up after
+        signal.set_wakeup_fd(write)
+        with held.installed():
+            assert signal.set_wakeup_fd(write) == write  # someone else's: left as it was
+        assert signal.set_wakeup_fd(-1) == write
+    finally:
+        signal.set_wakeup_fd(-1)
+        os.close(read)
+        os.close(write)
+
+
 def test_a_forked_child_gets_the_default_handlers_back_and_a_program_its_stop_handler() -> None:
     import os
     import signal
