@@ -44,3 +44,25 @@ def test_runners_under_random_signals_on_a_filling_disk_never_run_a_step_twice_a
     assert figures.mid_step >= 50 and figures.reexecutions > 0, report  # the signals did interrupt work
     if figures.disk_fills == 0:
         missing_tool(f"everything held, but the disk never filled: {figures.disk}")
+
+
+def test_only_a_lease_its_killed_runner_left_after_recording_success_is_excused(tmp_path: Path) -> None:
+    import json
+
+    from .torture_lib import _left_between_commit_and_release, _sigkilled_runners
+
+    (tmp_path / "signals.log").write_text("1.0 SIGKILL 41 mid-step\n2.0 SIGTERM 42 idle\n3.0 SIGSTOP 43 idle\n")
+    killed = _sigkilled_runners(tmp_path / "signals.log")
+    assert killed == {41}
+
+    def lease_of(pid: int, status: str, status_owner: str) -> Path:
+        folder = tmp_path / f"s-{pid}-{status}-{status_owner.replace(':', '_')}" / ".marinbuild"
+        folder.mkdir(parents=True)
+        (folder / "lease").write_text(json.dumps({"owner": {"host": "vm", "pid": pid}}))
+        (folder / "status").write_text(json.dumps({"status": status, "owner": status_owner}))
+        return folder / "lease"
+
+    assert _left_between_commit_and_release(lease_of(41, "SUCCESS", "vm:41"), killed)
+    assert not _left_between_commit_and_release(lease_of(42, "SUCCESS", "vm:42"), killed)  # it was not killed
+    assert not _left_between_commit_and_release(lease_of(41, "RUNNING", "vm:41"), killed)  # not done: a later runner takes it
+    assert not _left_between_commit_and_release(lease_of(41, "SUCCESS", "vm:7"), killed)  # another runner's SUCCESS
