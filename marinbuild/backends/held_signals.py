@@ -87,10 +87,12 @@ class HeldSignals:
     def uninstall(self) -> None:
         """Put the handlers back; what was noted stays, for :meth:`release` to hand on."""
         relay, self._relay = self._relay, None
-        if relay is not None:
-            relay.stop()
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        try:
+            if relay is not None:
+                relay.stop()
+        finally:  # a Ctrl-C inside the stop must not leave these handlers behind
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler)
 
     def holding(self) -> contextlib.AbstractContextManager[None]:
         """Note signals in the block; handle them once it is over (even if it raised)."""
@@ -170,12 +172,14 @@ class _WakeRelay:
                 signal.set_wakeup_fd(previous)
                 raise _Taken
             self._write = write
+            _relay_fds.update((read, write))
             thread = threading.Thread(target=self._relay, args=(read,), name="signal-relay", daemon=True)
             thread.start()
         except BaseException as e:
             if self._write != -1:
                 signal.set_wakeup_fd(-1)
                 self._write = -1
+            _relay_fds.difference_update((read, write))
             os.close(read)
             os.close(write)
             if isinstance(e, _Taken):
@@ -185,10 +189,13 @@ class _WakeRelay:
 
     def stop(self) -> None:
         """Give the wakeup fd up (left to whoever took it since, if anyone did); the reader then ends."""
-        current = signal.set_wakeup_fd(-1)
-        if current not in (self._write, -1):
-            signal.set_wakeup_fd(current)  # taken over since: theirs now
-        os.close(self._write)  # the reader sees its end of file and closes its end
+        try:
+            current = signal.set_wakeup_fd(-1)
+            if current not in (self._write, -1):
+                signal.set_wakeup_fd(current)  # taken over since: theirs now
+        finally:
+            _relay_fds.discard(self._write)
+            os.close(self._write)  # the reader sees its end of file and closes its end
 
     def _relay(self, read: int) -> None:
         try:
@@ -202,7 +209,13 @@ class _WakeRelay:
                 if not self.signals.isdisjoint(data):
                     self.wake()
         finally:
+            _relay_fds.discard(read)
             os.close(read)
+
+
+_relay_fds: set[int] = set()
+"""The relay's pipe ends: a forked child closes them, or the reader would never see its end of file
+while a function step's process lived on."""
 
 
 class _Taken(Exception):
@@ -246,6 +259,9 @@ def reset_in_child(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM, si
         signal.signal(number, signal.SIG_DFL)
     with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)  # the runner's relay pipe: a function step's own handlers must not wake its loop
+    for fd in list(_relay_fds):
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def handle_stops(handler: Callable[[int, Any], None]) -> None:

@@ -155,6 +155,33 @@ def test_a_signal_another_thread_takes_still_ends_the_main_threads_wait() -> Non
     assert done.stdout.splitlines() == ["woke by wake", "handled", "after the hold"], done.stdout + done.stderr
 
 
+_A_CHILD_OUTLIVES_THE_HOLD = """
+import os, signal, threading, time
+from marinbuild.backends.held_signals import HeldSignals, reset_in_child
+signal.signal(signal.SIGTERM, lambda number, frame: None)
+held = HeldSignals(on_noted=lambda: None)
+held.install()
+pid = os.fork()
+if pid == 0:
+    reset_in_child()  # as a forked function step does
+    time.sleep(60)
+    os._exit(0)
+held.uninstall()
+(relay,) = [t for t in threading.enumerate() if t.name == "signal-relay"] or [None]
+if relay is not None:
+    relay.join(20)
+print("relay ended" if relay is None or not relay.is_alive() else "relay still reading", flush=True)
+os.kill(pid, signal.SIGKILL)
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_forked_child_living_on_does_not_keep_the_relay_reading() -> None:
+    done = subprocess.run([sys.executable, "-c", _A_CHILD_OUTLIVES_THE_HOLD], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.splitlines() == ["relay ended"], done.stdout + done.stderr
+
+
 def test_the_wakeup_fd_is_given_up_and_one_set_before_is_left_alone() -> None:
     read, write = os.pipe()
     os.set_blocking(write, False)
