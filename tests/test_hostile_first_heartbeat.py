@@ -42,6 +42,10 @@ from .test_never_twice import assert_never_overlapping, beats, guardians_of, wai
 FIRST_BEAT_LATE = {"MARINBUILD_LEASE_HEARTBEAT": "30", "MARINBUILD_LEASE_EXPIRY": "120",
                    "MARINBUILD_LEASE_POLL": "0.2"}
 FAST = {"MARINBUILD_LEASE_HEARTBEAT": "0.5", "MARINBUILD_LEASE_EXPIRY": "2", "MARINBUILD_LEASE_POLL": "0.2"}
+RENEWING_WITH_SLACK = {**FAST, "MARINBUILD_LEASE_EXPIRY": "6"}
+"""Renewals as often as FAST's, but a fence 5.5 s after the last one: a busy machine can stall the
+runner's renewals past FAST's 1.5 s, and its fence then kills the step, helper and all, before the
+test kills the runner."""
 NO_CGROUPS = {"MARINBUILD_CGROUPS": "0"}
 
 SH_STEP = """
@@ -140,7 +144,7 @@ def test_a_function_steps_helper_in_a_session_of_its_own_without_its_environment
     write_marinfile(project, FN_STEP.format(
         project=project, beats=beats(log, "$N", 0.05), how="helper = subprocess.Popen",
         extra=", start_new_session=True", then="helper.wait()"))
-    runner = start_marinbuild("run", cwd=project, env=FAST)
+    runner = start_marinbuild("run", cwd=project, env=RENEWING_WITH_SLACK)
     wait_for_text(log, 60)
     helper = int(wait_for_text(project / "step.pid"))
     assert wait_until(lambda: "cgroup" in _lease(project).get("step", {}))
