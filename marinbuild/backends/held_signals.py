@@ -61,6 +61,7 @@ class HeldSignals:
         self._previous: dict[int, Any] = {}
         self._hold = _Hold(self)
         self._relay: _WakeRelay | None = None
+        self._noting_only = False
 
     def installed(self) -> contextlib.AbstractContextManager[HeldSignals]:
         """Wrap the current handlers for the duration; put them back after."""
@@ -78,8 +79,15 @@ class HeldSignals:
                 self._previous[sig] = previous
             if self.on_noted is not None and self._previous:
                 relay = _WakeRelay(self.on_noted, frozenset(self._previous))
-                if relay.start():
-                    self._relay = relay
+                # Only noted while the relay starts (the next hold's end hands them on): raised
+                # inside the thread's start, a Ctrl-C left no way to tell whether the reader ran,
+                # and so which of them closes the pipe.
+                self._noting_only = True
+                try:
+                    if relay.start():
+                        self._relay = relay
+                finally:
+                    self._noting_only = False
         except BaseException:
             self.uninstall()  # a Ctrl-C inside the install: nothing of it stays behind
             raise
@@ -87,12 +95,23 @@ class HeldSignals:
     def uninstall(self) -> None:
         """Put the handlers back; what was noted stays, for :meth:`release` to hand on."""
         relay, self._relay = self._relay, None
+        if relay is None:
+            self._put_back()
+            return
+        already = len(self.received)
+        self._noting_only = True  # the stop is not cut short halfway (the pipe closed, its record kept)
         try:
-            if relay is not None:
-                relay.stop()
-        finally:  # a Ctrl-C inside the stop must not leave these handlers behind
-            for sig, handler in self._previous.items():
-                signal.signal(sig, handler)
+            relay.stop()
+        finally:
+            self._noting_only = False
+            self._put_back()
+        late, self.received = self.received[already:], self.received[:already]
+        for number in late:  # came while the relay stopped: handed on as they would have been
+            self._deliver(number)
+
+    def _put_back(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
     def holding(self) -> contextlib.AbstractContextManager[None]:
         """Note signals in the block; handle them once it is over (even if it raised)."""
@@ -112,7 +131,7 @@ class HeldSignals:
             self._deliver(number)
 
     def _on_signal(self, number: int, frame: Any) -> None:
-        if self._holding and not (self.second_goes_through and self.received):
+        if self._noting_only or (self._holding and not (self.second_goes_through and self.received)):
             self.received.append(number)
             if number == signal.SIGTERM:
                 self._end_if_stuck(self.received)

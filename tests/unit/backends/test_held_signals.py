@@ -182,6 +182,43 @@ def test_a_forked_child_living_on_does_not_keep_the_relay_reading() -> None:
     assert done.stdout.splitlines() == ["relay ended"], done.stdout + done.stderr
 
 
+_CTRL_C_AS_THE_RELAY_STARTS = """
+import os, signal, threading
+from marinbuild.backends import held_signals
+signal.signal(signal.SIGINT, signal.default_int_handler)
+real_start = threading.Thread.start
+def start(self):
+    real_start(self)
+    if self.name == "signal-relay":  # a real Ctrl-C, the instant the reader is running
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(3):
+            pass
+threading.Thread.start = start
+held = held_signals.HeldSignals(second_goes_through=True, on_noted=lambda: None)
+try:
+    with held.installed():
+        print("installed", flush=True)
+        with held.holding():
+            pass
+        print("never", flush=True)
+except KeyboardInterrupt:
+    print("interrupted at the hold's end", flush=True)
+for thread in threading.enumerate():
+    if thread.name == "signal-relay":
+        thread.join(20)  # the reader closes its end once it sees the end of file
+print("pipe left open" if held_signals._relay_fds else "pipe closed", flush=True)
+"""
+
+
+def test_a_ctrl_c_as_the_relay_starts_is_handed_on_at_the_first_hold_not_inside_the_start() -> None:
+    # Raised inside the thread's start, the install closed the pipe the running reader then
+    # closed again: a storm's Ctrl-C closed a file the import system had just opened (EBADF).
+    done = subprocess.run([sys.executable, "-c", _CTRL_C_AS_THE_RELAY_STARTS], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.splitlines() == ["installed", "interrupted at the hold's end", "pipe closed"], (
+        done.stdout + done.stderr)
+
+
 def test_the_wakeup_fd_is_given_up_and_one_set_before_is_left_alone() -> None:
     read, write = os.pipe()
     os.set_blocking(write, False)
