@@ -183,27 +183,23 @@ class _WakeRelay:
 
     def start(self) -> bool:
         """Take the wakeup fd and start the reader (main thread only); False where it is taken."""
+        taken = signal.set_wakeup_fd(-1)
+        if taken != -1:
+            signal.set_wakeup_fd(taken)
+            return False
         read, write = os.pipe()
         os.set_blocking(write, False)  # the C handler must never block on a full pipe
+        _relay_fds.update((read, write))
         try:
-            previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-            if previous != -1:
-                signal.set_wakeup_fd(previous)
-                raise _Taken
-            self._write = write
-            _relay_fds.update((read, write))
-            thread = threading.Thread(target=self._relay, args=(read,), name="signal-relay", daemon=True)
-            thread.start()
-        except BaseException as e:
-            if self._write != -1:
-                signal.set_wakeup_fd(-1)
-                self._write = -1
+            signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+            threading.Thread(target=self._relay, args=(read,), name="signal-relay", daemon=True).start()
+        except BaseException:  # the thread never started (signals are only noted meanwhile)
+            signal.set_wakeup_fd(-1)
             _relay_fds.difference_update((read, write))
             os.close(read)
             os.close(write)
-            if isinstance(e, _Taken):
-                return False
             raise
+        self._write = write
         return True
 
     def stop(self) -> None:
@@ -235,10 +231,6 @@ class _WakeRelay:
 _relay_fds: set[int] = set()
 """The relay's pipe ends: a forked child closes them, or the reader would never see its end of file
 while a function step's process lived on."""
-
-
-class _Taken(Exception):
-    """The wakeup fd was set by someone else."""
 
 
 class _Hold(contextlib.AbstractContextManager[None]):
