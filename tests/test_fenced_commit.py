@@ -89,24 +89,50 @@ def _blocked_on(path: Path, pid: int) -> bool:
     return False
 
 
+_GATED = """
+from marinbuild import step, versioned
+
+step("train", cmd="echo start >> {log}; sleep 1; echo end >> {log}; until [ -e {gate} ]; do sleep 0.02; done",
+     config={{"v": versioned(1)}})
+"""
+
+_FCNTL = {"x86_64": "72", "aarch64": "25"}
+"""The number of the ``fcntl`` system call, as ``/proc/PID/syscall`` names it."""
+
+
+def _waits_in_fcntl(pid: int) -> bool:
+    """Whether the main thread of ``pid`` (the run loop, which commits on local disk) is blocked in ``fcntl``."""
+    try:
+        call = Path(f"/proc/{pid}/task/{pid}/syscall").read_text().split()
+        wchan = Path(f"/proc/{pid}/task/{pid}/wchan").read_text()
+    except OSError:
+        return False
+    return bool(call) and (call[0] == _FCNTL.get(os.uname().machine) or wchan == "fcntl_setlk")
+
+
 def test_a_stopped_runner_s_commit_on_local_disk_is_refused_and_the_taker_s_status_kept(
     project: Path, tmp_path: Path
 ) -> None:
     import fcntl
 
     log = tmp_path / "steps.log"
+    gate = tmp_path / "gate"
     prefix = tmp_path / "prefix"
-    write_marinfile(project, MARINFILE.format(log=log))
+    write_marinfile(project, _GATED.format(log=log, gate=gate))
     env = {**LEASES, "MARIN_PREFIX": str(prefix)}
     first = start_marinbuild("run", "train", cwd=project, env=env)
     stopped = False
     try:
-        wait_for("the first runner's step to start", lambda: lines(log) == ["start"])
-        lock = next(prefix.glob("train-*/.marinbuild/info.json.lock"))
+        # The step waits at its end until the test holds the step's lock; the lease's renewals
+        # may wait for it too (one lock guards the step's lease and records).
+        wait_for("the first runner's step to run", lambda: lines(log) == ["start", "end"])
+        lock = next(prefix.glob("train-*/.marinbuild/lease.lock"))
         fd = os.open(lock, os.O_RDWR)
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX)  # the runner's commit waits here, after its lease check
-            wait_for("the commit to wait for the lock", lambda: _blocked_on(lock, first.pid))
+            gate.touch()
+            wait_for("the commit to wait for the lock",
+                     lambda: _blocked_on(lock, first.pid) and _waits_in_fcntl(first.pid))
             os.kill(first.pid, signal.SIGSTOP)
             stopped = True
             # Stopped while it waits, not after it was granted the lock (kill returns before it stops).

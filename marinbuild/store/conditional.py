@@ -5,8 +5,9 @@ if it is still what I saw". Each store gets the strongest form it has:
 
 * **local disk**: create is ``link(2)`` of a complete temporary file onto the lease path,
   which fails with ``EEXIST`` when the path exists (atomic, and a reader never sees a
-  half-written lease). Swap and delete run under a ``lockf`` lock on ``PATH.lock`` (and a
-  mutex, because ``lockf`` locks belong to a process, not a thread): read, compare,
+  half-written lease). Swap and delete run under a ``lockf`` lock on the folder's
+  ``lease.lock``, one for all the files there (and a mutex, because ``lockf`` locks belong to a
+  process, not a thread): read, compare,
   write a temporary file, ``rename`` it over the path. Create needs no lock: only swap
   and delete touch an existing lease, and both hold the lock.
 * **GCS**: the generation number. Create sends ``ifGenerationMatch=0``, swap and delete
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from marinbuild.store.fsspec_store import FsspecStorage
 
 __all__ = [
+    "LOCK_NAME",
     "SETTLE",
     "ConditionalStore",
     "GcsConditionalStore",
@@ -169,16 +171,27 @@ def _settle(
 
 # -- local disk ---------------------------------------------------------------------------
 
+LOCK_NAME = "lease.lock"
+"""The one lock file of a folder: every compare-and-swap on a file in it (a step's lease, status
+and info JSON) runs under a ``lockf`` lock on ``FOLDER/lease.lock``."""
+
 _thread_locks: dict[str, threading.Lock] = {}
 _thread_locks_guard = threading.Lock()
 
 
 @contextlib.contextmanager
 def _path_locked(path: str) -> Iterator[None]:
+    # One lock file a folder, not one a record: a step's status and info JSON would each make an
+    # inode of their own (30-60 us of ext4 each) to guard writes made a few times a step. The
+    # lease's lock keeps the name it always had, so that a runner of an earlier version and this
+    # one still exclude each other on the lease. The mutex is the lock file's: lockf locks belong
+    # to the process, and closing any descriptor of the file drops them, so no two threads may
+    # hold it at once; no locked section takes another lock, so sharing it cannot deadlock.
+    lock = os.path.join(os.path.dirname(path), LOCK_NAME)
     with _thread_locks_guard:
-        mutex = _thread_locks.setdefault(path, threading.Lock())
+        mutex = _thread_locks.setdefault(lock, threading.Lock())
     with mutex:
-        fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX)
             yield

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -116,7 +118,53 @@ def test_local_create_leaves_no_temporary_files(tmp_path: Path) -> None:
     v = store.read(path)
     assert v is not None
     store.swap(path, v.version, "c")
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == ["lease"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lease", "lease.lock"]
+
+
+def test_a_steps_lease_status_and_info_share_one_lock_file(tmp_path: Path) -> None:
+    markers = tmp_path / ".marinbuild"
+    markers.mkdir()
+    records = LocalConditionalStore(records=True)
+    for name in ("status", "info.json"):
+        version = records.put(str(markers / name), "claimed")
+        assert records.swap(str(markers / name), version, "committed") is not None
+    leases = LocalConditionalStore()
+    version = leases.create(str(markers / "lease"), "mine")
+    assert version is not None and leases.swap(str(markers / "lease"), version, "renewed") is not None
+    assert sorted(p.name for p in markers.iterdir()) == ["info.json", "lease", "lease.lock", "status", "status.previous"]
+
+
+_HOLD = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.lockf(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_swap_of_a_status_waits_for_another_process_holding_the_folders_lock(tmp_path: Path) -> None:
+    markers = tmp_path / ".marinbuild"
+    markers.mkdir()
+    store = LocalConditionalStore(records=True)
+    status = str(markers / "status")
+    version = store.put(status, "RUNNING")
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(markers / "lease.lock")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        result: list[str | None] = []
+        swapper = threading.Thread(target=lambda: result.append(store.swap(status, version, "SUCCESS")))
+        swapper.start()
+        swapper.join(0.5)
+        # Not proof of waiting on its own: the file shows that nothing was written meanwhile.
+        assert swapper.is_alive() and Path(status).read_text() == "RUNNING"
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()  # the holder exits, and the kernel drops its lock
+        holder.wait(30)
+    swapper.join(30)
+    assert result and result[0] is not None and Path(status).read_text() == "SUCCESS"
 
 
 def test_local_read_of_bytes_that_are_not_utf8_is_a_version_not_a_crash(tmp_path: Path) -> None:
