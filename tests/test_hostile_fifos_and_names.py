@@ -82,7 +82,9 @@ def test_a_run_blocked_in_a_system_call_still_ends_on_sigterm(project: Path) -> 
     # open() of a FIFO nobody writes while it holds, as the run's did on a FIFO'd log.
     code = (
         "import os, signal, sys, threading\n"
+        "from marinbuild.backends import held_signals\n"
         "from marinbuild.backends.held_signals import HeldSignals\n"
+        "held_signals.STUCK_AFTER = 2.0\n"  # the grace period's length is not what is tested
         "held = HeldSignals()\n"
         "signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))\n"
         "with held.installed():\n"
