@@ -179,6 +179,18 @@ _thread_locks: dict[str, threading.Lock] = {}
 _thread_locks_guard = threading.Lock()
 
 
+def _forget_thread_locks() -> None:
+    # A forked child holds none of its parent's lockf locks, but would inherit a mutex another
+    # thread held at the fork, locked for good.
+    global _thread_locks, _thread_locks_guard
+    _thread_locks = {}
+    _thread_locks_guard = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_thread_locks)
+
+
 @contextlib.contextmanager
 def _path_locked(path: str) -> Iterator[None]:
     # One lock file a folder, not one a record: a step's status and info JSON would each make an
@@ -186,17 +198,44 @@ def _path_locked(path: str) -> Iterator[None]:
     # lease's lock keeps the name it always had, so that a runner of an earlier version and this
     # one still exclude each other on the lease. The mutex is the lock file's: lockf locks belong
     # to the process, and closing any descriptor of the file drops them, so no two threads may
-    # hold it at once; no locked section takes another lock, so sharing it cannot deadlock.
+    # hold it at once.
     lock = os.path.join(os.path.dirname(path), LOCK_NAME)
     with _thread_locks_guard:
         mutex = _thread_locks.setdefault(lock, threading.Lock())
     with mutex:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        earlier = -1
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX)
+            earlier = _earlier_versions_lock(path, lock)
             yield
         finally:
+            if earlier >= 0:
+                os.close(earlier)
             os.close(fd)  # closing drops the lock
+
+
+def _earlier_versions_lock(path: str, lock: str) -> int:
+    """The lock file of ``path`` alone (``status.lock``, ``info.json.lock``), locked too where a
+    runner of an earlier version made it: such a runner locks that one, not the folder's, around
+    its writes of ``path``. Taken after the folder's lock, and no runner of either version takes
+    the folder's while holding it, so the two cannot deadlock. -1 where there is none."""
+    own = path + ".lock"
+    if own == lock:
+        return -1
+    try:
+        fd = os.open(own, os.O_RDWR | os.O_NONBLOCK)
+    except OSError:  # none there, as where no earlier version ran (or something no lock could be)
+        return -1
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+    except OSError:
+        os.close(fd)
+        return -1
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class LocalConditionalStore:

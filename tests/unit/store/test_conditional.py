@@ -167,6 +167,60 @@ def test_a_swap_of_a_status_waits_for_another_process_holding_the_folders_lock(t
     assert result and result[0] is not None and Path(status).read_text() == "SUCCESS"
 
 
+
+def test_a_status_lock_an_earlier_version_made_is_taken_too(tmp_path: Path) -> None:
+    # A runner of an earlier version locks status.lock, not the folder's lease.lock, around its
+    # writes of the status: where that file exists, this version's swap waits for it as well.
+    markers = tmp_path / ".marinbuild"
+    markers.mkdir()
+    store = LocalConditionalStore(records=True)
+    status = str(markers / "status")
+    version = store.put(status, "RUNNING")
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(markers / "status.lock")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        result: list[str | None] = []
+        swapper = threading.Thread(target=lambda: result.append(store.swap(status, version, "SUCCESS")))
+        swapper.start()
+        swapper.join(0.5)
+        assert swapper.is_alive() and Path(status).read_text() == "RUNNING"
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(30)
+    swapper.join(30)
+    assert result and result[0] is not None and Path(status).read_text() == "SUCCESS"
+    assert not (markers / "info.json.lock").exists()  # this version makes none of its own
+
+
+_FORK_WHILE_HELD = """
+import os, signal, sys, threading
+from marinbuild.store.conditional import LocalConditionalStore, _path_locked
+folder = sys.argv[1]
+inside, leave = threading.Event(), threading.Event()
+def hold():
+    with _path_locked(os.path.join(folder, "lease")):
+        inside.set()
+        leave.wait()
+threading.Thread(target=hold, daemon=True).start()
+inside.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)  # a child stuck on the mutex it inherited ends here, not never
+    LocalConditionalStore(records=True).put(os.path.join(folder, "info.json"), "from the child")
+    os._exit(0)
+leave.set()
+print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def test_a_child_forked_while_a_thread_holds_a_folders_lock_can_write_there(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", _FORK_WHILE_HELD, str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.strip() == "0", done.stdout + done.stderr
+    assert (tmp_path / "info.json").read_text() == "from the child"
+
 def test_local_read_of_bytes_that_are_not_utf8_is_a_version_not_a_crash(tmp_path: Path) -> None:
     path = tmp_path / "lease"
     path.write_bytes(b"\xff\xfe junk")
