@@ -97,7 +97,7 @@ def _outside_writes(ctx: RunContext, job: Job, before: Snapshot | None, outcome:
     if before is None:
         return [], outcome
     now = time.monotonic()
-    span = ctx._spans.get(job.name, [now, math.inf])
+    span = ctx.step_spans.get(job.name, [now, math.inf])
     span[1] = now
     deps = [ctx.outputs[d] for d in job.extra.get(DEPS_EXTRA) or () if d in ctx.outputs]
     after = take_snapshot(ctx.storage, ctx.prefix, job.output_path, deps, ctx.layout.seen)
@@ -108,7 +108,7 @@ def _outside_writes(ctx: RunContext, job: Job, before: Snapshot | None, outcome:
         return [], outcome
     line = describe(job.name, found)
     # Only a step that wrote outside looks for company: every run's spans, walked per step, made a run quadratic.
-    beside = sorted(n for n, (start, end) in list(ctx._spans.items()) if n != job.name and start < now and end > span[0])
+    beside = sorted(n for n, (start, end) in list(ctx.step_spans.items()) if n != job.name and start < now and end > span[0])
     if beside:  # a write seen is not proof of whose it was
         shown = ", ".join(beside[:3]) + (f" and {len(beside) - 3} more" if len(beside) > 3 else "")
         line += f" (or {shown}, running at the same time)"

@@ -150,7 +150,7 @@ def _started_info(ctx: RunContext, node: StepNode, inputs: StepInputs, seen: dic
     if earlier:
         info[EARLIER_OUTPUTS] = earlier
     if ctx.prefix:
-        ctx._spans[s.name] = [time.monotonic(), math.inf]
+        ctx.step_spans[s.name] = [time.monotonic(), math.inf]
         info[OUTSIDE_BEFORE] = take_snapshot(ctx.storage, ctx.prefix, out, [ctx.outputs[d] for d in node.deps], ctx.layout.seen)
     return info
 

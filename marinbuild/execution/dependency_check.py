@@ -50,7 +50,7 @@ def check_dependencies(ctx: RunContext, node: StepNode) -> dict[str, float]:
             holder = _live_holder(ctx, out, leases[out], now)
             if holder is not None:
                 raise DependencyBusy(f"dependency {dep} is being redone: leased by {holder}")
-        ctx._watches.pop(out, None)
+        ctx.dependency_leases.pop(out, None)
         if record is None or record.mismatch or record.status != SUCCESS:
             raise DependencyChanged(f"dependency {dep} is no longer done: {describe_status(record, status_path(out))}; run it again")
         seen[dep] = record.time
@@ -59,7 +59,7 @@ def check_dependencies(ctx: RunContext, node: StepNode) -> dict[str, float]:
 
 def _live_holder(ctx: RunContext, out: str, lease: LeaseRecord | None, now: float) -> str | None:
     """Who holds a dependency's lease, or None when that lease is a dead runner's."""
-    watch = ctx._watches[out] = observe(ctx._watches.get(out), repr(lease), now)
+    watch = ctx.dependency_leases[out] = observe(ctx.dependency_leases.get(out), repr(lease), now)
     nobody = Owner("", 0, "", "not-a-runner")  # a dependency's lease is never this step's own
     if judge(lease, True, watch, now, nobody, _DEPENDENCY_LEASES) in (Verdict.ORPHANED, Verdict.EXPIRED):
         return None

@@ -26,7 +26,7 @@ __all__ = ["RunContext", "runner_name"]
 
 @dataclass(frozen=True)
 class RunContext:
-    """Facts about this run that every step's info records."""
+    """Facts about this run that every step's info records, and the bookkeeping its steps share."""
 
     storage: Storage
     workdir: str
@@ -53,9 +53,11 @@ class RunContext:
     """A step that writes outside its output fails (``run --strict-outputs``), as ``strict_outputs=True`` does."""
     warn: Callable[[str], None] = field(default=lambda line: None, repr=False, compare=False)
     """Where a warning about a step goes (a line of the run's output)."""
-    _watches: dict[str, Watch] = field(default_factory=dict, repr=False, compare=False)
-    """Leases on dependencies seen held, by lease path: how long each stayed unchanged."""
-    _spans: dict[str, list[float]] = field(default_factory=dict, repr=False, compare=False)
+    # The run's own bookkeeping, shared by its steps (the fields above are facts, fixed at the start).
+    dependency_leases: dict[str, Watch] = field(default_factory=dict, repr=False, compare=False)
+    """Leases on dependencies seen held, by output path: how long each stayed unchanged
+    (:mod:`marinbuild.execution.dependency_check`)."""
+    step_spans: dict[str, list[float]] = field(default_factory=dict, repr=False, compare=False)
     """When each step of this run started and (once recorded) ended, by name: which steps ran beside
     one found writing outside its output (any of them may have written it)."""
 
