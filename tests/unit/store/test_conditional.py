@@ -143,13 +143,12 @@ sys.stdin.read()
 """
 
 
-def test_a_swap_of_a_status_waits_for_another_process_holding_the_folders_lock(tmp_path: Path) -> None:
-    markers = tmp_path / ".marinbuild"
-    markers.mkdir()
+def _swap_waits_while_another_process_holds(markers: Path, lock_name: str) -> None:
+    """A status swap in ``markers`` waits while another process holds ``lock_name`` there, then goes through."""
     store = LocalConditionalStore(records=True)
     status = str(markers / "status")
     version = store.put(status, "RUNNING")
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(markers / "lease.lock")],
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(markers / lock_name)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
@@ -167,30 +166,18 @@ def test_a_swap_of_a_status_waits_for_another_process_holding_the_folders_lock(t
     assert result and result[0] is not None and Path(status).read_text() == "SUCCESS"
 
 
+def test_a_swap_of_a_status_waits_for_another_process_holding_the_folders_lock(tmp_path: Path) -> None:
+    markers = tmp_path / ".marinbuild"
+    markers.mkdir()
+    _swap_waits_while_another_process_holds(markers, "lease.lock")
+
 
 def test_a_status_lock_an_earlier_version_made_is_taken_too(tmp_path: Path) -> None:
     # A runner of an earlier version locks status.lock, not the folder's lease.lock, around its
     # writes of the status: where that file exists, this version's swap waits for it as well.
     markers = tmp_path / ".marinbuild"
     markers.mkdir()
-    store = LocalConditionalStore(records=True)
-    status = str(markers / "status")
-    version = store.put(status, "RUNNING")
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(markers / "status.lock")],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        result: list[str | None] = []
-        swapper = threading.Thread(target=lambda: result.append(store.swap(status, version, "SUCCESS")))
-        swapper.start()
-        swapper.join(0.5)
-        assert swapper.is_alive() and Path(status).read_text() == "RUNNING"
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(30)
-    swapper.join(30)
-    assert result and result[0] is not None and Path(status).read_text() == "SUCCESS"
+    _swap_waits_while_another_process_holds(markers, "status.lock")
     assert not (markers / "info.json.lock").exists()  # this version makes none of its own
 
 
