@@ -91,14 +91,22 @@ def _kill_runner_guardian_and_sentinel(runner: subprocess.Popen[str], pgid: int)
     sentinel = _members_with_token(pgid)
     assert sentinel, "the step's sentinel was not found"
     # Stopped first, all three, so that none of them sees another die and kills the step
-    # (on a loaded machine the test may be descheduled between two kills); then killed.
-    for sig in (signal.SIGSTOP, signal.SIGKILL):
-        for pid in (runner.pid, guardian, *sentinel):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+    # (on a loaded machine the test may be descheduled between two kills); then killed, the
+    # runner last. Its death orphans the step's process group, and the kernel then sends
+    # SIGHUP and SIGCONT to a group holding a stopped process: a sentinel still stopped would
+    # be let go, see its runner gone and kill the step's cgroup before its own SIGKILL came.
+    for pid in (runner.pid, guardian, *sentinel):
+        _signal(pid, signal.SIGSTOP)
+    for pid in (*sentinel, guardian, runner.pid):
+        _signal(pid, signal.SIGKILL)
     runner.communicate(timeout=30)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def _lease(project: Path) -> dict:
