@@ -187,8 +187,7 @@ def _forget_thread_locks() -> None:
     _thread_locks_guard = threading.Lock()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_thread_locks)
+os.register_at_fork(after_in_child=_forget_thread_locks)
 
 
 @contextlib.contextmanager
@@ -229,11 +228,10 @@ def _earlier_versions_lock(path: str, lock: str) -> int:
         return -1
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX)
-    except OSError:
+    except BaseException as e:
         os.close(fd)
-        return -1
-    except BaseException:
-        os.close(fd)
+        if isinstance(e, OSError):
+            return -1  # not a file a lock can be taken on
         raise
     return fd
 
