@@ -55,6 +55,50 @@ def test_a_step_ignoring_sigterm_is_killed_after_the_grace_period(project):
     assert not alive(int((project / "child.pid").read_text()))
 
 
+_SAVES_ON_SIGTERM = """
+from marinbuild import step
+# Saving takes 5 s, longer than the default grace: only a longer MARINBUILD_KILL_GRACE lets it finish.
+step("train", cmd="trap 'sleep 5; echo saved > {output}/ckpt; exit 1' TERM; echo $$ > {output}/pid; "
+                  "while :; do sleep 0.1; done")
+"""
+
+
+def test_marinbuild_kill_grace_gives_a_step_saving_on_sigterm_the_time_it_needs(project):
+    write_marinfile(project, _SAVES_ON_SIGTERM)
+    out = Path(plan_json(project)["train"]["output_path"])
+    proc = start_marinbuild("run", cwd=project, env={"MARINBUILD_KILL_GRACE": "600"})
+    wait_for_text(out / "pid")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert (out / "ckpt").read_text() == "saved\n"
+    assert status_of(out)["status"] == "FAILED"
+
+
+def test_a_kill_grace_of_zero_kills_a_cancelled_step_at_once(project):
+    write_marinfile(project, _SAVES_ON_SIGTERM)
+    out = Path(plan_json(project)["train"]["output_path"])
+    proc = start_marinbuild("run", cwd=project, env={"MARINBUILD_KILL_GRACE": "0"})
+    shell = int(wait_for_text(out / "pid"))
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert wait_dead(shell)
+    assert not (out / "ckpt").exists()  # SIGKILLed while its trap slept
+
+
+def test_a_bad_kill_grace_stops_the_run_before_any_step(project):
+    write_marinfile(project, _SAVES_ON_SIGTERM)
+    out = Path(plan_json(project)["train"]["output_path"])
+    for bad in ("soon", "-1", "nan", "1e9"):
+        result = marinbuild("run", cwd=project, env={"MARINBUILD_KILL_GRACE": bad})
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip().splitlines() == [
+            f"marinbuild: error: MARINBUILD_KILL_GRACE={bad!r} must be seconds from 0 to 3600"
+        ]
+        assert not (out / "pid").exists()
+
+
 def test_shell_step_runs_in_the_marinfile_folder_when_started_elsewhere(project):
     sub = project / "sub dir"
     sub.mkdir()

@@ -43,7 +43,8 @@ def test_a_second_sigterm_while_the_runner_stops_ends_it_and_its_steps(project):
                              "for i in $(seq 600); do sleep 0.1; done")
         """,
     )
-    proc = start_marinbuild("run", cwd=project)
+    # A grace no stall of a loaded machine outlasts: the stop is still waiting at the second signal.
+    proc = start_marinbuild("run", cwd=project, env={"MARINBUILD_KILL_GRACE": "600"})
     shell = int(wait_for_text(project / "shell.pid"))
     proc.send_signal(signal.SIGTERM)
     wait_for_text(project / "term.seen")  # the stop has begun: the step got its SIGTERM and shrugged it off

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import shlex
 import signal
@@ -30,7 +31,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from marinbuild.backends.base import BackendHooks, Job, Outcome, wall_time_exceeded
 from marinbuild.backends.deadlines import Deadline, deadlines
@@ -41,13 +42,16 @@ from marinbuild.backends.local.fence import FENCE_FD, NO_GATE, Shell, fence_line
 from marinbuild.backends.local.guardian import shared_guardian
 from marinbuild.backends.local.reaper import Timer, shared_reaper
 from marinbuild.backends.local.spawn import Environment, spawn
+from marinbuild.store.errors import UserError
 from marinbuild.store.lease_owner import StepProcess
 from marinbuild.store.step_logs import open_log
 
-__all__ = ["LocalBackend"]
+__all__ = ["KILL_GRACE", "KILL_GRACE_ENV", "LocalBackend", "kill_grace"]
 
 KILL_GRACE = 3.0
-"""Seconds between SIGTERM and SIGKILL when a step is cancelled."""
+"""Seconds between SIGTERM and SIGKILL when a step is cancelled, unless ``$MARINBUILD_KILL_GRACE`` says otherwise."""
+KILL_GRACE_ENV = "MARINBUILD_KILL_GRACE"
+_KILL_GRACE_MAX = 3600.0
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
@@ -64,6 +68,26 @@ _fences: set[int] = set()
 sentinel must see end-of-file when the runner exits, not when the last step forked holding
 a copy does."""
 _fork_lock = threading.Lock()  # a pipe is made and listed before any fork may copy it
+
+
+def kill_grace(env: Mapping[str, str] | None = None) -> float:
+    """Seconds a cancelled step gets between its SIGTERM and the SIGKILL: ``$MARINBUILD_KILL_GRACE`` or 3.
+
+    A training step that saves a checkpoint on SIGTERM needs longer than 3 s; 0 kills at once.
+
+    >>> kill_grace({"MARINBUILD_KILL_GRACE": "30"})
+    30.0
+    """
+    text = (os.environ if env is None else env).get(KILL_GRACE_ENV, "").strip()
+    if not text:
+        return KILL_GRACE
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= _KILL_GRACE_MAX:  # NaN fails every comparison
+        raise UserError(f"{KILL_GRACE_ENV}={text!r} must be seconds from 0 to {_KILL_GRACE_MAX:g}")
+    return value
 
 
 def _die_with_parent() -> None:
@@ -91,14 +115,15 @@ class LocalBackend(BackendHooks):
     def __init__(self, shell: Shell | None = None) -> None:
         """``shell``: what shell steps and sentinels run under (:mod:`.fence`); by default bash 4
         where it is on ``PATH``, else ``/bin/sh`` (:data:`.fence.PORTABLE` forces the latter),
-        decided at the first step."""
+        decided at the first step. The kill grace is read here, so a bad value stops the run before any step."""
         self._environ = Environment(os.environ)  # encoded once: it took 0.1 ms per step
         self._shell = shell
+        self._grace = kill_grace()
 
     def start(self, job: Job, on_done: Callable[[Outcome], None]) -> _LocalRun:
         if self._shell is None:
             self._shell = find_shell()
-        run = _LocalRun(job, on_done, self._environ, self._shell)
+        run = _LocalRun(job, on_done, self._environ, self._shell, self._grace)
         run.launch()
         return run
 
@@ -106,8 +131,11 @@ class LocalBackend(BackendHooks):
 class _LocalRun:
     """One running local job: its process group and its timers."""
 
-    def __init__(self, job: Job, on_done: Callable[[Outcome], None], environ: Environment, shell: Shell) -> None:
+    def __init__(
+        self, job: Job, on_done: Callable[[Outcome], None], environ: Environment, shell: Shell, grace: float
+    ) -> None:
         self.job = job
+        self.grace = grace
         self.shell = shell
         self.on_done = on_done
         self.environ = environ  # the runner's; a forked function step inherits it instead
@@ -320,7 +348,7 @@ class _LocalRun:
             if self._reason is None:
                 self._reason = reason
         _killpg(self.pid, signal.SIGTERM)
-        shared_reaper().call_later(KILL_GRACE, self._kill_if_running)
+        shared_reaper().call_later(self.grace, self._kill_if_running)
 
     def _kill_if_running(self) -> None:
         with self._lock:

@@ -11,8 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from marinbuild.backends.base import Job, Outcome
-from marinbuild.backends.local.backend import LocalBackend
+from marinbuild.backends.local.backend import KILL_GRACE, LocalBackend, kill_grace
 from marinbuild.backends.local.fence import PORTABLE, find_shell
+from marinbuild.store.errors import UserError
 from tests.helpers import REPO, wait_dead
 
 
@@ -163,3 +164,18 @@ def _a_function_steps_sentinel_runs_under_the_backends_shell(tmp_path: Path) -> 
         outcome = _run(_job(folder, fn=_sentinel_exe, config={"file": str(folder / "exe.txt")}), LocalBackend(shell=shell))
         assert outcome.ok, outcome.error
         assert (folder / "exe.txt").read_text() == os.path.realpath(shell.path)
+
+
+def test_the_kill_grace_is_the_variable_or_the_default_and_refuses_what_is_not_seconds():
+    assert kill_grace({}) == KILL_GRACE == 3.0
+    assert kill_grace({"MARINBUILD_KILL_GRACE": " "}) == KILL_GRACE
+    assert kill_grace({"MARINBUILD_KILL_GRACE": "0"}) == 0.0
+    assert kill_grace({"MARINBUILD_KILL_GRACE": "2.5"}) == 2.5
+    assert kill_grace({"MARINBUILD_KILL_GRACE": "3600"}) == 3600.0
+    for bad in ("-0.5", "3600.5", "inf", "nan", "ten", "1s"):
+        try:
+            kill_grace({"MARINBUILD_KILL_GRACE": bad})
+        except UserError as e:
+            assert str(e) == f"MARINBUILD_KILL_GRACE={bad!r} must be seconds from 0 to 3600"
+        else:
+            raise AssertionError(f"{bad!r} was taken")
