@@ -23,6 +23,7 @@ from marinbuild.planner import Plan, closure, make_plan, select
 from marinbuild.staleness import Decision
 from marinbuild.steps import Step
 from marinbuild.store.index import index_of
+from marinbuild.store.marker_snapshot import MarkerSnapshot, snapshot_for
 from marinbuild.store.markers import RUNNING, STATUS_IN_OUTPUT, StatusRecord, read_statuses
 from marinbuild.store.storage import Storage, resolve_prefix
 
@@ -39,6 +40,9 @@ class Project:
     marinfile: Marinfile
     graph: StepGraph
     storage: Storage
+    markers: MarkerSnapshot | None = None
+    """On local disk, the stat-checked snapshot of the status markers that :func:`probe` reads
+    through; ``run`` saves it once planned (see :mod:`marinbuild.store.marker_snapshot`)."""
 
     @property
     def workdir(self) -> str:
@@ -70,7 +74,7 @@ def open_project(file: str, prefix: str | None) -> Project:
     marinfile = load_marinfile(file)
     resolved = resolve_prefix(prefix)
     graph = build_graph(marinfile.steps, resolved)
-    return Project(marinfile, graph, Storage.for_prefix(resolved))
+    return _project(marinfile, graph, resolved)
 
 
 def project_of_steps(steps: Sequence[Step], prefix: str | None) -> Project:
@@ -83,7 +87,12 @@ def project_of_steps(steps: Sequence[Step], prefix: str | None) -> Project:
     path = getattr(main, "__file__", None) or os.path.join(os.getcwd(), "<steps>")
     marinfile = Marinfile(path=os.path.abspath(path), steps=tuple(steps), module=main or ModuleType("__main__"))
     resolved = resolve_prefix(prefix)
-    return Project(marinfile, build_graph(marinfile.steps, resolved), Storage.for_prefix(resolved))
+    return _project(marinfile, build_graph(marinfile.steps, resolved), resolved)
+
+
+def _project(marinfile: Marinfile, graph: StepGraph, prefix: str) -> Project:
+    storage = Storage.for_prefix(prefix)
+    return Project(marinfile, graph, storage, snapshot_for(storage))
 
 
 def probe(
@@ -133,7 +142,11 @@ def probe(
         else:
             statuses[node.output_path] = record
     if unknown:
-        statuses.update(read_statuses(storage, unknown, identities))
+        markers = project.markers
+        if markers is not None:
+            statuses.update(markers.read_statuses(storage, unknown, identities))
+        else:
+            statuses.update(read_statuses(storage, unknown, identities))
     running = [out for out, record in statuses.items() if record.status == RUNNING]
     if not running:
         return statuses

@@ -104,6 +104,8 @@ def invoke(
     if params.dry:
         voice.show_plan(planned)
         return _not_started(planned.plan)
+    if project.markers is not None:
+        project.markers.save()  # what this plan parsed, for the next one to trust while unchanged
     if not planned.plan.to_run():
         n = len(planned.plan.order)
         voice.echo(f"nothing to do: {n} step{'' if n == 1 else 's'} up to date")

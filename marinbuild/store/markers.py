@@ -48,7 +48,9 @@ __all__ = [
     "info_text",
     "inputs_digest",
     "log_path",
+    "matched",
     "read_info",
+    "read_records",
     "read_status",
     "read_statuses",
     "read_texts",
@@ -358,19 +360,30 @@ def read_statuses(
     written for another identity comes back with ``mismatch`` saying whose it is. A marker
     that cannot be used comes back :data:`UNREADABLE`.
     """
+    return matched(read_records(storage, outputs), identities)
+
+
+def read_records(storage: Storage, outputs: Iterable[str]) -> dict[str, StatusRecord]:
+    """:func:`read_statuses` before any identity is compared: each marker's record as its text says."""
     by_marker = {status_path(o): o for o in outputs}
     texts, problems = read_texts(storage, by_marker)
     out: dict[str, StatusRecord] = {}
     for marker, problem in problems.items():
         out[by_marker[marker]] = StatusRecord.unreadable(marker, problem)
     for marker, text in texts.items():
-        output = by_marker[marker]
-        record = parse_status(text, marker)
-        expected = identities.get(output) if identities is not None else None
-        if expected is not None and not record.counts_for(expected):
-            record = replace(record, mismatch=f"{record.status} of {record.name or 'another step'} {record.identity}")
-        out[output] = record
+        out[by_marker[marker]] = parse_status(text, marker)
     return out
+
+
+def matched(records: dict[str, StatusRecord], identities: Mapping[str, str] | None) -> dict[str, StatusRecord]:
+    """``records`` (by output path), each written for another identity than ``identities`` names marked ``mismatch``."""
+    if identities is None:
+        return records
+    for output, record in records.items():
+        expected = identities.get(output)
+        if expected is not None and not record.counts_for(expected):
+            records[output] = replace(record, mismatch=f"{record.status} of {record.name or 'another step'} {record.identity}")
+    return records
 
 
 def read_status(storage: Storage, output: str, identity: str | None = None) -> StatusRecord | None:
