@@ -92,8 +92,13 @@ def test_a_two_node_step_whose_second_process_fails_ends_whole_and_names_that_pr
         project: Path, slurm_cluster: SlurmCluster) -> None:
     _project(project, """
 from marinbuild import step, ResourceConfig
-step("pair", cmd='env | grep -E "^(MARINBUILD|MEGASCALE)_" > {output}/env-$MARINBUILD_PROCESS_ID.txt; '
-                 'if [ "$MARINBUILD_PROCESS_ID" = 1 ]; then exit 7; fi; sleep 120',
+# Process 1 fails only once process 0 has written its file: srun ends the whole step at the first
+# failure, and a process 0 not yet started would otherwise never write one.
+step("pair", cmd='env | grep -E "^(MARINBUILD|MEGASCALE)_" > {output}/.env-$MARINBUILD_PROCESS_ID; '
+                 'mv {output}/.env-$MARINBUILD_PROCESS_ID {output}/env-$MARINBUILD_PROCESS_ID.txt; '
+                 'if [ "$MARINBUILD_PROCESS_ID" = 1 ]; then '
+                 'for i in $(seq 600); do [ -e {output}/env-0.txt ] && break; sleep 0.1; done; exit 7; fi; '
+                 'sleep 120',
      resources=ResourceConfig.with_cpu(1, ram=None, replicas=2))
 """)
     result = _run(project, slurm_cluster, "--max-retries-failure", "0", MARINBUILD_PROCESS_ID="5", MEGASCALE_PORT="1")
