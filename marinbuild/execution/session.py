@@ -27,7 +27,7 @@ from marinbuild.execution.backend_fields import FieldCheck, check_fields
 from marinbuild.execution.reporting import NullReporter, Reporter, Summary
 from marinbuild.execution.run_parameters import Machine, RunParameters
 from marinbuild.planner import Plan
-from marinbuild.project import Project, open_project, plan_targets, probe, project_of_steps
+from marinbuild.project import Project, open_project, plan_targets, project_of_steps
 from marinbuild.steps import Step
 from marinbuild.store.markers import FAILED, RUNNING, SUCCESS, StatusRecord
 from marinbuild.units import parse_duration
@@ -369,7 +369,7 @@ def execute(
     runner, backend_for = _backends(planned, settings, lease_settings, echo, print_output=on_output is not None,
                                     tally=tally)
     redone = planned.forced or any(_finished(plan.statuses.get(plan.node(n).output_path)) for n in to_run)
-    stale_success = _redone(project, plan) if redone else None
+    stale_success = _redone(plan) if redone else None
     claims = LeaseClaims(project.storage, lease_settings, stale_success=stale_success)
     recorder = _Recorder(reporter or NullReporter(), on_command=on_command, tally=tally)
     if on_output is not None:
@@ -469,10 +469,15 @@ def output_handling(plan: Plan, settings: RunParameters) -> tuple[frozenset[str]
     return frozenset(start_over), resuming
 
 
-def _redone(project: Project, plan: Plan) -> dict[str, StatusRecord]:
-    """SUCCESS markers a forced run redoes: finding them again must not count as done."""
-    records = probe(project, plan.to_run())
-    return {path: rec for path, rec in records.items() if rec.status == SUCCESS}
+def _redone(plan: Plan) -> dict[str, StatusRecord]:
+    """The SUCCESS records, as planning read them, of the steps this run redoes (forced, or a
+    dependency rerun): finding one of them again must not count as done.
+
+    Taken from the plan, never read again: another runner may finish such a step between the
+    plan and this line, and its SUCCESS, read here, would be taken for the one to redo.
+    """
+    outputs = (plan.node(n).output_path for n in plan.to_run())
+    return {out: rec for out in outputs if (rec := plan.statuses.get(out)) is not None and rec.status == SUCCESS}
 
 
 def _backends(

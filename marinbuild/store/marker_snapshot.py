@@ -10,9 +10,12 @@ parsed as it always was. This is how git's index trusts a work tree's files.
 
 Why a stale entry cannot make a step look done:
 
-- Every write, rename over, ``chmod`` or ``touch`` of a marker sets its change time, which
+- Every ``write``, rename over, ``chmod`` or ``touch`` of a marker sets its change time, which
   no program can set back; a file put in its place is another inode or has another change
-  time. Either way ``stat`` differs and the marker is read again.
+  time. Either way ``stat`` differs and the marker is read again. (Stores through a shared
+  ``mmap`` of a page already dirty change no time until the kernel writes it back, as git's
+  index also cannot see; marinbuild writes markers only by rename, and a hand edit through a
+  mapping is outside what the snapshot promises.)
 - An entry is kept only when the marker's change time was at least :data:`SETTLED_NS` before
   the read began, so that an edit in the same tick of a coarse clock as the write it follows
   (an ext3 second, a skewed NFS server) still gives another change time. ``stat`` is taken
@@ -51,7 +54,7 @@ from typing import Any
 
 import xxhash
 
-from marinbuild.store import markers, retry_counts
+from marinbuild.store import frozen_fill, json_text, markers, retry_counts
 from marinbuild.store.markers import MARKER_DIR, STATUS_IN_OUTPUT, UNREADABLE, StatusRecord, matched, read_records
 from marinbuild.store.storage import Storage, unlink_quietly, write_temporary
 
@@ -82,7 +85,7 @@ def _stat_key(s: os.stat_result) -> bytes:
 def _parser_digest() -> bytes:
     """What the snapshot's records depend on besides the markers: the code that parsed them."""
     h = xxhash.xxh3_64()
-    for module in (markers, retry_counts):
+    for module in (markers, retry_counts, frozen_fill, json_text):
         with open(module.__file__ or "", "rb") as f:
             h.update(f.read())
     h.update(repr(_FIELDS).encode())

@@ -113,3 +113,24 @@ def test_a_run_imports_nothing_of_its_machinery_after_the_pre_import(tmp_path: P
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ""
 
+
+
+def test_a_step_redone_but_finished_by_another_runner_after_the_plan_is_not_run_again(tmp_path: Path) -> None:
+    """A plan redoes ``a`` (its marker says FAILED) and ``b`` (its SUCCESS predates ``a``'s rerun).
+    Another runner redoes both between this plan and this run: their new SUCCESS markers are the
+    other runner's work, not the records this plan set out to redo, so nothing runs twice."""
+    ran = tmp_path / "ran.txt"
+    a = step("a", cmd=f"echo a >> {ran}; echo 1 > {{output}}/n.txt")
+    b = step("b", cmd=f"echo b >> {ran}; cat {{a}}/n.txt > {{output}}/copy.txt", config={"a": a})
+    prefix = str(tmp_path / "out")
+    assert execute(plan_run(load(steps=[b], prefix=prefix), [])).ok
+    planned_a = plan_run(load(steps=[b], prefix=prefix), []).plan.node("a").output_path
+    marker = Path(planned_a, ".marinbuild", "status")
+    marker.write_text(marker.read_text().replace('"SUCCESS"', '"FAILED"'))
+    planned = plan_run(load(steps=[b], prefix=prefix), [])
+    assert planned.plan.to_run() == ["a", "b"]
+    other = execute(plan_run(load(steps=[b], prefix=prefix), []))
+    assert other.names(StepOutcome.RAN) == ["a", "b"]
+    summary = execute(planned, echo=lambda line: None)
+    assert summary.ok and summary.names(StepOutcome.FINISHED_ELSEWHERE) == ["a", "b"], summary
+    assert ran.read_text().split() == ["a", "b", "a", "b"]  # the first build, then the other runner's
