@@ -18,6 +18,7 @@ them in this process too. The plain functions serve the benchmark as well::
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import socket
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers import port_in_block
 
 BUCKET = "marinbuild-test"
 _REQUEST = re.compile(r'"(GET|POST|PUT|PATCH|DELETE|HEAD) ')
@@ -99,10 +102,17 @@ _LAUNCH = (
 )
 
 
+# Both ports are drawn below the kernel's ephemeral range, from this worker's own block: a
+# port found free by binding port 0 and closing it can be taken before the server binds it
+# (by any bind to port 0, any outgoing connection), and the readiness check would then
+# reach the taker and the tests hang on a server that never answers.
+_PORTS_PER_WORKER = 25
+_FIRST_PORT = 32000  # up to 30 workers: 32000..32749, below Linux's ephemeral 32768
+_ports = itertools.count()
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return port_in_block(_FIRST_PORT, _PORTS_PER_WORKER, _ports, "a storage emulator")
 
 
 def start_emulator(folder: Path, bucket: str = BUCKET, preconditions: bool = True) -> Emulator:
@@ -127,8 +137,11 @@ def start_emulator(folder: Path, bucket: str = BUCKET, preconditions: bool = Tru
     front_port = _free_port()
     log = folder / "requests.log"
     log.touch()
+    ready = folder / "server.ready"
+    ready.unlink(missing_ok=True)
     command = [sys.executable, str(Path(__file__).with_name("gcs_server.py")), "--port", str(front_port),
-               "--upstream", f"http://127.0.0.1:{port}", "--log", str(log), "--certs", str(folder / "certs")]
+               "--upstream", f"http://127.0.0.1:{port}", "--log", str(log), "--certs", str(folder / "certs"),
+               "--ready", str(ready)]
     with open(folder / "server.log", "wb") as out:
         front = subprocess.Popen(command + ([] if preconditions else ["--no-preconditions"]), stdout=out,
                                  stderr=subprocess.STDOUT, start_new_session=True)
@@ -140,6 +153,9 @@ def start_emulator(folder: Path, bucket: str = BUCKET, preconditions: bool = Tru
                 emulator.stop()
                 raise RuntimeError(f"the storage emulator exited: {_tail(folder)}")
             try:
+                # The test server says itself when its port is bound: a connection alone could reach another.
+                if what is front and not ready.exists():
+                    raise OSError("not bound yet")
                 with socket.create_connection(("127.0.0.1", p), timeout=0.5):
                     break
             except OSError:

@@ -12,7 +12,6 @@ have separate work directories and separate preemption answers.  The plain funct
 from __future__ import annotations
 
 import contextlib
-import errno
 import itertools
 import json
 import os
@@ -32,7 +31,7 @@ import pytest
 from marinbuild.backends.tpu.attempts import TpuJob, TpuResult, run_tpu_step
 from marinbuild.backends.tpu.cluster import load_cluster
 
-from .helpers import worker_index
+from .helpers import port_in_block
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 METADATA_PATH = "/computeMetadata/v1/instance/preempted"
@@ -49,35 +48,9 @@ _FIRST_COORDINATOR_PORT = 20000
 _coordinator_ports = itertools.count()
 
 
-def _free_everywhere(port: int) -> bool:
-    families = [(socket.AF_INET, "0.0.0.0")] + ([(socket.AF_INET6, "::")] if socket.has_ipv6 else [])
-    for family, wildcard in families:
-        try:
-            with socket.socket(family) as s:
-                s.bind((wildcard, port))
-        except OSError as e:
-            if family == socket.AF_INET6 and e.errno == errno.EADDRNOTAVAIL:
-                continue  # no IPv6 on this machine: JAX cannot bind there either
-            return False
-    return True
-
-
 _SSHD_PORTS_PER_WORKER = 300
 _FIRST_SSHD_PORT = 10000
 _sshd_ports = itertools.count()
-
-
-def _port_in_block(first_port: int, per_worker: int, taken: Iterator[int], what: str) -> int:
-    """A port free on every address from this worker's block of ``per_worker`` from ``first_port``.
-
-    Each call moves on (``taken`` counts), so a port a previous test left in TIME_WAIT is not reused.
-    """
-    first = first_port + (worker_index() % 30) * per_worker
-    for _ in range(per_worker):
-        port = first + next(taken) % per_worker
-        if _free_everywhere(port):
-            return port
-    raise RuntimeError(f"no port free for {what} in {first}..{first + per_worker - 1}")
 
 
 def sshd_port() -> int:
@@ -88,12 +61,12 @@ def sshd_port() -> int:
     every address (Ray's and gRPC's servers do, all the time). These are drawn below it, from
     this worker's own block, as the coordinators' are.
     """
-    return _port_in_block(_FIRST_SSHD_PORT, _SSHD_PORTS_PER_WORKER, _sshd_ports, "an sshd")
+    return port_in_block(_FIRST_SSHD_PORT, _SSHD_PORTS_PER_WORKER, _sshd_ports, "an sshd")
 
 
 def coordinator_port() -> int:
     """A port for the fleet's JAX coordinator that no other test process will take meanwhile."""
-    return _port_in_block(_FIRST_COORDINATOR_PORT, _PORTS_PER_WORKER, _coordinator_ports, "a coordinator")
+    return port_in_block(_FIRST_COORDINATOR_PORT, _PORTS_PER_WORKER, _coordinator_ports, "a coordinator")
 
 
 class MetadataServer:

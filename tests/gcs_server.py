@@ -508,11 +508,14 @@ async def main(argv: list[str]) -> None:
     parser.add_argument("--log", type=Path, required=True)
     parser.add_argument("--certs", type=Path, required=True)
     parser.add_argument("--no-preconditions", action="store_true")
+    parser.add_argument("--ready", type=Path, help="a file written once the port is bound")
     args = parser.parse_args(argv)
     grpc_server, grpc_port = await _start_grpc(args.certs)
     server = Server(args.upstream, args.log, not args.no_preconditions, grpc_port, args.port)
     await server.start()
     listener = await asyncio.start_server(server.connection, "127.0.0.1", args.port, backlog=1024, limit=1 << 24)
+    if args.ready is not None:
+        args.ready.write_text(str(args.port))
     async with listener:
         await listener.serve_forever()
     await grpc_server.stop(None)

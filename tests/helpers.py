@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import pty
 import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -299,3 +301,30 @@ def placed_kind(backend: str, cluster=None):  # type: ignore[no-untyped-def]
 
         return SlurmPlaced(SlurmSettings())
     return LocalPlaced()
+
+
+def free_everywhere(port: int) -> bool:
+    """Whether ``port`` can be bound on the wildcard addresses, which any bind of it conflicts with."""
+    families = [(socket.AF_INET, "0.0.0.0")] + ([(socket.AF_INET6, "::")] if socket.has_ipv6 else [])
+    for family, wildcard in families:
+        try:
+            with socket.socket(family) as s:
+                s.bind((wildcard, port))
+        except OSError as e:
+            if family == socket.AF_INET6 and e.errno == errno.EADDRNOTAVAIL:
+                continue  # no IPv6 on this machine: JAX cannot bind there either
+            return False
+    return True
+
+
+def port_in_block(first_port: int, per_worker: int, taken: Iterator[int], what: str) -> int:
+    """A port free on every address from this worker's block of ``per_worker`` from ``first_port``.
+
+    Each call moves on (``taken`` counts), so a port a previous test left in TIME_WAIT is not reused.
+    """
+    first = first_port + (worker_index() % 30) * per_worker
+    for _ in range(per_worker):
+        port = first + next(taken) % per_worker
+        if free_everywhere(port):
+            return port
+    raise RuntimeError(f"no port free for {what} in {first}..{first + per_worker - 1}")
