@@ -147,23 +147,25 @@ def start_emulator(folder: Path, bucket: str = BUCKET, preconditions: bool = Tru
                                  stderr=subprocess.STDOUT, start_new_session=True)
     emulator = Emulator(process, f"http://127.0.0.1:{front_port}", log, bucket, front, certificate)
     deadline = time.monotonic() + 30
-    for p, what in ((port, process), (front_port, front)):
-        while True:
+    # The test server says itself when its port is bound: a connection alone could reach another process.
+    for what, up in ((process, lambda: _answers(port)), (front, ready.exists)):
+        while not up():
             if what.poll() is not None:
                 emulator.stop()
                 raise RuntimeError(f"the storage emulator exited: {_tail(folder)}")
-            try:
-                # The test server says itself when its port is bound: a connection alone could reach another.
-                if what is front and not ready.exists():
-                    raise OSError("not bound yet")
-                with socket.create_connection(("127.0.0.1", p), timeout=0.5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    emulator.stop()
-                    raise RuntimeError("the storage emulator did not start within 30 s") from None
-                time.sleep(0.1)
+            if time.monotonic() > deadline:
+                emulator.stop()
+                raise RuntimeError("the storage emulator did not start within 30 s")
+            time.sleep(0.1)
     return emulator
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def _tail(folder: Path) -> str:

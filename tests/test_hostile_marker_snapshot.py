@@ -19,7 +19,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -29,7 +28,7 @@ import xxhash
 from marinbuild.store import marker_snapshot
 from marinbuild.store.marker_snapshot import SETTLED_NS, SNAPSHOT_FILE, MarkerSnapshot
 
-from .helpers import cli_env, marinbuild, marinbuild_in_process, plan_json, write_marinfile
+from .helpers import marinbuild, marinbuild_in_process, missing_tool, plan_json, start_marinbuild, write_marinfile
 
 pytestmark = pytest.mark.xdist_group("hostile-marker-snapshot")  # one worker builds the projects once
 
@@ -71,11 +70,6 @@ def _ok(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode == 0, text
     assert "Traceback" not in text, text
     return text
-
-
-def _spawn(project: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "marinbuild", *args], cwd=project, env=cli_env(env),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _vouched(project: Path) -> set[str]:
@@ -157,7 +151,7 @@ def farm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         folder.mkdir()
         write_marinfile(folder, THREE)
         projects[name] = folder
-    builds = [_spawn(p, "run") for p in projects.values()]
+    builds = [start_marinbuild("run", cwd=p) for p in projects.values()]
     for proc, project in zip(builds, projects.values(), strict=True):
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, (project, out, err)
@@ -316,7 +310,7 @@ def test_sigkill_of_runs_while_they_save_the_snapshot(farm: dict[str, Path]) -> 
         elif markers["c"].is_file():
             _rewrite(markers["c"], status="FAILED")  # the run drops c's entry, saves, and reruns c
         left = set(os.listdir(folder)) if folder.is_dir() else set()
-        proc = _spawn(project, "run")
+        proc = start_marinbuild("run", cwd=project)
         kill_at = time.monotonic() + rng.uniform(0.2, 1.6)
         killed_saving = False
         while time.monotonic() < kill_at and proc.poll() is None:
@@ -344,7 +338,7 @@ def test_two_concurrent_runs_on_one_project(farm: dict[str, Path]) -> None:
     assert _vouched(project) == {"a", "b", "c"}
     _rewrite(markers["a"], status="FAILED")  # a and, after it, b to run
     _rewrite(markers["c"], status="FAILED")
-    first, second = (_spawn(project, "run", env=LEASE_ENV) for _ in range(2))
+    first, second = (start_marinbuild("run", cwd=project, env=LEASE_ENV) for _ in range(2))
     results = []
     for proc in (first, second):
         out, err = proc.communicate(timeout=120)
@@ -449,7 +443,7 @@ def test_broken_snapshots_read_as_none(farm: dict[str, Path]) -> None:
 
 def test_a_snapshot_owned_by_another_user_is_not_trusted(farm: dict[str, Path]) -> None:
     if os.geteuid() != 0:
-        pytest.skip("needs root to give the snapshot to another user")
+        missing_tool("root, to give the snapshot to another user")
     project = farm["owner"]
     snapshot = _snapshot(project)
     assert _vouched(project) == {"a", "b", "c"}

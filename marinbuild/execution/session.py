@@ -63,7 +63,6 @@ class PlannedRun:
     capacity: Capacity
     backends: tuple[PlacedKind, ...] = ()
     """Each kind's part of the run, first choice first: a step runs on the first that takes it."""
-    forced: bool = False
     fields: FieldCheck | None = None
     """Each step's environment, container image, and what planning could not check."""
 
@@ -214,7 +213,7 @@ def plan_run(
         narrowed, capacity = placed.settle(given, settled, capacity)
         settled = dict(narrowed)
     check_plan_fits({n: settled[n] for n in to_run if not _taker(order, n, requests[n]).remote}, capacity)
-    return PlannedRun(project, plan, settled, capacity, order, forced=bool(force) or force_all, fields=fields)
+    return PlannedRun(project, plan, settled, capacity, order, fields=fields)
 
 
 _HERE = "local"
@@ -368,9 +367,7 @@ def execute(
     # A remote host's output reaches the terminal only when step output is printed.
     runner, backend_for = _backends(planned, settings, lease_settings, echo, print_output=on_output is not None,
                                     tally=tally)
-    redone = planned.forced or any(_finished(plan.statuses.get(plan.node(n).output_path)) for n in to_run)
-    stale_success = _redone(plan) if redone else None
-    claims = LeaseClaims(project.storage, lease_settings, stale_success=stale_success)
+    claims = LeaseClaims(project.storage, lease_settings, stale_success=_redone(plan))
     recorder = _Recorder(reporter or NullReporter(), on_command=on_command, tally=tally)
     if on_output is not None:
         from marinbuild.execution.output_stream import OutputFollower
