@@ -39,8 +39,10 @@ def test_a_second_sigterm_while_the_runner_stops_ends_it_and_its_steps(project):
         project,
         """
         from marinbuild import step
+        # Builtins only but `sleep`: a SIGTERM that killed a `$(seq …)` would leave the loop
+        # nothing to count, and the shell would end on its own right after its trap.
         step("stubborn", cmd="trap 'echo yes > term.seen' TERM; echo $$ > shell.pid; "
-                             "for i in $(seq 600); do sleep 0.1; done")
+                             "i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done")
         """,
     )
     # A grace no stall of a loaded machine outlasts: the stop is still waiting at the second signal.
