@@ -16,6 +16,7 @@ machine's own address; drivers still reach the head at ``127.0.0.1:PORT``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import secrets
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import REPO
+from .helpers import REPO, port_in_block
 
 RAY = str(Path(sys.executable).with_name("ray"))
 HEAD_CPUS = 2
@@ -40,10 +41,15 @@ EXTRA_RESOURCES = {"special": 1}
 OBJECT_STORE = 100 * 2**20
 
 
+_PORTS_PER_WORKER = 30
+_FIRST_PORT = 8000  # up to 30 workers: 8000..8899, clear of the other fixtures' blocks
+_ports = itertools.count()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port for a Ray server to bind later: one drawn by binding port 0 could be taken meanwhile by
+    another process drawing an ephemeral port, as Ray's own workers and gRPC's servers do."""
+    return port_in_block(_FIRST_PORT, _PORTS_PER_WORKER, _ports, "a Ray server")
 
 
 @dataclass
@@ -70,7 +76,9 @@ def _node_env(auth: dict[str, str]) -> dict[str, str]:
 
 
 def _start_node(cluster: RayCluster, args: list[str], name: str) -> None:
-    ports = ["--dashboard-agent-listen-port", str(free_port()), "--object-store-memory", str(OBJECT_STORE)]
+    # Ray's workers bind ports of 10002..19999 by default, the SSH fixtures' block: they bind port 0 instead.
+    ports = ["--dashboard-agent-listen-port", str(free_port()), "--min-worker-port", "0", "--max-worker-port", "0",
+             "--object-store-memory", str(OBJECT_STORE)]
     log = (cluster.root / f"{name}.log").open("wb")
     proc = subprocess.Popen(
         [RAY, "start", *args, *ports, "--temp-dir", str(cluster.root / "ray"), "--disable-usage-stats", "--block"],

@@ -13,6 +13,7 @@ meet the other's.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import missing_tool, worker_index
+from .helpers import missing_tool, port_in_block, worker_index
 
 NODES = ("n1", "n2")
 CPUS = 2
@@ -35,10 +36,15 @@ FIRST_JOB_ID = 14000
 worker N's cluster counts from ``FIRST_JOB_ID + 1000 * N``."""
 
 
+_PORTS_PER_WORKER = 30
+_FIRST_PORT = 9000  # up to 30 workers: 9000..9899, clear of the other fixtures' blocks
+_ports = itertools.count()
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        return int(s.getsockname()[1])
+    # A port bound later by a daemon: one drawn by binding port 0 could be taken meanwhile by
+    # any process drawing an ephemeral port (Ray's and gRPC's servers do, all the time).
+    return port_in_block(_FIRST_PORT, _PORTS_PER_WORKER, _ports, "a Slurm daemon")
 
 
 @dataclass

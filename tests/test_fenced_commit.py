@@ -98,16 +98,37 @@ step("train", cmd="echo start >> {log}; sleep 1; echo end >> {log}; until [ -e {
 
 _FCNTL = {"x86_64": "72", "aarch64": "25"}
 """The number of the ``fcntl`` system call, as ``/proc/PID/syscall`` names it."""
+_FUTEX = {"x86_64": "202", "aarch64": "98"}
+
+
+def _syscall(pid: int, tid: int) -> tuple[str, str]:
+    """The system call thread ``tid`` of ``pid`` waits in, and its wait channel ("" where gone)."""
+    try:
+        call = Path(f"/proc/{pid}/task/{tid}/syscall").read_text().split()
+        wchan = Path(f"/proc/{pid}/task/{tid}/wchan").read_text()
+    except OSError:
+        return "", ""
+    return (call[0] if call else ""), wchan
 
 
 def _waits_in_fcntl(pid: int) -> bool:
-    """Whether the main thread of ``pid`` (the run loop, which commits on local disk) is blocked in ``fcntl``."""
+    """Whether the run loop of ``pid`` (its main thread, which commits on local disk) waits for the
+    step's lock: in ``fcntl`` itself, or on the lock's mutex while a lease renewal of another thread
+    waits in ``fcntl`` (the renewal may reach the lock first). Either way the commit is granted the
+    lock only after the test lets it go."""
+    machine = os.uname().machine
+
+    def in_fcntl(tid: int) -> bool:
+        call, wchan = _syscall(pid, tid)
+        return call == _FCNTL.get(machine) or wchan == "fcntl_setlk"
+
+    if in_fcntl(pid):
+        return True
     try:
-        call = Path(f"/proc/{pid}/task/{pid}/syscall").read_text().split()
-        wchan = Path(f"/proc/{pid}/task/{pid}/wchan").read_text()
+        others = [int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid]
     except OSError:
         return False
-    return bool(call) and (call[0] == _FCNTL.get(os.uname().machine) or wchan == "fcntl_setlk")
+    return _syscall(pid, pid)[0] == _FUTEX.get(machine) and any(in_fcntl(t) for t in others)
 
 
 def test_a_stopped_runner_s_commit_on_local_disk_is_refused_and_the_taker_s_status_kept(

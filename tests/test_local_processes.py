@@ -52,7 +52,7 @@ def test_a_step_ignoring_sigterm_is_killed_after_the_grace_period(project):
     assert result.returncode == 1
     rec = status_of(plan_json(project)["stubborn"]["output_path"])
     assert rec["status"] == "FAILED" and rec["error"].startswith("timeout")
-    assert not alive(int((project / "child.pid").read_text()))
+    assert wait_dead(int((project / "child.pid").read_text()))
 
 
 _SAVES_ON_SIGTERM = """
@@ -151,4 +151,4 @@ def test_many_quick_steps_are_all_reaped_and_recorded(project):
         assert status_of(row["output_path"])["status"] == "SUCCESS"
         pids.add(int((Path(row["output_path"]) / "pid").read_text()))
     assert len(pids) == 60
-    assert not any(alive(pid) for pid in pids)
+    assert all(wait_dead(pid) for pid in pids)

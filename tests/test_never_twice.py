@@ -287,7 +287,7 @@ def test_children_in_new_sessions_and_groups_die_when_their_step_ends(project):
     result = marinbuild("run", cwd=project)
     assert result.returncode == 0, result.stdout + result.stderr
     for pid in _escapees(project):
-        assert not alive(pid), f"pid {pid} outlived its step"
+        assert wait_dead(pid), f"pid {pid} outlived its step"
 
 
 def test_children_in_new_sessions_and_groups_die_when_the_runner_is_killed(project):

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from .helpers import alive, marinbuild, plan_json, snapshot, status_of, write_marinfile
+from .helpers import marinbuild, plan_json, snapshot, status_of, wait_dead, write_marinfile
 
 RECORDING = """
 import json, os, time
@@ -117,7 +117,7 @@ def test_hard_wall_time_kills_step_and_children(project):
     assert rec["status"] == "FAILED" and rec["error"].startswith("timeout")
     assert rec["duration"] < 3.0  # killed within 2 s of its 1 s limit
     child = int((project / "child.pid").read_text())
-    assert not alive(child)
+    assert wait_dead(child)
 
 
 def test_walltime_budget_skips_steps_whose_soft_limit_does_not_fit(project):

@@ -265,6 +265,12 @@ class StepCgroups:
         for folder in folders:
             if _populated(folder):
                 kill_cgroup(folder)
+        # The killed take a moment to die, and rmdir refuses a cgroup still holding one: waited
+        # for (briefly), so that nothing of a step outlives the runner's exit, nor its cgroup.
+        deadline = time.monotonic() + 2
+        for folder in folders:
+            while _populated(folder) and time.monotonic() < deadline:
+                time.sleep(0.002)
             with contextlib.suppress(OSError):
                 os.rmdir(folder)
 

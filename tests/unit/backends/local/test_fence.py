@@ -44,6 +44,16 @@ def _wait_dead(pid: int, seconds: float = 20) -> bool:
     return not _alive(pid)
 
 
+def _ignores(pid: int, sig: int) -> bool:
+    """Whether ``pid`` ignores ``sig`` now (its ``SigIgn`` mask in /proc)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigIgn:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(mask >> (sig - 1) & 1)
+
+
 class _Spawned:
     """A process started by ``posix_spawn`` with ``pipe`` on the fence's descriptor.
 
@@ -142,7 +152,10 @@ def test_no_renewal_before_the_deadline_kills_the_group_and_renewals_keep_it_ali
 def test_the_sentinel_ignores_the_sigterm_a_step_sends_its_own_group(shell):
     worker, sentinel, w = _group_with_sentinel(shell, "-")
     try:
-        time.sleep(0.3)
+        # Sent once its trap is set (a shell's start-up may take a while on a busy machine).
+        end = time.monotonic() + 20
+        while not _ignores(sentinel.pid, signal.SIGTERM) and time.monotonic() < end:
+            time.sleep(0.01)
         os.kill(sentinel.pid, signal.SIGTERM)
         time.sleep(0.3)
         assert sentinel.poll() is None
