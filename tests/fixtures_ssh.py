@@ -355,10 +355,28 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
         time.sleep(0.05)
 
 
-def live_processes_matching(text: str) -> list[str]:
-    """``ps`` lines (zombies excluded) whose command line contains ``text``."""
-    ps = subprocess.run(["ps", "-eo", "pid=,stat=,args="], capture_output=True, text=True, check=True)
-    return [ln for ln in ps.stdout.splitlines() if text in ln and ln.split()[1][0] != "Z"]
+def live_processes_matching(command: str) -> list[str]:
+    """``PID STATE ARGS`` of each live process (zombies excluded) whose arguments are ``command``'s words.
+
+    The whole argument list, read from /proc: a line of ``ps`` is cut at a width that depends on
+    the terminal, and a driver whose own arguments merely mention the command would match a search
+    for the text.
+    """
+    want = command.split()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().split(b"\0")[:-1]]
+            with open(f"/proc/{name}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if argv == want and state != "Z":
+            found.append(f"{name} {state} {' '.join(argv)}")
+    return found
 
 
 def processes_gone(text: str, seconds: float = 60) -> list[str]:

@@ -327,8 +327,11 @@ def test_a_killed_guardian_is_replaced_and_still_kills_the_steps_when_the_runner
 # -- TPU slices over SSH: a driver that stops renewing has its hosts' commands killed ----
 
 
-def _tpu_driver(cluster: Path, out: Path, command: str, renew: bool) -> str:
-    """A driver process running one TPU step under a lease deadline, as the claims set it."""
+def _tpu_driver(cluster: Path, out: Path, command: str) -> str:
+    """A driver process running one TPU step under a lease deadline it renews, as the claims do.
+
+    Each deadline is 1.5 s away; a renewal comes every 0.3 s until the driver is stopped.
+    """
     return textwrap.dedent(f"""
         import threading, time
         from marinbuild.backends.deadlines import Deadline, deadlines
@@ -340,8 +343,7 @@ def _tpu_driver(cluster: Path, out: Path, command: str, renew: bool) -> str:
             while True:
                 time.sleep(0.3)
                 deadlines.publish(out, Deadline.within(1.5))
-        if {renew!r}:
-            threading.Thread(target=renew, daemon=True).start()
+        threading.Thread(target=renew, daemon=True).start()
         job = TpuJob(name="step", output_path=out, slices=("pair",), command={command!r})
         result = run_tpu_step(job, load_cluster({str(cluster)!r}), workdir=None, cancel=threading.Event(),
                               console=print)
@@ -356,9 +358,9 @@ def test_a_stopped_tpu_driver_has_its_hosts_commands_killed_by_the_lease_deadlin
     out = tmp_path / "out"
     out.mkdir()
     command = 'touch "$MARINBUILD_OUTPUT/started_$FAKE_HOST_ID"; exec sleep 3043'
-    proc = subprocess.Popen([sys.executable, "-c", _tpu_driver(cluster, out, command, renew=False)], cwd=REPO)
+    proc = subprocess.Popen([sys.executable, "-c", _tpu_driver(cluster, out, command)], cwd=REPO)
     try:
-        wait_for(lambda: len(list(out.glob("started_*"))) == 2, timeout=60)
+        wait_for(lambda: len(live_processes_matching("sleep 3043")) == 2, timeout=60)
         proc.send_signal(signal.SIGSTOP)
         # The driver runs nothing, and its connections stay open: the hosts act on their own.
         wait_for(lambda: live_processes_matching("sleep 3043") == [], timeout=30)
@@ -375,7 +377,7 @@ def test_a_tpu_step_whose_lease_is_renewed_runs_past_the_first_deadline(fleet, t
     out.mkdir()
     # Each renewal covers 1.5 s; the command needs three times that.
     command = 'sleep 4.5; touch "$MARINBUILD_OUTPUT/done_$FAKE_HOST_ID"'
-    done = subprocess.run([sys.executable, "-c", _tpu_driver(cluster, out, command, renew=True)], cwd=REPO,
+    done = subprocess.run([sys.executable, "-c", _tpu_driver(cluster, out, command)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert "STATUS SUCCESS" in done.stdout, done.stdout + done.stderr
     assert sorted(p.name for p in out.glob("done_*")) == ["done_0", "done_1"]
