@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import Any
 
 import aiohttp
@@ -36,10 +35,6 @@ async def _get(url: str) -> Any:
 
 
 def test_a_retried_status_and_a_lost_connection_become_store_unavailable() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        unused_tcp_port = s.getsockname()[1]
-
     async def main() -> None:
         async def answer(request: web.Request) -> web.StreamResponse:
             status = int(request.match_info["status"])
@@ -56,8 +51,9 @@ def test_a_retried_status_and_a_lost_connection_become_store_unavailable() -> No
         app.router.add_get("/{status}", answer)
         runner = web.AppRunner(app)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
-        base = f"http://127.0.0.1:{unused_tcp_port}"
+        # Port 0, bound here: a port probed free first could be taken before the server binds it.
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        base = f"http://127.0.0.1:{runner.addresses[0][1]}"
         try:
             assert await _get(f"{base}/200") == (200, b"x")
             assert (await _get(f"{base}/404"))[0] == 404  # answered: gcsfs makes it FileNotFoundError
