@@ -203,7 +203,9 @@ def test_bad_lease_flags_are_refused_in_one_line_before_loading(tmp_path: Path, 
 def test_a_run_whose_reader_goes_away_stops_its_steps_and_exits_141(tmp_path: Path, json_events: bool) -> None:
     """``marinbuild run | head -2``: rich ended the process with exit status 1 from inside the
     run loop, its running steps left RUNNING with no runner; the run now stops as for Ctrl-C."""
-    write_marinfile(tmp_path, STORM_MARINFILE.replace("sleep 0.01", "sleep 0.2"))
+    # The steps wait until the reader is gone, so that the run still has lines to write when it is.
+    gate = tmp_path / "gate"
+    write_marinfile(tmp_path, STORM_MARINFILE.replace("sleep 0.01", f"until [ -e {gate} ]; do sleep 0.02; done"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "marinbuild", "run", "-f", "Marinfile.py", "--prefix", "out", "-j", "4",
          *(["--json"] if json_events else [])],
@@ -213,6 +215,7 @@ def test_a_run_whose_reader_goes_away_stops_its_steps_and_exits_141(tmp_path: Pa
     first = proc.stdout.readline()
     assert first, proc.stderr.read()
     proc.stdout.close()  # as `head -1` does once it has its line
+    gate.touch()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141, err
     assert "Traceback" not in err and "internal error" not in err, err

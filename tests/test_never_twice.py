@@ -7,6 +7,7 @@ times and pids (two executions of one step never overlap), never on how long any
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
 import signal
@@ -176,13 +177,19 @@ def test_a_lease_file_turned_to_invalid_utf8_stops_the_step_and_the_heartbeat_go
     log = project / "beats.log"
     runner, output = _runner_with_long_step(project, log)
     step_pid = int(wait_for_text(project / "step.pid"))
-    lease = Path(output) / ".marinbuild" / "lease"
-    lease.write_bytes(b"\xff\xfe not a lease \xc3\x28")
+    folder = Path(output) / ".marinbuild"
+    # Written under the step's lock, which a renewal holds from its comparison to its write: a
+    # renewal in progress would otherwise put the runner's lease back over the edit.
+    fd = os.open(folder / "lease.lock", os.O_RDWR)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+        (folder / "lease").write_bytes(b"\xff\xfe not a lease \xc3\x28")
+    finally:
+        os.close(fd)
     # The renewal finds a lease that is not its own any more: the step is killed at once,
-    # the heartbeat goes on, and the runner waits for whoever holds the step now.
+    # the heartbeat goes on, and the runner waits for whoever holds the step now. Nobody renews
+    # the unreadable lease: after its expiry the runner takes its step up again and finishes.
     assert wait_dead(step_pid, 60)
-    assert runner.poll() is None
-    lease.unlink()  # the hand edit undone: the runner takes its step up again and finishes
     out, err = runner.communicate(timeout=120)
     assert runner.returncode == 0, out + err
     assert "lease lost" in out + err, out + err

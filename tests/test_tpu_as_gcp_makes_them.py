@@ -308,8 +308,9 @@ def test_a_stop_is_recorded_without_waiting_for_the_watchs_poll_in_flight(
     out = train_out(project, cluster)
     try:
         wait_for(lambda: (out.parent / "running2").exists(), timeout=60)
-        burst_end = time.time() + 6.0
-        emulator.unavailable_for(6.0, path_contains="/nodes")
+        # Long, so that only a stop that waited for the poll could be recorded after it.
+        burst_end = time.time() + 30.0
+        emulator.unavailable_for(30.0, path_contains="/nodes")
         wait_for(lambda: any(p.endswith("/nodes") for p in emulator.refused), timeout=30)  # the watch's poll
         signalled = time.time()
         runner.send_signal(signal.SIGINT)

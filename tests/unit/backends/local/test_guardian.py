@@ -31,9 +31,14 @@ def test_a_step_is_killed_at_its_deadline_and_not_before_a_renewal_moves_it():
     renewed = subprocess.Popen(["sleep", "300"], process_group=0)
     try:
         guardian.adopt("early", early.pid, Deadline.within(0.3))
-        guardian.adopt("renewed", renewed.pid, Deadline.within(0.3))
+        # Its first deadline is far enough that the renewal reaches the guardian before it
+        # however busy the machine; once it is past, only the renewal keeps the step alive.
+        first = Deadline.within(1.5)
+        guardian.adopt("renewed", renewed.pid, first)
         guardian.extend("renewed", Deadline.within(300))
         assert _dies(early)
+        while time.monotonic() < first.monotonic + 0.5:
+            time.sleep(0.05)
         assert renewed.poll() is None
     finally:
         for proc in (early, renewed):

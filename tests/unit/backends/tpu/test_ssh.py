@@ -102,9 +102,9 @@ def test_host_keys_from_the_api_that_cannot_be_read_add_no_trust(fleet: FakeFlee
 
 def test_unreachable_and_unknown_hosts_are_told_apart(fleet: FakeFleet) -> None:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]  # nothing listens once the socket is closed
-    with pytest.raises(HostUnreachable, match=r"cannot connect to 127\.0\.0\.1"):
-        SshConnection.connect(resolve_target(f"127.0.0.1:{closed}", _settings(fleet)))
+        s.bind(("127.0.0.1", 0))  # bound, never listening: refused, and nobody else can take it meanwhile
+        closed = s.getsockname()[1]
+        with pytest.raises(HostUnreachable, match=r"cannot connect to 127\.0\.0\.1"):
+            SshConnection.connect(resolve_target(f"127.0.0.1:{closed}", _settings(fleet)))
     with pytest.raises(HostUnknown, match="cannot resolve"):
         SshConnection.connect(resolve_target("no-such-host.invalid", _settings(fleet)))
