@@ -46,23 +46,26 @@ def test_runners_under_random_signals_on_a_filling_disk_never_run_a_step_twice_a
         missing_tool(f"everything held, but the disk never filled: {figures.disk}")
 
 
-def test_only_a_lease_its_killed_runner_left_after_recording_success_is_excused(tmp_path: Path) -> None:
+def test_only_a_lease_a_killed_runner_left_on_a_done_step_is_excused(tmp_path: Path) -> None:
     import json
 
-    from .torture_lib import _left_between_commit_and_release, _sigkilled_runners
+    from .torture_lib import _left_by_a_killed_runner_of_a_done_step, _sigkilled_runners
 
     (tmp_path / "signals.log").write_text("1.0 SIGKILL 41 mid-step\n2.0 SIGTERM 42 idle\n3.0 SIGSTOP 43 idle\n")
     killed = _sigkilled_runners(tmp_path / "signals.log")
     assert killed == {41}
 
-    def lease_of(pid: int, status: str, status_owner: str) -> Path:
-        folder = tmp_path / f"s-{pid}-{status}-{status_owner.replace(':', '_')}" / ".marinbuild"
+    def lease_of(pid: int, status: str, status_owner: str, acquired: float = 5.0, done_at: float = 5.0) -> Path:
+        folder = tmp_path / f"s-{pid}-{status}-{status_owner.replace(':', '_')}-{acquired}" / ".marinbuild"
         folder.mkdir(parents=True)
-        (folder / "lease").write_text(json.dumps({"owner": {"host": "vm", "pid": pid}}))
-        (folder / "status").write_text(json.dumps({"status": status, "owner": status_owner}))
+        (folder / "lease").write_text(json.dumps({"owner": {"host": "vm", "pid": pid}, "acquired": acquired}))
+        (folder / "status").write_text(json.dumps({"status": status, "owner": status_owner, "time": done_at}))
         return folder / "lease"
 
-    assert _left_between_commit_and_release(lease_of(41, "SUCCESS", "vm:41"), killed)
-    assert not _left_between_commit_and_release(lease_of(42, "SUCCESS", "vm:42"), killed)  # it was not killed
-    assert not _left_between_commit_and_release(lease_of(41, "RUNNING", "vm:41"), killed)  # not done: a later runner takes it
-    assert not _left_between_commit_and_release(lease_of(41, "SUCCESS", "vm:7"), killed)  # another runner's SUCCESS
+    excused = _left_by_a_killed_runner_of_a_done_step
+    assert excused(lease_of(41, "SUCCESS", "vm:41"), killed)
+    assert not excused(lease_of(42, "SUCCESS", "vm:42"), killed)  # it was not killed
+    assert not excused(lease_of(41, "RUNNING", "vm:41"), killed)  # not done: a later runner takes it
+    # Another runner's SUCCESS: excused only where the lease was taken after it (found done, then killed).
+    assert excused(lease_of(41, "SUCCESS", "vm:7", acquired=6.0, done_at=5.0), killed)
+    assert not excused(lease_of(41, "SUCCESS", "vm:7", acquired=4.0, done_at=5.0), killed)

@@ -330,17 +330,29 @@ def _sigkilled_runners(signals_log: Path) -> set[int]:
             if len(parts) >= 3 and parts[1] == "SIGKILL"}
 
 
-def _left_between_commit_and_release(lease: Path, killed: set[int]) -> bool:
-    """Whether ``lease`` is one a SIGKILL left by design: its step's SUCCESS was recorded by the
-    lease's own runner, which was then SIGKILLed before it could delete the lease. Later runners
-    skip a done step, so none ever reads it; any other lease left is a defect."""
+def _left_by_a_killed_runner_of_a_done_step(lease: Path, killed: set[int]) -> bool:
+    """Whether ``lease`` is one a SIGKILL left by design, on a step recorded SUCCESS. Two windows:
+
+    - the lease's own runner recorded the SUCCESS, then was killed before it deleted the lease;
+    - the runner took the lease after another runner's SUCCESS was recorded (a claim reads the
+      status once it holds the lease, and lets go of a step finished meanwhile), and was killed
+      before letting go. Its lease was taken after that SUCCESS: a lease older than another
+      runner's SUCCESS would mean that runner committed while someone else held the step.
+
+    Later runners skip a done step, so none ever reads such a lease; any other lease left is a defect.
+    """
     try:
-        owner = json.loads(lease.read_text())["owner"]
+        lease_record = json.loads(lease.read_text())
+        owner = lease_record["owner"]
         status = json.loads((lease.parent / "status").read_text())
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    return (owner.get("pid") in killed and status.get("status") == "SUCCESS"
-            and status.get("owner") == f"{owner.get('host')}:{owner.get('pid')}")
+    if owner.get("pid") not in killed or status.get("status") != "SUCCESS":
+        return False
+    if status.get("owner") == f"{owner.get('host')}:{owner.get('pid')}":
+        return True
+    acquired, done_at = lease_record.get("acquired"), status.get("time")
+    return isinstance(acquired, (int, float)) and isinstance(done_at, (int, float)) and acquired >= done_at
 
 
 def kill_all(pids: list[int]) -> None:
@@ -509,7 +521,7 @@ class Figures:
             f"overlaps:             {len(self.overlaps)}",
             f"incomplete outputs:   {len(self.incomplete)}",
             f"bad markers:          {len(self.bad_markers)}",
-            f"leases of the killed: {self.leases_of_killed} (SUCCESS recorded, then SIGKILL before the release)",
+            f"leases of the killed: {self.leases_of_killed} (a done step's lease, SIGKILL before its release)",
             f"steps not finished:   {len(self.unfinished)}",
             f"bad inputs read:      {len(self.bad_inputs)}",
             f"leftover processes:   {len(self.leftovers)}",
@@ -817,8 +829,8 @@ class Torture:
                 f.incomplete.append(f"{folder}: written by {ex}, which never logged its end")
         killed = _sigkilled_runners(self.work / "signals.log")
         for lease in sorted(prefix.glob("*/.marinbuild/lease")):
-            if _left_between_commit_and_release(lease, killed):
-                f.leases_of_killed += 1  # SIGKILL between its SUCCESS and its release: nothing can release it
+            if _left_by_a_killed_runner_of_a_done_step(lease, killed):
+                f.leases_of_killed += 1  # SIGKILL before the release of a done step's lease: nothing can release it
             else:
                 f.bad_markers.append(f"{lease}: a lease left after every runner exited")
         if not f.unfinished:
