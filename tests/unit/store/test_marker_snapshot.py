@@ -8,6 +8,7 @@ import json
 import marshal
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,6 +50,48 @@ def _settle(paths: list[str]) -> None:
         time.sleep(0.05)
 
 
+class _Pool:
+    """Prefixes of markers built together and settled together: one wait of SETTLED_NS for the
+    module's tests on this worker, not one each. Each prefix is handed out once."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.free: dict[int, list[tuple[str, LocalStorage, list[str]]]] = {4: [], 6: []}
+        built = []
+        for n, count in ((4, 40), (6, 6)):
+            for _ in range(count):
+                built.append((n, self._build(n)))
+        _settle([o for _, (_, _, outputs) in built for o in outputs])
+        for n, entry in built:
+            self.free[n].append(entry)
+
+    def _build(self, n: int) -> tuple[str, LocalStorage, list[str]]:
+        prefix = tempfile.mkdtemp(dir=self.root) + "/out"
+        return (prefix, *_build(prefix, n))
+
+    def take(self, n: int = 4) -> tuple[str, LocalStorage, list[str]]:
+        """A prefix of ``n`` settled SUCCESS markers, its storage and its outputs."""
+        if self.free.get(n):
+            return self.free[n].pop()
+        entry = self._build(n)  # more tests than built: this one waits on its own
+        _settle(entry[2])
+        return entry
+
+
+Settled = Callable[..., tuple[str, LocalStorage, list[str]]]
+
+
+@pytest.fixture(scope="module")
+def _pool(tmp_path_factory: pytest.TempPathFactory) -> _Pool:
+    return _Pool(tmp_path_factory.mktemp("settled"))
+
+
+@pytest.fixture
+def settled(_pool: _Pool) -> Settled:
+    """``settled(n=4)``: a fresh prefix of ``n`` SUCCESS markers whose change times are settled."""
+    return _pool.take
+
+
 def _outcome(read: Callable[[], StatusRecord]) -> tuple[object, ...]:
     """The record's fields, or the one-line refusal a command would end with."""
     try:
@@ -82,10 +125,9 @@ def _saved(prefix: str, storage: LocalStorage, outputs: list[str]) -> None:
     snapshot.save()
 
 
-def test_unchanged_markers_are_not_read_again_and_come_back_as_read(prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    storage, outputs = _build(prefix)
+def test_unchanged_markers_are_not_read_again_and_come_back_as_read(settled: Settled, monkeypatch: pytest.MonkeyPatch) -> None:
+    prefix, storage, outputs = settled()
     identities = {o: o.rsplit("-", 1)[1] for o in outputs} | {outputs[1]: "f" * 16}
-    _settle(outputs)
     _saved(prefix, storage, outputs)
     assert os.path.isfile(os.path.join(prefix, ".marinbuild", SNAPSHOT_FILE))
 
@@ -98,9 +140,8 @@ def test_unchanged_markers_are_not_read_again_and_come_back_as_read(prefix: str,
     assert got[outputs[0]].mismatch is None and got[outputs[2]].inputs == (("s0", 12.5),)
 
 
-def test_a_hand_edit_of_the_same_size_with_its_mtime_put_back_is_read(prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    storage, outputs = _build(prefix)
-    _settle(outputs)
+def test_a_hand_edit_of_the_same_size_with_its_mtime_put_back_is_read(settled: Settled, monkeypatch: pytest.MonkeyPatch) -> None:
+    prefix, storage, outputs = settled()
     _saved(prefix, storage, outputs)
     marker = status_path(outputs[2])
     before = os.stat(marker)
@@ -120,9 +161,8 @@ def test_a_hand_edit_of_the_same_size_with_its_mtime_put_back_is_read(prefix: st
     assert got[outputs[0]].status == "SUCCESS"
 
 
-def test_a_file_renamed_over_a_marker_is_read(prefix: str) -> None:
-    storage, outputs = _build(prefix)
-    _settle(outputs)
+def test_a_file_renamed_over_a_marker_is_read(settled: Settled) -> None:
+    prefix, storage, outputs = settled()
     _saved(prefix, storage, outputs)
     marker = status_path(outputs[0])
     before = os.stat(marker)
@@ -136,9 +176,8 @@ def test_a_file_renamed_over_a_marker_is_read(prefix: str) -> None:
     assert got[outputs[0]].status == "FAILED" and got[outputs[0]].error == "x"
 
 
-def test_a_removed_marker_is_no_status_and_leaves_the_snapshot(prefix: str) -> None:
-    storage, outputs = _build(prefix)
-    _settle(outputs)
+def test_a_removed_marker_is_no_status_and_leaves_the_snapshot(settled: Settled) -> None:
+    prefix, storage, outputs = settled()
     _saved(prefix, storage, outputs)
     os.unlink(status_path(outputs[3]))
     snapshot = MarkerSnapshot(prefix)
@@ -149,9 +188,8 @@ def test_a_removed_marker_is_no_status_and_leaves_the_snapshot(prefix: str) -> N
 
 
 @pytest.mark.parametrize("kind", ["folder", "fifo", "not_utf8"])
-def test_what_cannot_be_read_is_named_as_a_read_names_it_each_time(prefix: str, kind: str) -> None:
-    storage, outputs = _build(prefix)
-    _settle(outputs)
+def test_what_cannot_be_read_is_named_as_a_read_names_it_each_time(settled: Settled, kind: str) -> None:
+    prefix, storage, outputs = settled()
     _saved(prefix, storage, outputs)
     marker = status_path(outputs[1])
     os.unlink(marker)
@@ -178,9 +216,8 @@ def test_a_marker_changed_moments_ago_is_not_kept(prefix: str, monkeypatch: pyte
     assert reads.outputs == outputs
 
 
-def test_a_marker_edited_during_its_read_is_not_kept(prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    storage, outputs = _build(prefix)
-    _settle(outputs)
+def test_a_marker_edited_during_its_read_is_not_kept(settled: Settled, monkeypatch: pytest.MonkeyPatch) -> None:
+    prefix, storage, outputs = settled()
     real = marker_snapshot.read_records
 
     def read_then_edit(storage, wanted):  # type: ignore[no-untyped-def]
@@ -201,10 +238,9 @@ def _rewrite(path: str, body: bytes) -> None:
 
 
 @pytest.mark.parametrize("damage", ["truncated", "flipped", "garbage", "empty", "other_parser", "short_stats", "folder"])
-def test_a_damaged_snapshot_reads_as_empty_and_the_markers_decide(prefix: str, damage: str,
+def test_a_damaged_snapshot_reads_as_empty_and_the_markers_decide(settled: Settled, damage: str,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    storage, outputs = _build(prefix)
-    _settle(outputs)
+    prefix, storage, outputs = settled()
     _saved(prefix, storage, outputs)
     path = os.path.join(prefix, ".marinbuild", SNAPSHOT_FILE)
     data = Path(path).read_bytes()
@@ -239,9 +275,8 @@ def test_a_damaged_snapshot_reads_as_empty_and_the_markers_decide(prefix: str, d
     assert {r.status for r in got.values()} == {"FAILED!"}
 
 
-def test_a_snapshot_another_user_owns_is_not_trusted(prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    storage, outputs = _build(prefix)
-    _settle(outputs)
+def test_a_snapshot_another_user_owns_is_not_trusted(settled: Settled, monkeypatch: pytest.MonkeyPatch) -> None:
+    prefix, storage, outputs = settled()
     _saved(prefix, storage, outputs)
     real_uid = os.geteuid()
     monkeypatch.setattr(marker_snapshot.os, "geteuid", lambda: real_uid + 1)  # the file is now another's
@@ -250,9 +285,8 @@ def test_a_snapshot_another_user_owns_is_not_trusted(prefix: str, monkeypatch: p
     assert sorted(reads.outputs) == sorted(outputs)
 
 
-def test_a_snapshot_that_cannot_be_saved_is_no_error_and_leaves_no_file(prefix: str) -> None:
-    storage, outputs = _build(prefix)
-    _settle(outputs)
+def test_a_snapshot_that_cannot_be_saved_is_no_error_and_leaves_no_file(settled: Settled) -> None:
+    prefix, storage, outputs = settled()
     folder = os.path.join(prefix, ".marinbuild")
     os.makedirs(os.path.join(folder, SNAPSHOT_FILE))  # a folder where it belongs: the rename fails, for root too
     snapshot = MarkerSnapshot(prefix)
@@ -262,9 +296,8 @@ def test_a_snapshot_that_cannot_be_saved_is_no_error_and_leaves_no_file(prefix: 
     assert MarkerSnapshot(prefix)._loaded() == {}
 
 
-def test_two_runners_saving_at_once_leave_a_sound_snapshot(prefix: str) -> None:
-    storage, outputs = _build(prefix, 6)
-    _settle(outputs)
+def test_two_runners_saving_at_once_leave_a_sound_snapshot(settled: Settled) -> None:
+    prefix, storage, outputs = settled(6)
     first, second = MarkerSnapshot(prefix), MarkerSnapshot(prefix)
     first.read_statuses(storage, outputs[:3])
     second.read_statuses(storage, outputs[3:])
@@ -274,9 +307,8 @@ def test_two_runners_saving_at_once_leave_a_sound_snapshot(prefix: str) -> None:
     assert [n for n in os.listdir(os.path.join(prefix, ".marinbuild")) if n != SNAPSHOT_FILE] == []
 
 
-def test_nothing_is_written_when_every_marker_came_from_the_snapshot(prefix: str) -> None:
-    storage, outputs = _build(prefix)
-    _settle(outputs)
+def test_nothing_is_written_when_every_marker_came_from_the_snapshot(settled: Settled) -> None:
+    prefix, storage, outputs = settled()
     _saved(prefix, storage, outputs)
     path = os.path.join(prefix, ".marinbuild", SNAPSHOT_FILE)
     inode = os.stat(path).st_ino
@@ -284,9 +316,8 @@ def test_nothing_is_written_when_every_marker_came_from_the_snapshot(prefix: str
     assert os.stat(path).st_ino == inode
 
 
-def test_outputs_not_asked_about_stay_while_their_markers_exist(prefix: str) -> None:
-    storage, outputs = _build(prefix, 6)
-    _settle(outputs)
+def test_outputs_not_asked_about_stay_while_their_markers_exist(settled: Settled) -> None:
+    prefix, storage, outputs = settled(6)
     _saved(prefix, storage, outputs)
     shutil.rmtree(outputs[5])  # cleaned away by hand
     os.unlink(status_path(outputs[0]))
