@@ -108,7 +108,12 @@ def test_status_with_stdout_closed_ends_without_a_traceback(tmp_path: Path) -> N
     """``marinbuild status >&-``: sys.stdout is None, and app._plain_help_off_a_terminal's
     ``sys.stdout.isatty()`` raised AttributeError before any command ran."""
     write_marinfile(tmp_path, 'from marinbuild import step\nstep("a", cmd="echo ok > {output}/o")\n')
-    result = _cli("status", "--prefix", "out", cwd=tmp_path, stdout=None, preexec_fn=lambda: os.close(1))
+    # A shell closes it and execs the command: no ``preexec_fn``, whose fork would run this worker's
+    # at-fork handlers (gRPC's, from an earlier ``gs://`` test), whose descriptor may be the one closed.
+    result = subprocess.run(
+        ["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "marinbuild", "status", "--prefix", "out"],
+        cwd=tmp_path, env=cli_env(), stderr=subprocess.PIPE, text=True, timeout=60,
+    )
     assert "Traceback" not in result.stderr, result.stderr
     assert result.returncode in (0, 141), result.stderr
 
