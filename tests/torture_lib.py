@@ -355,6 +355,18 @@ def _left_by_a_killed_runner_of_a_done_step(lease: Path, killed: set[int]) -> bo
     return isinstance(acquired, (int, float)) and isinstance(done_at, (int, float)) and acquired >= done_at
 
 
+def _whereabouts(pid: int) -> str:
+    """State, parent and wait channel of a process left behind, to tell a stopped or a starved
+    one from one waiting on a pipe that some other process still holds open."""
+    try:
+        status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                      if ":\t" in line)
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return "gone"
+    return f"state {status.get('State', '?').strip()}, parent {status.get('PPid', '?').strip()}, waits in {wchan or '-'}"
+
+
 def kill_all(pids: list[int]) -> None:
     for pid in pids:
         for sig in (signal.SIGCONT, signal.SIGKILL):
@@ -805,7 +817,7 @@ class Torture:
         while left and time.monotonic() < deadline:
             time.sleep(0.2)
             left = processes_with_token(token)
-        f.leftovers += [f"pid {pid}: {cmd[:200]}" for pid, cmd in left]
+        f.leftovers += [f"pid {pid} ({_whereabouts(pid)}): {cmd[:200]}" for pid, cmd in left]
         kill_all([pid for pid, _ in left])
 
         by_identity, bad = read_executions(log)
