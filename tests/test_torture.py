@@ -69,3 +69,31 @@ def test_only_a_lease_a_killed_runner_left_on_a_done_step_is_excused(tmp_path: P
     # Another runner's SUCCESS: excused only where the lease was taken after it (found done, then killed).
     assert excused(lease_of(41, "SUCCESS", "vm:7", acquired=6.0, done_at=5.0), killed)
     assert not excused(lease_of(41, "SUCCESS", "vm:7", acquired=4.0, done_at=5.0), killed)
+
+
+def test_a_guardian_stopped_beside_a_runner_that_had_already_exited_is_let_go(tmp_path: Path) -> None:
+    """A SIGSTOP aimed at a runner that has just exited reaches only its guardian
+    (``Popen.send_signal`` sends nothing to an exited child). Left stopped, the guardian would
+    never read its pipe's end, and the round would count it as a process left behind."""
+    import signal
+    import subprocess
+    import sys
+
+    from .torture_lib import _Runner
+
+    runner = subprocess.Popen([sys.executable, "-c", "pass"])
+    runner.wait()
+    # The guardian's part: wait for the end of a pipe whose writer is gone, then exit.
+    guardian = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    guardian.send_signal(signal.SIGSTOP)
+    assert guardian.stdin is not None
+    guardian.stdin.close()
+    torture = Torture(tmp_path, TortureSettings(runners=0))
+    torture._runners = [_Runner(0, runner, tmp_path / "runner.txt", stopped_until=1.0, stopped_guardians=[guardian.pid])]
+    try:
+        torture._keep_runners(tmp_path, tmp_path / "prefix", "token", None)
+        assert torture._runners == []
+        assert guardian.wait(timeout=30) == 0
+    finally:
+        guardian.kill()
+        guardian.wait()

@@ -692,6 +692,10 @@ class Torture:
             if code is None:
                 alive.append(r)
             else:
+                # A SIGSTOP aimed at a runner that had just exited (Popen.send_signal then sends
+                # nothing) still stopped its guardian: let it see its pipe's end.
+                for pid in r.stopped_guardians:
+                    _signal(pid, signal.SIGCONT)
                 self._record_exit(r, code)
         self._runners = alive
         busy = {r.slot for r in alive}
