@@ -182,17 +182,47 @@ def short_root(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
 
 
+# A cluster's daemons take CPU while idle (raylet, the GCS, the log monitor: about 0.3 of a
+# core), and every test of a cluster runs on one worker (tests/conftest.py, group ``ray``): each
+# cluster is stopped after the last test of this process that uses it, not at the session's end.
+_users: dict[str, int] = {}
+_clusters: dict[str, RayCluster] = {}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    for name in ("ray_cluster", "ray_token_cluster"):
+        _users[name] = sum(name in getattr(item, "fixturenames", ()) for item in session.items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    try:
+        return (yield)
+    finally:
+        for name in _users:
+            if name in getattr(item, "fixturenames", ()):
+                _users[name] -= 1
+                if _users[name] <= 0:
+                    _stop(name)
+
+
+def _stop(name: str) -> None:
+    cluster = _clusters.pop(name, None)
+    if cluster is not None:
+        stop_cluster(cluster)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[RayCluster]:
     """A head node (2 CPUs) and an extra node (1 CPU, ``special``: 1), token auth off."""
-    cluster = start_cluster(short_root("mbray-"), extra_node=True)
-    yield cluster
-    stop_cluster(cluster)
+    _clusters["ray_cluster"] = start_cluster(short_root("mbray-"), extra_node=True)
+    yield _clusters["ray_cluster"]
+    _stop("ray_cluster")
 
 
 @pytest.fixture(scope="session")
 def ray_token_cluster() -> Iterator[RayCluster]:
     """A one-node cluster with Ray's token authentication on; ``env`` holds the token."""
-    cluster = start_cluster(short_root("mbrayt-"), extra_node=False, token=secrets.token_hex(32))
-    yield cluster
-    stop_cluster(cluster)
+    _clusters["ray_token_cluster"] = start_cluster(short_root("mbrayt-"), extra_node=False, token=secrets.token_hex(32))
+    yield _clusters["ray_token_cluster"]
+    _stop("ray_token_cluster")
