@@ -22,7 +22,8 @@ pytest_plugins = ["tests.fixtures_ssh"]
 
 WORKERS = 4
 """Parallel workers for a whole-suite run; measured on the 2-core CI machine (see README): six
-were 12% faster, but the torture test found a guardian left behind there once in six runs."""
+were 12% faster where four left the cores idle part of the time, and no faster where the cores
+were already full."""
 
 _RAY_FIXTURES = frozenset({"ray_cluster", "ray_token_cluster"})
 _RAY_MODULES = frozenset({"test_ray_cluster_runs.py", "test_never_twice_ray.py"})
