@@ -86,6 +86,8 @@ DEFAULT_RETRIES = 3
 """Times Ray reruns a step whose worker or node was lost, unless the step sets
 ``max_retries_preemption``."""
 
+_CANCEL_AGAIN_S = 1.0
+
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -228,8 +230,10 @@ class _RayRun:
         self.ref: Any = None
         self._reason: str | None = None
         self._timed_out = False
+        self._ended = False
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
+        self._again: threading.Timer | None = None
 
     def submit(self) -> None:
         backend, job = self.backend, self.job
@@ -261,14 +265,28 @@ class _RayRun:
         with self._lock:
             if self._reason is None:
                 self._reason = reason
+        self._send_cancel(again=False)
+
+    def _send_cancel(self, again: bool) -> None:
         # Ray interrupts a running task only by killing its worker (force), and with it
         # the worker's process group: a shell step's command and its children.
         with contextlib.suppress(Exception):
             self.backend.ray.cancel(self.ref, force=True)
+        # A cancel that reaches the task while it is being handed to a worker can be lost,
+        # and the step then runs to its end: sent again each second until the task has ended.
+        with self._lock:
+            if self._ended or (self._again is not None and not again):
+                return
+            self._again = threading.Timer(_CANCEL_AGAIN_S, self._send_cancel, args=(True,))
+            self._again.daemon = True
+            self._again.start()
 
     def _done(self, future: Any) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        with self._lock:
+            self._ended = True
+        for timer in (self._timer, self._again):
+            if timer is not None:
+                timer.cancel()
         ended = time.time()
         with self._lock:
             reason, timed_out = self._reason, self._timed_out
