@@ -150,3 +150,39 @@ def test_a_cancelled_task_that_recorded_the_kill_itself_leaves_the_runner_only_t
         (outcome,) = ended
         assert type(outcome) is kind
         assert (outcome.ok, outcome.cancelled, outcome.error) == (False, True, "interrupted")
+
+
+def test_a_cancel_is_sent_again_until_the_task_has_ended() -> None:
+    """A force cancel that reaches a task while Ray hands it to a worker can be lost (the step
+    then ran to its end past its wall time): the run sends it again each second, and stops
+    once the task's outcome has arrived. The stand-in for Ray loses the first cancel."""
+    import threading
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from marinbuild.backends.base import Job, Outcome
+    from marinbuild.backends.ray.backend import TaskResult, _RayRun
+
+    sent: list[bool] = []
+    three = threading.Event()
+
+    def cancel(ref: object, force: bool) -> None:
+        sent.append(force)
+        if len(sent) >= 3:
+            three.set()
+
+    job = Job(name="s", output_path="/o", log_file="/o/logs/step.log", workdir="/w", env={})
+    ended: list[Outcome] = []
+    run = _RayRun(backend=SimpleNamespace(ray=SimpleNamespace(cancel=cancel)), job=job, on_done=ended.append)  # type: ignore[arg-type]
+    run.cancel("wall time")
+    run.cancel("interrupted")  # a second cancel starts no second round of resends
+    assert three.wait(10) and all(sent)
+    future: Future[TaskResult] = Future()
+    future.set_result(TaskResult(False, 10.0, 12.0, "killed by SIGKILL", -9))
+    run._done(future)
+    last = run._again
+    assert last is not None
+    last.join(10)
+    assert not last.is_alive() and run._again is last  # nothing armed after the outcome arrived
+    (outcome,) = ended
+    assert (outcome.ok, outcome.error) == (False, "wall time")
