@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from marinbuild.drift import code_record, drift_digest, drift_notes, plain_fields, root_changes, step_drift
+from marinbuild.drift import code_record, drift_digest, drift_notes, plain_fields, root_changes, step_digest, step_drift
 from marinbuild.graph import build_graph
 from marinbuild.steps import step, versioned
 from marinbuild.store.markers import SUCCESS, StatusRecord, info_path, info_text
@@ -33,6 +33,31 @@ def test_digest_follows_the_code_record() -> None:
     assert drift_digest(one) == drift_digest(dict(one))
     assert drift_digest(one) != drift_digest(two)
     assert drift_digest({"command_template": None}) is None
+
+
+def test_a_step_is_digested_as_its_code_record_is_whatever_its_config_holds() -> None:
+    import enum
+    import random
+
+    class Level(enum.IntEnum):
+        LOW = 1
+
+    dep = step("dep", cmd="true")
+    leaves = [
+        "", "plain", "é", "\ud800", 'quote " and \\ backslash', "\x00\n\t", "日本", 0, -1, 2**63, 2**13_288 - 1,
+        2**13_288, -(2**13_288), 0.0, -0.0, 0.1, 1e300, 5e-324, float("nan"), float("inf"), float("-inf"), True,
+        False, None, dep, versioned(3), Level.LOW, [1, 2], {"x": 1}, (), object(),
+    ]
+    keys = ["a", "b", "B", "a.b", "é", "", "(config)", 0, 1, "dep", "\ud800", " "]
+    chooser = random.Random(7)
+    configs: list[object] = [{}, {"a": 1}, 3, None, "text", [dep, 1], {"": 1}, {0: "x"}]
+    for _ in range(400):
+        size = chooser.randint(1, 5)
+        configs.append({chooser.choice(keys): chooser.choice(leaves) for _ in range(size)})
+    for i, config in enumerate(configs):
+        for cmd in ("echo {output}", None, "é \\ \"{x}\""):
+            s = step(f"s{i}", cmd=cmd, config=config) if cmd is not None else step(f"s{i}", _fn, config)
+            assert step_digest(s) == drift_digest(code_record(s)), (cmd, config)
 
 
 def test_step_drift_notes_command_and_plain_field_changes() -> None:
