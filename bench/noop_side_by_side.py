@@ -9,12 +9,18 @@ compare on a shared machine: wall time moves with whatever else runs.
     python -m bench.generate --tool make --shape fanout -n 10000 /dev/shm/noop/make
     (cd /dev/shm/noop && marinbuild run -q -j 2 && make -C make -j2 -s)   # build once
     python -m bench.noop_side_by_side /dev/shm/noop --rounds 7 BEFORE_CHECKOUT AFTER_CHECKOUT
+
+On a shared machine whose speed drifts from minute to minute (CPU medians moving by a
+third), ``--instructions`` counts instead the instructions each no-op executes, under
+valgrind's cachegrind without its cache simulation (about 15x slower, and the same count
+to 0.2% from run to run): the figure to compare two checkouts by when the seconds are noise.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -33,6 +39,16 @@ def timed(command: list[str], folder: Path, env: dict[str, str]) -> tuple[float,
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} in {folder} failed ({done.returncode}): {done.stderr[-500:]}")
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def instructions(command: list[str], folder: Path, env: dict[str, str]) -> int:
+    """Instructions ``command`` executes in user space, counted by cachegrind; it must succeed."""
+    counted = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", *command]
+    done = subprocess.run(counted, cwd=folder, env=env, capture_output=True, text=True)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        raise SystemExit(f"{' '.join(counted)} in {folder} failed ({done.returncode}): {done.stderr[-500:]}")
+    return int(found[1].replace(",", ""))
 
 
 def side_by_side(folder: Path, checkouts: list[str], rounds: int) -> dict[str, list[tuple[float, float]]]:
@@ -55,7 +71,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("folder", type=Path, help="a built workflow (Marinfile.py, and make/Makefile for make)")
     parser.add_argument("checkouts", nargs="+", help="marinbuild checkouts to run, each from its own tree")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--instructions", action="store_true", help="count instructions (valgrind) instead of seconds")
     args = parser.parse_args(argv)
+    if args.instructions:
+        for _ in range(args.rounds):
+            for checkout in args.checkouts:
+                env = {**os.environ, "PYTHONPATH": os.path.abspath(checkout)}
+                count = instructions([sys.executable, "-m", "marinbuild", "run", "-q"], args.folder, env)
+                print(f"{checkout}: {count:,} instructions")
+        return
     for name, runs in side_by_side(args.folder, args.checkouts, args.rounds).items():
         wall = statistics.median(w for w, _ in runs)
         cpu = statistics.median(c for _, c in runs)

@@ -150,6 +150,8 @@ def _flat_text(cmd: str | None, config: dict[Any, Any]) -> str | None:
         if type(k) is not str or not k:
             return None
         t = type(v)
+        if t is Step:
+            continue  # a reference: not a plain field
         if t is str:
             parts.append((k, escape(v)))
         elif t is int:
@@ -164,8 +166,9 @@ def _flat_text(cmd: str | None, config: dict[Any, Any]) -> str | None:
             parts.append((k, named[v]))
         elif not is_placeholder(v):
             return None
-    parts.sort()
-    fields = ", ".join(f"{escape(k)}: {text}" for k, text in parts)
+    if len(parts) > 1:
+        parts.sort()
+    fields = ", ".join([f"{escape(k)}: {text}" for k, text in parts])
     return f"[{'null' if cmd is None else escape(cmd)}, null, {{{fields}}}]"
 
 
