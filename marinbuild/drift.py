@@ -141,8 +141,8 @@ def _flat_text(cmd: str | None, config: dict[Any, Any]) -> str | None:
     """The digest encoder's text of ``[cmd, None, plain_fields(config)]``; None unless ``config`` is flat.
 
     Flat: every key a non-empty str, every value a str, an int of at most
-    :data:`MAX_INT_BITS` bits, a finite float, True, False, None, or a placeholder (a step
-    reference; :func:`plain_fields` leaves those out).
+    :data:`MAX_INT_BITS` bits, a finite float, True, False, None, a placeholder (a step
+    reference; :func:`plain_fields` leaves those out) or a list or tuple of step references.
     """
     escape, named = _ESCAPE, _NAMED
     parts = []
@@ -152,6 +152,10 @@ def _flat_text(cmd: str | None, config: dict[Any, Any]) -> str | None:
         t = type(v)
         if t is Step:
             continue  # a reference: not a plain field
+        if t is list or t is tuple:
+            if all(type(e) is Step for e in v):
+                continue  # references only (a diamond's parents): no plain field either
+            return None
         if t is str:
             parts.append((k, escape(v)))
         elif t is int:

@@ -46,7 +46,8 @@ def test_a_step_is_digested_as_its_code_record_is_whatever_its_config_holds() ->
     leaves = [
         "", "plain", "é", "\ud800", 'quote " and \\ backslash', "\x00\n\t", "日本", 0, -1, 2**63, 2**13_288 - 1,
         2**13_288, -(2**13_288), 0.0, -0.0, 0.1, 1e300, 5e-324, float("nan"), float("inf"), float("-inf"), True,
-        False, None, dep, versioned(3), Level.LOW, [1, 2], {"x": 1}, (), object(),
+        False, None, dep, versioned(3), Level.LOW, [1, 2], {"x": 1}, (), object(), [dep, dep], (dep,), [dep, 1],
+        [dep, [dep]], [versioned(1)],
     ]
     keys = ["a", "b", "B", "a.b", "é", "", "(config)", 0, 1, "dep", "\ud800", " "]
     chooser = random.Random(7)
