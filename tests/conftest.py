@@ -18,6 +18,12 @@ from pathlib import Path
 
 import pytest
 
+# Fixture modules that are imported (by this file, by test modules) before pytest loads them as
+# plugins: registered first, so that their asserts are still rewritten to say what differed.
+pytest.register_assert_rewrite("tests.fixtures_ray", "tests.fixtures_slurm", "tests.fixtures_created_slices")
+
+from tests.fixtures_ray import CLUSTER_FIXTURES  # noqa: E402 (after the registration above)
+
 pytest_plugins = ["tests.fixtures_ssh"]
 
 WORKERS = 4
@@ -25,7 +31,7 @@ WORKERS = 4
 were 12% faster where four left the cores idle part of the time, and no faster where the cores
 were already full."""
 
-_RAY_FIXTURES = frozenset({"ray_cluster", "ray_token_cluster"})
+_RAY_FIXTURES = frozenset(CLUSTER_FIXTURES)
 _RAY_MODULES = frozenset({"test_ray_cluster_runs.py", "test_never_twice_ray.py"})
 
 LONGEST_FIRST = (
