@@ -43,8 +43,10 @@ from marinbuild.store.json_text import loads_or_none
 from marinbuild.store.markers import StatusRecord, info_path, read_info
 from marinbuild.store.storage import Storage
 
-__all__ = ["Drift", "code_record", "drift_digest", "drift_note_lines", "drift_notes", "plain_fields", "root_changes", "step_digest",
-           "step_drift"]
+__all__ = [
+    "Drift", "code_record", "drift_digest", "drift_note_lines", "drift_notes", "plain_fields", "root_changes",
+    "step_digest", "step_drift",
+]
 
 _ADVICE = "not part of the identity: --force it or make it versioned"
 _REF = re.compile(r"^(?P<name>.+)-(?P<identity>[0-9a-f]{16})(?:/.*)?$")
@@ -135,6 +137,7 @@ def step_digest(step: Step) -> str | None:
 
 _ESCAPE = json.encoder.encode_basestring_ascii  # what json.dumps writes for a str, by default
 _NAMED = {None: "null", True: "true", False: "false"}
+_INFINITIES = (float("inf"), float("-inf"))
 
 
 def _flat_text(cmd: str | None, config: dict[Any, Any]) -> str | None:
@@ -174,9 +177,6 @@ def _flat_text(cmd: str | None, config: dict[Any, Any]) -> str | None:
         parts.sort()
     fields = ", ".join([f"{escape(k)}: {text}" for k, text in parts])
     return f"[{'null' if cmd is None else escape(cmd)}, null, {{{fields}}}]"
-
-
-_INFINITIES = (float("inf"), float("-inf"))
 
 
 def drift_digest(record: Mapping[str, Any]) -> str | None:
