@@ -128,7 +128,7 @@ def step_digest(step: Step) -> str | None:
     True
     """
     config = step.config
-    if type(config) is dict and step.fn is None and config:
+    if type(config) is dict and step.fn is None and type(step.cmd) is str and config:
         text = _flat_text(step.cmd, config)
         if text is not None:
             return xxhash.xxh3_64_hexdigest(text.encode("utf-8"))
@@ -164,7 +164,10 @@ def _flat_text(cmd: str | None, config: dict[Any, Any]) -> str | None:
         elif t is int:
             if v.bit_length() > MAX_INT_BITS:
                 return None
-            parts.append((k, int.__repr__(v)))
+            try:
+                parts.append((k, int.__repr__(v)))
+            except ValueError:
+                return None  # past sys.get_int_max_str_digits(): the encoder refuses it, and no digest is made
         elif t is float:
             if v != v or v in _INFINITIES:
                 return None

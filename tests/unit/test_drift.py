@@ -7,7 +7,7 @@ from pathlib import Path
 
 from marinbuild.drift import code_record, drift_digest, drift_notes, plain_fields, root_changes, step_digest, step_drift
 from marinbuild.graph import build_graph
-from marinbuild.steps import step, versioned
+from marinbuild.steps import Step, step, versioned
 from marinbuild.store.markers import SUCCESS, StatusRecord, info_path, info_text
 from marinbuild.store.storage import Storage
 from tests.helpers import marinbuild, marinbuild_in_process, plan_json, write_marinfile
@@ -59,6 +59,22 @@ def test_a_step_is_digested_as_its_code_record_is_whatever_its_config_holds() ->
         for cmd in ("echo {output}", None, "é \\ \"{x}\""):
             s = step(f"s{i}", cmd=cmd, config=config) if cmd is not None else step(f"s{i}", _fn, config)
             assert step_digest(s) == drift_digest(code_record(s)), (cmd, config)
+    # Step(...) itself takes what step() refuses, such as a command that is not text.
+    odd = Step(name="odd", cmd=5, config={"x": 1})  # type: ignore[arg-type]
+    assert step_digest(odd) == drift_digest(code_record(odd))
+
+
+def test_a_lowered_limit_on_integer_digits_gives_no_digest_on_either_path() -> None:
+    import sys
+
+    s = step("s", cmd="echo {output}", config={"x": 10**1000})
+    before = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(640)
+    try:
+        assert drift_digest(code_record(s)) is None
+        assert step_digest(s) is None
+    finally:
+        sys.set_int_max_str_digits(before)
 
 
 def test_step_drift_notes_command_and_plain_field_changes() -> None:
