@@ -13,7 +13,7 @@ compare on a shared machine: wall time moves with whatever else runs.
 On a shared machine whose speed drifts from minute to minute (CPU medians moving by a
 third), ``--instructions`` counts instead the instructions each no-op executes, under
 valgrind's cachegrind without its cache simulation (about 15x slower, and the same count
-to 0.2% from run to run): the figure to compare two checkouts by when the seconds are noise.
+within 0.3% from run to run): the figure to compare two checkouts by when the seconds are noise.
 """
 
 from __future__ import annotations

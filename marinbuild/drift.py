@@ -140,7 +140,7 @@ _NAMED = {None: "null", True: "true", False: "false"}
 _INFINITIES = (float("inf"), float("-inf"))
 
 
-def _flat_text(cmd: str | None, config: dict[Any, Any]) -> str | None:
+def _flat_text(cmd: str, config: dict[Any, Any]) -> str | None:
     """The digest encoder's text of ``[cmd, None, plain_fields(config)]``; None unless ``config`` is flat.
 
     Flat: every key a non-empty str, every value a str, an int of at most
@@ -179,7 +179,7 @@ def _flat_text(cmd: str | None, config: dict[Any, Any]) -> str | None:
     if len(parts) > 1:
         parts.sort()
     fields = ", ".join([f"{escape(k)}: {text}" for k, text in parts])
-    return f"[{'null' if cmd is None else escape(cmd)}, null, {{{fields}}}]"
+    return f"[{escape(cmd)}, null, {{{fields}}}]"
 
 
 def drift_digest(record: Mapping[str, Any]) -> str | None:

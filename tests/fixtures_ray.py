@@ -182,11 +182,12 @@ def short_root(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
 
 
+CLUSTER_FIXTURES = ("ray_cluster", "ray_token_cluster")
+"""The session fixtures below, each a cluster of its own (tests/conftest.py groups their tests)."""
+
 # A cluster's daemons take CPU while idle (raylet, the GCS, the log monitor: about 0.3 of a
 # core), and every test of a cluster runs on one worker (tests/conftest.py, group ``ray``): each
 # cluster is stopped after the last test of this process that uses it, not at the session's end.
-CLUSTER_FIXTURES = ("ray_cluster", "ray_token_cluster")
-"""The session fixtures below, each a cluster of its own (tests/conftest.py groups their tests)."""
 _users: dict[str, int] = {}
 _clusters: dict[str, RayCluster] = {}
 
