@@ -91,6 +91,15 @@ class SlurmCluster:
     def start_node(self, node: str) -> None:
         subprocess.run(["slurmd", "-N", node], env=self.env, check=True, timeout=60)
         _wait(lambda: self.node_state(node) in ("idle", "mixed", "allocated"), 60, f"node {node} back")
+        # A slurmd just restarted answers the controller before it can launch a job's steps: a job
+        # given it then had its step fail ("Zero Bytes were transmitted") and the next test saw a job
+        # end that it never ended. As an operator would, one step run on the node proves it is back.
+        _wait(lambda: self._launches(node), 60, f"node {node} launching steps")
+
+    def _launches(self, node: str) -> bool:
+        done = subprocess.run(["srun", f"--nodelist={node}", "--ntasks=1", "--cpus-per-task=1", "--immediate=10",
+                               "--job-name=node-check", "true"], env=self.env, capture_output=True, timeout=60)
+        return done.returncode == 0
 
     def cancel_all(self) -> None:
         self.run("scancel", "--user=root", check=False)
@@ -210,7 +219,7 @@ def _stop_daemons(pidfiles: list[Path]) -> None:
 
 @pytest.fixture(scope="module")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    for tool in ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel"):
+    for tool in ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel"):
         if shutil.which(tool) is None:
             missing_tool(f"{tool} not found: apt-get install slurm-wlm munge")
     if os.geteuid() != 0:

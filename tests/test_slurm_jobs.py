@@ -210,8 +210,14 @@ step("again", cmd='if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then sleep 120; fi;
         slurm_cluster.kill_node(seen["nodes"], seen["job_id"])
         # Slurm marks the node DOWN and requeues on its own timers, slower on a loaded machine: a
         # generous guard, and what Slurm and the runner said if even that runs out.
+        # It gives up as soon as the runner has ended, and within the test's own time limit, so that
+        # what went wrong is said instead of pytest-timeout's bare stack.
+        def requeued() -> bool:
+            return "Slurm requeued job" in Path(out, "logs", "step.log").read_text()
+
         try:
-            _wait(lambda: "Slurm requeued job" in Path(out, "logs", "step.log").read_text(), 240, "the requeue noted")
+            _wait(lambda: requeued() or runner.poll() is not None, 180, "the requeue noted")
+            assert requeued(), f"the runner ended (status {runner.returncode}) with no requeue noted"
         except AssertionError as e:
             ctld = (slurm_cluster.folder / "slurmctld.log").read_text(errors="replace").splitlines()[-30:]
             raise AssertionError(f"{e}; jobs {slurm_cluster.jobs()}; step log:\n"
