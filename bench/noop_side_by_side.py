@@ -3,7 +3,8 @@
 Each round runs ``marinbuild run -q`` in FOLDER once per checkout (``PYTHONPATH`` set to it),
 then ``make -j2 -s`` in ``FOLDER/make`` where a Makefile is there, and records each command's
 wall and CPU time (user + system of the process and its children). CPU time is the figure to
-compare on a shared machine: wall time moves with whatever else runs.
+compare on a shared machine: wall time moves with whatever else runs. ``--dry-run`` runs
+``marinbuild plan`` and ``make -n`` instead, on a workflow not built.
 
     python -m bench.generate --tool marinbuild --shape fanout -n 10000 /dev/shm/noop
     python -m bench.generate --tool make --shape fanout -n 10000 /dev/shm/noop/make
@@ -14,6 +15,10 @@ On a shared machine whose speed drifts from minute to minute (CPU medians moving
 third), ``--instructions`` counts instead the instructions each no-op executes, under
 valgrind's cachegrind without its cache simulation (about 15x slower, and the same count
 within 0.3% from run to run): the figure to compare two checkouts by when the seconds are noise.
+
+``--python`` names the interpreter, a virtual environment's for instance: a venv's Python
+imports at start-up only what ``site`` needs, where a system Python may import more from its
+own ``.pth`` files (certifi's, say), and that moves standard modules' imports out of the count.
 """
 
 from __future__ import annotations
@@ -51,8 +56,18 @@ def instructions(command: list[str], folder: Path, env: dict[str, str]) -> int:
     return int(found[1].replace(",", ""))
 
 
-def side_by_side(folder: Path, checkouts: list[str], rounds: int) -> dict[str, list[tuple[float, float]]]:
+def commands(dry_run: bool, python: str) -> tuple[list[str], list[str]]:
+    """The marinbuild and make commands one round runs."""
+    if dry_run:
+        return [python, "-m", "marinbuild", "plan"], ["make", "-C", "make", "-n"]
+    return [python, "-m", "marinbuild", "run", "-q"], ["make", "-C", "make", "-j2", "-s"]
+
+
+def side_by_side(
+    folder: Path, checkouts: list[str], rounds: int, dry_run: bool = False, python: str = sys.executable
+) -> dict[str, list[tuple[float, float]]]:
     """Each checkout's and make's (wall, CPU) per round."""
+    marinbuild, make = commands(dry_run, python)
     results: dict[str, list[tuple[float, float]]] = {c: [] for c in checkouts}
     makefile = folder / "make" / "Makefile"
     if makefile.is_file():
@@ -60,9 +75,9 @@ def side_by_side(folder: Path, checkouts: list[str], rounds: int) -> dict[str, l
     for _ in range(rounds):
         for checkout in checkouts:
             env = {**os.environ, "PYTHONPATH": os.path.abspath(checkout)}
-            results[checkout].append(timed([sys.executable, "-m", "marinbuild", "run", "-q"], folder, env))
+            results[checkout].append(timed(marinbuild, folder, env))
         if makefile.is_file():
-            results["make"].append(timed(["make", "-C", "make", "-j2", "-s"], folder, dict(os.environ)))
+            results["make"].append(timed(make, folder, dict(os.environ)))
     return results
 
 
@@ -72,15 +87,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("checkouts", nargs="+", help="marinbuild checkouts to run, each from its own tree")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--instructions", action="store_true", help="count instructions (valgrind) instead of seconds")
+    parser.add_argument("--dry-run", action="store_true", help="`marinbuild plan` and `make -n` instead of the no-op")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter marinbuild runs under (default: this one)")
     args = parser.parse_args(argv)
+    marinbuild, _ = commands(args.dry_run, args.python)
     if args.instructions:
         for _ in range(args.rounds):
             for checkout in args.checkouts:
                 env = {**os.environ, "PYTHONPATH": os.path.abspath(checkout)}
-                count = instructions([sys.executable, "-m", "marinbuild", "run", "-q"], args.folder, env)
+                count = instructions(marinbuild, args.folder, env)
                 print(f"{checkout}: {count:,} instructions")
         return
-    for name, runs in side_by_side(args.folder, args.checkouts, args.rounds).items():
+    for name, runs in side_by_side(args.folder, args.checkouts, args.rounds, args.dry_run, args.python).items():
         wall = statistics.median(w for w, _ in runs)
         cpu = statistics.median(c for _, c in runs)
         least = min(c for _, c in runs)

@@ -19,7 +19,6 @@ each, or nothing when there is no history.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -208,6 +207,8 @@ def estimate(runs: Sequence[tuple[float, Usage]]) -> Estimate | None:
     """
     if not runs:
         return None
+    import statistics  # with fractions and decimal, a few ms of every plan's start
+
     med = statistics.median
     usages = [u for _, u in runs]
     return Estimate(
@@ -236,6 +237,8 @@ def estimates_for(storage: Any, graph: Any, names: Sequence[str]) -> dict[str, E
     if not names:
         return {}
     index = RunIndex(storage, graph, names)
+    if not index:
+        return dict.fromkeys(names)  # nothing under the prefix ever ran
     summary = index_of(storage)
     # Outputs that exist (a step never run costs no read), less those the status summary
     # shows running or failed: 10,000 steps running elsewhere would cost 10,000 misses.

@@ -234,3 +234,19 @@ def test_noop_side_by_side_times_each_checkout_and_make_on_a_built_workflow(
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == [repo, "make"]
     assert all("(2 runs)" in line for line in lines)
+
+
+def test_noop_side_by_side_dry_run_plans_without_building(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import noop_side_by_side
+
+    generate("marinbuild", "fanout", 3, tmp_path)
+    generate("make", "fanout", 3, tmp_path / "make")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    repo = str(Path(__file__).resolve().parent.parent)
+    noop_side_by_side.main([str(tmp_path), repo, "--rounds", "1", "--dry-run", "--python", sys.executable])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == [repo, "make"]
+    # a dry run of either tool writes nothing beside the workflows (Python's caches aside)
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if "__pycache__" not in p.parts)
+    assert after == [p for p in before if "__pycache__" not in p.parts]

@@ -8,7 +8,6 @@ Marinfile). TPU slices read ``[[slices]]``, ``[ssh]``, ``[gcp]`` and a few keys;
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ClusterConfigError(f"{p}: not valid TOML: not UTF-8 (byte {e.start})") from None
+    import tomllib  # only where a cluster file exists: its regexes cost a few ms of every command's start
+
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
