@@ -27,9 +27,9 @@ _HOMES = {
     "StepStatus": "marinbuild.report.status",
     "MarinbuildError": "marinbuild.errors",
     "UserError": "marinbuild.errors",
-    "RunSummary": "marinbuild.execution.session",
-    "StepOutcome": "marinbuild.execution.session",
-    "StepResult": "marinbuild.execution.session",
+    "RunSummary": "marinbuild.execution.run_results",
+    "StepOutcome": "marinbuild.execution.run_results",
+    "StepResult": "marinbuild.execution.run_results",
     "Plan": "marinbuild.planner",
     "ZERO": "marinbuild.resources",
     "Cores": "marinbuild.resource_parts",
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from marinbuild.api import clean, main, plan, run, status
     from marinbuild.cleanup import CleanResult
     from marinbuild.errors import MarinbuildError, UserError
-    from marinbuild.execution.session import RunSummary, StepOutcome, StepResult
+    from marinbuild.execution.run_results import RunSummary, StepOutcome, StepResult
     from marinbuild.planner import Plan
     from marinbuild.report.status import StatusReport, StepStatus
     from marinbuild.resource_parts import Cores, Custom, Gpus, Memory, Slices, Token, WTime

@@ -25,7 +25,8 @@ from marinbuild.backends.retry_budgets import RetryBudgets
 from marinbuild.execution.invocation import RunVoice, invoke
 from marinbuild.execution.reporting import JsonReporter, NullReporter, PlainReporter, Reporter, json_step_lines
 from marinbuild.execution.run_parameters import RunParameters
-from marinbuild.execution.session import Machine, RunSummary, load, plan_run
+from marinbuild.execution.run_results import RunSummary
+from marinbuild.execution.session import Machine, load, plan_run
 from marinbuild.planner import Plan
 from marinbuild.steps import Step, declaring
 

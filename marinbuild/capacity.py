@@ -30,6 +30,7 @@ __all__ = [
     "MEMORY_HEADROOM_FRACTION",
     "Capacity",
     "CgroupLimits",
+    "Machine",
     "cgroup_limits",
     "detect_capacity",
     "memory_headroom",
@@ -365,6 +366,17 @@ def detect_capacity() -> Capacity:
         gpus=gpus,
         gpu_type=gpu_type if gpus else None,
     )
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What this run may use of the machine, as the command line says it (``--cores``, ``--mem``,
+    ``--resources``, ``--token``); ``None`` means detected. :func:`with_overrides` applies it."""
+
+    cores: int | None = None
+    mem: str | None = None
+    resources: tuple[str, ...] = ()
+    tokens: tuple[str, ...] = ()
 
 
 def with_overrides(

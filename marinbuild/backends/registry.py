@@ -1,6 +1,6 @@
 """The kinds of backend a run may use, by name: the built-in ones and any registered later.
 
-``--backend`` takes the name of a kind whose :attr:`~marinbuild.backends.base.BackendKind.choice`
+``--backend`` takes the name of a kind whose :attr:`~marinbuild.backends.kinds.BackendKind.choice`
 is true; the others (TPU slices over SSH) join every run whose cluster file configures them.
 A kind from outside marinbuild is added with :func:`register` before the run starts::
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 
-from marinbuild.backends.base import BackendKind
+from marinbuild.backends.kinds import BackendKind
 from marinbuild.errors import UserError
 
 __all__ = ["chosen_kind", "companion_kinds", "kind_names", "kind_options", "kinds", "register"]

@@ -15,10 +15,13 @@ __all__ = ["drift_lines", "estimate_lines", "estimates", "format_hours", "rough_
 
 def drift_lines(project: Project, plan: Plan) -> list[str]:
     """One line per drift of each up-to-date step: ``train: note: command changed since ...``."""
-    from marinbuild.drift import drift_note_lines as lines_of
     from marinbuild.staleness import Action
 
     kept = [n for n in plan.order if plan.decisions[n].action is Action.SKIP]
+    if not kept:  # everything would run: no drift to read, nor its module to load
+        return []
+    from marinbuild.drift import drift_note_lines as lines_of
+
     return lines_of(project.storage, project.graph, kept, plan.statuses)
 
 

@@ -10,7 +10,7 @@ Accepting a setting and ignoring it is worse than refusing it, so before anythin
 * ``disk`` is checked against the free space where outputs live when that is a local disk;
   a remote store cannot be asked, which is said once;
 * ``replicas``, ``env_vars`` names and ``preemptible=False`` are for the step's kind of
-  backend to honour, narrow or refuse (:meth:`~marinbuild.backends.base.PlacedKind.check_step`).
+  backend to honour, narrow or refuse (:meth:`~marinbuild.backends.kinds.PlacedKind.check_step`).
 
 Every refusal is a :class:`~marinbuild.errors.ResourceError` (exit 2) naming the step and the
 backend.
@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING
 
 from marinbuild.errors import ResourceError
 from marinbuild.graph import StepGraph
-from marinbuild.pyenv.spec import EnvSpec, environment_of
 from marinbuild.resources import Request, ResourceConfig
 from marinbuild.units import format_bytes
 
 if TYPE_CHECKING:
-    from marinbuild.backends.base import PlacedKind
+    from marinbuild.backends.kinds import PlacedKind
+    from marinbuild.pyenv.spec import EnvSpec
 
 __all__ = ["FieldCheck", "check_fields", "free_bytes"]
 
@@ -80,11 +80,15 @@ def check_fields(
     images: dict[str, tuple[str, str]] = {}
     notes: list[str] = []
     free: int | None = None
+    nodes = graph.nodes
     for name in names:
-        s = graph.nodes[name].step
-        env = environment_of(name, s.pip_dependency_groups, marinfile)
-        if env is not None:
-            environments[name] = env
+        groups = nodes[name].step.pip_dependency_groups
+        if groups:  # most steps ask for no environment: not a call each, nor the module's load
+            from marinbuild.pyenv.spec import environment_of
+
+            env = environment_of(name, groups, marinfile)
+            if env is not None:
+                environments[name] = env
     for name in to_run:
         rc = graph.nodes[name].step.resources
         if not isinstance(rc, ResourceConfig):

@@ -16,16 +16,8 @@ from typing import TYPE_CHECKING
 from marinbuild.errors import UserError
 from marinbuild.execution.reporting import NullReporter, Reporter
 from marinbuild.execution.run_parameters import RunParameters
-from marinbuild.execution.session import (
-    PlannedRun,
-    RunSummary,
-    StepOutcome,
-    StepResult,
-    execute,
-    load,
-    load_run_modules,
-    plan_run,
-)
+from marinbuild.execution.run_results import RunSummary, StepOutcome, StepResult
+from marinbuild.execution.session import PlannedRun, execute, load, load_run_modules, plan_run
 
 if TYPE_CHECKING:
     from marinbuild.graph import StepGraph

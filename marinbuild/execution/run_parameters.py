@@ -10,18 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from marinbuild.backends.retry_budgets import RetryBudgets
+from marinbuild.capacity import Machine
 
-__all__ = ["Machine", "RunParameters"]
-
-
-@dataclass(frozen=True)
-class Machine:
-    """What this run may use of the machine; ``None`` means detected."""
-
-    cores: int | None = None
-    mem: str | None = None
-    resources: tuple[str, ...] = ()
-    tokens: tuple[str, ...] = ()
+__all__ = ["RunParameters"]
 
 
 _SEQUENCES = ("targets", "force", "resources", "token")

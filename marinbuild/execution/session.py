@@ -12,20 +12,17 @@ Data flows one way: Marinfile → steps → plan → session → scheduler → b
 
 from __future__ import annotations
 
-import enum
 import gc
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from marinbuild.backends.base import PlacedKind, PlanInput
 from marinbuild.backends.cluster_file import cluster_path, read_cluster_file
+from marinbuild.backends.kinds import PlacedKind, PlanInput
 from marinbuild.backends.registry import chosen_kind, companion_kinds, kinds
-from marinbuild.capacity import Capacity, detect_capacity, parse_named_counts, with_overrides
+from marinbuild.capacity import Capacity, Machine, detect_capacity, parse_named_counts, with_overrides
 from marinbuild.execution.admission import RemoteAdmission, ResourceAdmission, check_plan_fits, requests_of
 from marinbuild.execution.backend_fields import FieldCheck, check_fields
-from marinbuild.execution.reporting import NullReporter, Reporter, Summary
-from marinbuild.execution.run_parameters import Machine, RunParameters
 from marinbuild.planner import Plan
 from marinbuild.project import Project, open_project, plan_targets, project_of_steps
 from marinbuild.steps import Step
@@ -34,8 +31,10 @@ from marinbuild.units import parse_duration
 
 if TYPE_CHECKING:
     from marinbuild.backends.base import Backend, Job, Outcome
-    from marinbuild.execution.output_stream import OutputFollower
+    from marinbuild.execution.reporting import Reporter
     from marinbuild.execution.run_context import RunContext
+    from marinbuild.execution.run_parameters import RunParameters
+    from marinbuild.execution.run_results import Recorder, RunSummary, StepResult
     from marinbuild.execution.start_gates import Admission
     from marinbuild.graph import StepNode
     from marinbuild.resources import Request
@@ -44,9 +43,6 @@ if TYPE_CHECKING:
 __all__ = [
     "Machine",
     "PlannedRun",
-    "RunSummary",
-    "StepOutcome",
-    "StepResult",
     "execute",
     "load",
     "plan_run",
@@ -69,76 +65,6 @@ class PlannedRun:
     def kind_of(self, name: str) -> PlacedKind:
         """The kind of backend step ``name`` runs on."""
         return _taker(self.backends, name, self.requests[name])
-
-
-class StepOutcome(enum.StrEnum):
-    """What one run did with one step."""
-
-    RAN = "ran"
-    """Ran here and succeeded."""
-    SKIPPED = "skipped"
-    """Up to date when the run began."""
-    FINISHED_ELSEWHERE = "finished elsewhere"
-    """Another runner finished it while this run waited."""
-    FAILED = "failed"
-    NOT_STARTED = "not started"
-    """Never started: a dependency failed, the run stopped, or it was refused."""
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """One step's fate in a run."""
-
-    name: str
-    outcome: StepOutcome
-    output_path: str
-    error: str | None = None
-    log: str | None = None
-    duration: float | None = None
-    retries: Mapping[str, Any] | None = None
-    """For a step that retried or failed: what it used of each retry budget,
-    ``{"failure": {"used": 1, "max": 3}, "preemption": ..., "hang": ...}``."""
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """What a run did, step by step.
-
-    >>> s = RunSummary({"a": StepResult("a", StepOutcome.RAN, "/out/a-1", duration=0.5)})
-    >>> s.ok, s.count(StepOutcome.RAN)
-    (True, 1)
-    >>> print(s)
-    ran 1: a
-    """
-
-    steps: Mapping[str, StepResult]
-    interrupted: bool = False
-
-    @property
-    def ok(self) -> bool:
-        """True when nothing failed, nothing was left undone and the run was not interrupted."""
-        return not self.interrupted and all(
-            r.outcome not in (StepOutcome.FAILED, StepOutcome.NOT_STARTED) for r in self.steps.values()
-        )
-
-    def count(self, outcome: StepOutcome) -> int:
-        return sum(1 for r in self.steps.values() if r.outcome is outcome)
-
-    def names(self, outcome: StepOutcome) -> list[str]:
-        return [n for n, r in self.steps.items() if r.outcome is outcome]
-
-    def __str__(self) -> str:
-        lines = []
-        for outcome in StepOutcome:
-            names = self.names(outcome)
-            if names:
-                lines.append(f"{outcome.value} {len(names)}: {', '.join(names)}")
-        for r in self.steps.values():
-            if r.outcome is StepOutcome.FAILED:
-                lines.append(f"  {r.name}: {r.error}")
-        if self.interrupted:
-            lines.append("interrupted")
-        return "\n".join(lines) if lines else "nothing to do"
 
 
 def load(file: str = "Marinfile.py", steps: Sequence[Step] | None = None, prefix: str | None = None) -> Project:
@@ -199,7 +125,7 @@ def plan_run(
         if placed is not None:
             companions.append(placed)
             given = replace(given, capacity=placed.offer(given.capacity))
-    chosen = chosen_kind(backend_choice(settings or RunParameters(), project))
+    chosen = chosen_kind(backend_choice(settings, project))
     first = chosen.plan(given) if chosen.name != _HERE else None
     here = chosen_kind(_HERE).plan(given)
     assert here is not None
@@ -212,7 +138,11 @@ def plan_run(
     for placed in order:
         narrowed, capacity = placed.settle(given, settled, capacity)
         settled = dict(narrowed)
-    check_plan_fits({n: settled[n] for n in to_run if not _taker(order, n, requests[n]).remote}, capacity)
+    if any(placed.remote for placed in order):
+        here_only = {n: settled[n] for n in to_run if not _taker(order, n, requests[n]).remote}
+    else:  # every step is this machine's to hold: no kind to ask, step by step
+        here_only = {n: settled[n] for n in to_run}
+    check_plan_fits(here_only, capacity)
     return PlannedRun(project, plan, settled, capacity, order, fields=fields)
 
 
@@ -227,69 +157,11 @@ def _taker(order: Sequence[PlacedKind], name: str, request: Request) -> PlacedKi
     return order[-1]
 
 
-def backend_choice(settings: RunParameters, project: Project) -> str:
+def backend_choice(settings: RunParameters | None, project: Project) -> str:
     """``settings.backend``, else the Marinfile's ``DEFAULT_BACKEND``, else local; a name ``--backend`` takes."""
-    choice = str(settings.backend or project.marinfile.default("DEFAULT_BACKEND") or _HERE)
+    asked = settings.backend if settings is not None else None
+    choice = str(asked or project.marinfile.default("DEFAULT_BACKEND") or _HERE)
     return chosen_kind(choice).name
-
-
-@dataclass
-class _Recorder(NullReporter):
-    """Passes every event on, and keeps each step's fate for the :class:`RunSummary`."""
-
-    inner: Reporter
-    results: dict[str, tuple[StepOutcome, str | None, str | None, float | None]] = field(default_factory=dict)
-
-    def run_started(self, total: int, skipped: int) -> None:
-        self.inner.run_started(total, skipped)
-
-    follower: OutputFollower | None = None
-    on_command: Callable[[str, str], None] | None = None
-
-    def step_command(self, name: str, command: str) -> None:
-        if self.on_command is not None:
-            self.on_command(name, command)
-
-    def step_starting(self, name: str, log_file: str) -> None:
-        if self.follower is not None:
-            self.follower.follow(name, log_file)
-        starting = getattr(self.inner, "step_starting", None)
-        if starting is not None:
-            starting(name, log_file)
-
-    def step_started(self, name: str, output: str) -> None:
-        self.inner.step_started(name, output)
-
-    def steps_waiting(self, counts: Mapping[str, int]) -> None:
-        tell = getattr(self.inner, "steps_waiting", None)
-        if tell is not None:
-            tell(counts)
-
-    def step_waiting(self, name: str, reason: str) -> None:
-        self.inner.step_waiting(name, reason)
-
-    def step_finished(self, name: str, duration: float, capacity_wait: float = 0.0) -> None:
-        self.results[name] = (StepOutcome.RAN, None, None, duration)
-        if self.follower is not None:
-            self.follower.finish(name)  # its last lines before the line saying it is done
-        self.inner.step_finished(name, duration, capacity_wait)
-
-    def step_failed(self, name: str, error: str, log: str) -> None:
-        self.results[name] = (StepOutcome.FAILED, error, log, None)
-        if self.follower is not None:
-            self.follower.finish(name)
-        self.inner.step_failed(name, error, log)
-
-    def step_skipped(self, name: str, reason: str) -> None:
-        self.results.setdefault(name, (StepOutcome.NOT_STARTED, reason, None, None))
-        self.inner.step_skipped(name, reason)
-
-    tally: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """What each step that retried or failed used of its retry budgets (filled by the retry loop)."""
-
-    def run_finished(self, summary: Summary) -> None:
-        summary.retries.update(self.tally)
-        self.inner.run_finished(summary)
 
 
 _RUN_PACKAGES = ("marinbuild.execution", "marinbuild.backends", f"marinbuild.backends.{_HERE}")
@@ -328,7 +200,7 @@ def load_run_modules() -> None:
 
 def execute(
     planned: PlannedRun,
-    settings: RunParameters = RunParameters(),
+    settings: RunParameters | None = None,
     reporter: Reporter | None = None,
     echo: Callable[[str], None] = print,
     on_output: Callable[[str, str], None] | None = None,
@@ -344,6 +216,12 @@ def execute(
     Ctrl-C (and SIGTERM, where the caller maps it to KeyboardInterrupt) stops the run cleanly:
     running steps are cancelled and marked FAILED, and the summary says ``interrupted``.
     """
+    # Imported here: a plan never loads what a run returns or is told.
+    from marinbuild.execution.reporting import NullReporter
+    from marinbuild.execution.run_parameters import RunParameters
+    from marinbuild.execution.run_results import Recorder, RunSummary, StepOutcome, StepResult
+
+    settings = settings if settings is not None else RunParameters()
     plan, project = planned.plan, planned.project
     to_run = plan.to_run()
     running = set(to_run)
@@ -368,7 +246,7 @@ def execute(
     runner, backend_for = _backends(planned, settings, lease_settings, echo, print_output=on_output is not None,
                                     tally=tally)
     claims = LeaseClaims(project.storage, lease_settings, stale_success=_redone(plan))
-    recorder = _Recorder(reporter or NullReporter(), on_command=on_command, tally=tally)
+    recorder = Recorder(reporter or NullReporter(), on_command=on_command, tally=tally)
     if on_output is not None:
         from marinbuild.execution.output_stream import OutputFollower
 
@@ -388,7 +266,9 @@ def execute(
     return RunSummary({n: results[n] for n in plan.order}, interrupted=summary.interrupted)
 
 
-def _result(name: str, plan: Plan, recorder: _Recorder, elsewhere: bool, tally: Mapping[str, dict[str, Any]]) -> StepResult:
+def _result(name: str, plan: Plan, recorder: Recorder, elsewhere: bool, tally: Mapping[str, dict[str, Any]]) -> StepResult:
+    from marinbuild.execution.run_results import StepOutcome, StepResult
+
     outcome, error, log, duration = recorder.results.get(name, (StepOutcome.NOT_STARTED, None, None, None))
     if elsewhere:
         outcome = StepOutcome.FINISHED_ELSEWHERE

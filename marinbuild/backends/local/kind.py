@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from marinbuild.backends.base import Backend, BackendKind, PlacedKind, PlanInput, WireInput, check_replicas
+from marinbuild.backends.kinds import BackendKind, PlacedKind, PlanInput, check_replicas
 from marinbuild.errors import ResourceError
 
 if TYPE_CHECKING:
+    from marinbuild.backends.base import Backend, WireInput
     from marinbuild.graph import StepNode
     from marinbuild.resources import Request, ResourceConfig
 

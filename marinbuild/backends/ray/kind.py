@@ -12,9 +12,10 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from marinbuild.backends.base import Backend, BackendKind, PlacedKind, PlanInput, WireInput
+from marinbuild.backends.kinds import BackendKind, PlacedKind, PlanInput
 
 if TYPE_CHECKING:
+    from marinbuild.backends.base import Backend, WireInput
     from marinbuild.backends.ray.cluster import Placement
     from marinbuild.graph import StepNode
     from marinbuild.resources import Request

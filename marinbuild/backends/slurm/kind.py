@@ -13,11 +13,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from marinbuild.backends.base import Backend, BackendKind, PlacedKind, PlanInput, WireInput
-from marinbuild.backends.slurm.settings import SlurmSettings, parse_slurm
+from marinbuild.backends.kinds import BackendKind, PlacedKind, PlanInput
 
 if TYPE_CHECKING:
+    from marinbuild.backends.base import Backend, WireInput
     from marinbuild.backends.slurm.commands import JobState
+    from marinbuild.backends.slurm.settings import SlurmSettings
     from marinbuild.graph import StepNode
     from marinbuild.resources import Request, ResourceConfig
     from marinbuild.store.storage import Storage
@@ -86,6 +87,8 @@ class SlurmKind(BackendKind):
     cluster_keys = frozenset({"slurm"})
 
     def plan(self, given: PlanInput) -> PlacedKind | None:
+        from marinbuild.backends.slurm.settings import SlurmSettings, parse_slurm  # only when chosen
+
         raw = (given.cluster or {}).get("slurm")
         table = parse_slurm(raw, given.cluster_source) if raw is not None else SlurmSettings()
         graph = given.project.graph

@@ -15,13 +15,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from marinbuild.backends.base import Backend, BackendKind, PlacedKind, PlanInput, WireInput
 from marinbuild.backends.cluster_file import cluster_path
+from marinbuild.backends.kinds import BackendKind, PlacedKind, PlanInput
 from marinbuild.capacity import Capacity, with_overrides
 from marinbuild.errors import ResourceError, missing_extra
 from marinbuild.resources import Slices
 
 if TYPE_CHECKING:
+    from marinbuild.backends.base import Backend, WireInput
     from marinbuild.backends.tpu.cluster import Cluster
     from marinbuild.graph import StepNode
     from marinbuild.resources import Request, ResourceConfig
@@ -72,7 +73,7 @@ class TpuPlaced(PlacedKind):
         return with_overrides(capacity, slices=self.cluster.slices_by_type())
 
     def check_step(self, name: str, rc: ResourceConfig, request: Request) -> Request:
-        from marinbuild.backends.base import check_replicas
+        from marinbuild.backends.kinds import check_replicas
 
         check_replicas(name, rc, self.name)
         bad = [k for k in rc.env_vars if not _SHELL_NAME.fullmatch(k)]

@@ -52,3 +52,19 @@ def test_check_exits_1_when_anything_would_run_and_prints_nothing(tmp_path):
 def test_estimate_json_is_null_without_history():
     assert _estimate_json({}, "a") is None
     assert _estimate_json({"a": None}, "a") is None
+
+
+RUN_ONLY = ("marinbuild.backends.base", "marinbuild.backends.slurm.settings", "marinbuild.execution.reporting",
+            "marinbuild.execution.run_parameters", "marinbuild.execution.run_results", "marinbuild.execution.scheduler")
+"""Modules of a run that a plan has no use for: each costs start-up time of every plan."""
+
+
+def test_a_plan_loads_none_of_a_runs_machinery(tmp_path: Path) -> None:
+    folder = _project(tmp_path)
+    probe = ("import sys\nfrom marinbuild.cli.app import command_line\n"
+             "try:\n    command_line(['plan'])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+             f"print(sorted(m for m in {RUN_ONLY!r} if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=folder, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[0].startswith("step ") and lines[1].startswith("a ") and lines[-1] == "[]", done.stdout

@@ -11,35 +11,16 @@ import pytest
 
 from marinbuild.errors import ResourceError, UserError
 from marinbuild.execution.run_parameters import RunParameters
-from marinbuild.execution.session import (
-    Machine,
-    RunSummary,
-    StepOutcome,
-    StepResult,
-    backend_choice,
-    execute,
-    load,
-    plan_run,
-)
+from marinbuild.execution.run_results import StepOutcome
+from marinbuild.execution.session import Machine, backend_choice, execute, load, plan_run
 from marinbuild.resources import Cores
 from marinbuild.steps import step, versioned
-
-
-def test_run_summary() -> None:
-    summary = RunSummary({
-        "a": StepResult("a", StepOutcome.RAN, "/o/a", duration=1.0),
-        "b": StepResult("b", StepOutcome.FAILED, "/o/b", error="exit 3"),
-        "c": StepResult("c", StepOutcome.SKIPPED, "/o/c"),
-    })
-    assert not summary.ok and summary.count(StepOutcome.RAN) == 1 and summary.names(StepOutcome.FAILED) == ["b"]
-    assert str(summary) == "ran 1: a\nskipped 1: c\nfailed 1: b\n  b: exit 3"
-    assert str(RunSummary({})) == "nothing to do" and RunSummary({}).ok
-    assert not RunSummary({}, interrupted=True).ok
 
 
 def test_backend_choice(tmp_path: Path) -> None:
     project = load(steps=[step("s", cmd="true")], prefix=str(tmp_path))
     assert backend_choice(RunParameters(), project) == "local"
+    assert backend_choice(None, project) == "local"  # plan_run without a run's parameters
     assert backend_choice(RunParameters(backend="Ray"), project) == "ray"
     assert backend_choice(RunParameters(backend="slurm"), project) == "slurm"
     with pytest.raises(UserError, match="--backend must be 'local' or 'ray' or 'slurm', not 'lsf'"):
