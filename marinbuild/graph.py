@@ -105,6 +105,7 @@ def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
     # before its dependants are hashed (topological order).
     ref_of: dict[Step, str] = {}
     nodes: dict[str, StepNode] = {}
+    overridden = False
     for s in order:
         if s.hash_code:
             payload = identity_payload(s.name, s.config, ref_of, scans[s], code_digest(s))
@@ -129,18 +130,21 @@ def build_graph(declared: Iterable[Step], prefix: str) -> StepGraph:
             continue
         check_template(s)
         dep_steps = objects[s]
-        if len(dep_steps) > 1:
-            deps = tuple(dict.fromkeys(d.name for d in dep_steps))
+        if len(dep_steps) == 1:  # nearly every step: no generator made for it
+            deps: tuple[str, ...] = (dep_steps[0].name,)
+        elif dep_steps:
+            deps = tuple(dict.fromkeys([d.name for d in dep_steps]))
         else:
-            deps = tuple(d.name for d in dep_steps)
+            deps = ()
         if s.override_output_path:
+            overridden = True
             output_path = override_path(prefix, s.override_output_path, s.name)
         else:
             output_path = f"{under_prefix}{s.name}-{identity}"  # a name is never absolute
         nodes[s.name] = _node(s, identity, payload, deps, output_path)
-    if any(node.step.override_output_path for node in nodes.values()):
+    if overridden:
         _check_output_paths(nodes)
-    names = tuple(dict.fromkeys(s.name for s in declared))
+    names = tuple(dict.fromkeys([s.name for s in declared]))
     return StepGraph(nodes=nodes, declared=names, order=tuple(nodes), prefix=prefix)
 
 
@@ -170,7 +174,8 @@ def _program(fn: Callable[..., Any]) -> tuple[str | None, ...]:
 
 def _node(step: Step, identity: str, payload: Mapping[str, Any], deps: tuple[str, ...], output_path: str) -> StepNode:
     # Once per step on every plan: see marinbuild.store.frozen_fill.
-    return frozen_filled(StepNode, step=step, identity=identity, payload=payload, deps=deps, output_path=output_path)
+    return frozen_filled(StepNode, {"step": step, "identity": identity, "payload": payload, "deps": deps,
+                                    "output_path": output_path})
 
 
 def _discover(declared: list[Step]) -> tuple[dict[Step, ConfigScan], dict[Step, list[Step]]]:
@@ -187,7 +192,10 @@ def _discover(declared: list[Step]) -> tuple[dict[Step, ConfigScan], dict[Step, 
         except StepDefinitionError as e:
             raise StepDefinitionError(f"step {s.name!r}: {e}") from None
         refs = scan.refs
-        deps = objects[s] = [refs[0][1]] if len(refs) == 1 else list(dict.fromkeys(r for _, r, _ in refs))
+        if len(refs) == 1:
+            deps = objects[s] = [refs[0][1]]
+        else:
+            deps = objects[s] = list(dict.fromkeys([r for _, r, _ in refs])) if refs else []
         for r in deps:
             if r not in seen:
                 seen.add(r)

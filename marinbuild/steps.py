@@ -293,14 +293,14 @@ def step(
     if fresh_output and resume_output:
         raise StepDefinitionError(f"step {name!r}: fresh_output=True and resume_output=True exclude each other")
     # A Marinfile calls step() once per step on every command; Step(...) itself still works the usual way.
-    s = frozen_filled(
-        Step, name=name, fn=fn, config=config, cmd=cmd, resources=resources, description=description,
-        override_output_path=override_output_path, fresh_output=fresh_output, resume_output=bool(resume_output),
-        strict_outputs=bool(strict_outputs), env=env_pairs, max_retries_preemption=max_retries_preemption,
-        max_retries_failure=max_retries_failure, max_retries_hang=max_retries_hang, progress_timeout=timeout,
-        pip_dependency_groups=groups, hash_code=bool(hash_code),
-        slurm=tuple(sorted((str(k), v) for k, v in slurm.items())) if slurm else (),
-    )
+    s = frozen_filled(Step, {
+        "name": name, "fn": fn, "config": config, "cmd": cmd, "resources": resources, "description": description,
+        "override_output_path": override_output_path, "fresh_output": fresh_output,
+        "resume_output": bool(resume_output), "strict_outputs": bool(strict_outputs), "env": env_pairs,
+        "max_retries_preemption": max_retries_preemption, "max_retries_failure": max_retries_failure,
+        "max_retries_hang": max_retries_hang, "progress_timeout": timeout, "pip_dependency_groups": groups,
+        "hash_code": bool(hash_code), "slurm": tuple(sorted((str(k), v) for k, v in slurm.items())) if slurm else (),
+    })
     declared = _declared.get()
     if declared is not None:
         declared.append(s)
@@ -388,7 +388,7 @@ def scan_config(value: Any) -> ConfigScan:
         raise StepDefinitionError("a config is nested too deeply to walk (is it circular?)") from None
     if not refs and not marked:
         return _NOTHING_FOUND
-    return ConfigScan(tuple(refs), tuple(marked))
+    return frozen_filled(ConfigScan, {"refs": tuple(refs), "marked": tuple(marked)})  # once per step: see frozen_fill
 
 
 def _scan(

@@ -234,12 +234,11 @@ def _plain_record(raw: dict[str, Any], status: str) -> StatusRecord | None:
         if inputs is None:
             return None
     # Once per marker of a no-op run: see marinbuild.store.frozen_fill.
-    return frozen_filled(
-        StatusRecord,
-        status=status, time=when, error=texts[0], duration=duration, owner=texts[1], name=texts[2],
-        identity=texts[3], drift=drift, retries=retries, inputs=inputs, starting_over=starting_over,
-        inputs_digest=None, leased_by=None, mismatch=None,
-    )
+    return frozen_filled(StatusRecord, {
+        "status": status, "time": when, "error": texts[0], "duration": duration, "owner": texts[1],
+        "name": texts[2], "identity": texts[3], "drift": drift, "retries": retries, "inputs": inputs,
+        "starting_over": starting_over, "inputs_digest": None, "leased_by": None, "mismatch": None,
+    })
 
 
 def _plain_texts(status: str, texts: tuple[Any, ...]) -> bool:
