@@ -223,11 +223,12 @@ def estimate(runs: Sequence[tuple[float, Usage]]) -> Estimate | None:
     )
 
 
-def estimates_for(storage: Any, graph: Any, names: Sequence[str]) -> dict[str, Estimate | None]:
+def estimates_for(storage: Any, graph: Any, names: Sequence[str], index: Any = None) -> dict[str, Estimate | None]:
     """An estimate for each named step from its earlier successful runs under the prefix.
 
     Reads the info JSON and the ledger of every earlier output of those step names (one
-    listing per folder, then one batch read of each kind).
+    listing per folder, then one batch read of each kind). ``index``: the
+    :class:`~marinbuild.history.RunIndex` of ``names``, when the caller listed them already.
     """
     from marinbuild.history import RunIndex
     from marinbuild.store.attempt_ledger import LEDGER, ledger_attempts
@@ -236,7 +237,7 @@ def estimates_for(storage: Any, graph: Any, names: Sequence[str]) -> dict[str, E
 
     if not names:
         return {}
-    index = RunIndex(storage, graph, names)
+    index = index if index is not None else RunIndex(storage, graph, names)
     if not index:
         return dict.fromkeys(names)  # nothing under the prefix ever ran
     summary = index_of(storage)

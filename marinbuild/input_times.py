@@ -37,6 +37,8 @@ def rerun_inputs(
     reads them). ``names`` is walked in the graph's topological order, so that a step
     downstream of a stale one is stale too (``upstream X rerun since this step ran``).
     """
+    if not statuses:  # nothing ran: no step has inputs to be rewritten (a fresh plan's every step)
+        return {}, []
     nodes = graph.nodes
     wanted = names if isinstance(names, (set, frozenset)) else set(names)
     every = len(wanted) >= len(nodes)  # the usual plan: every step, no membership test per step

@@ -45,9 +45,15 @@ def why_extras(project: Project, name: str, info: Mapping[str, Any] | None, own:
 
 def estimates(project: Project, plan: Plan) -> dict[str, Estimate | None]:
     """An estimate (or None: no history) for each step the plan would run."""
+    from marinbuild.history import RunIndex
+
+    names = plan.to_run()
+    index = RunIndex(project.storage, project.graph, names)
+    if not index:  # nothing under the prefix ever ran: no history, and accounting is not even loaded
+        return dict.fromkeys(names)
     from marinbuild.accounting import estimates_for
 
-    return estimates_for(project.storage, project.graph, plan.to_run())
+    return estimates_for(project.storage, project.graph, names, index)
 
 
 def rough_duration(seconds: float) -> str:

@@ -108,6 +108,11 @@ def plan_view(
         counts = tuple((action, reason, count) for (action, reason), count in sorted(kinds.items()))
         to_run = [n for n, d in zip(names, decided, strict=True) if d.action != "skip"]
         names = (to_run or names)[:SHOWN_ROWS]
+        totals: Counter[str] = Counter()
+        for (action, _), count in raw.items():  # the plan's order and its decisions hold the same steps
+            totals[action] += count
+    else:
+        totals = Counter(str(d.action) for d in plan.decisions.values())
     prefix = plan.steps.prefix
     rows = tuple(
         (
@@ -120,7 +125,6 @@ def plan_view(
         )
         for n in names
     )
-    totals = Counter(d.action for d in plan.decisions.values())
     return PlanView(rows, counts, ", ".join(f"{v} to {k!s}" for k, v in sorted(totals.items())) or "nothing to do")
 
 
