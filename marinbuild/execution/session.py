@@ -219,14 +219,15 @@ def execute(
     # Imported here: a plan never loads what a run returns or is told.
     from marinbuild.execution.reporting import NullReporter
     from marinbuild.execution.run_parameters import RunParameters
-    from marinbuild.execution.run_results import Recorder, RunSummary, StepOutcome, StepResult
+    from marinbuild.execution.run_results import Recorder, RunSummary, skipped
 
     settings = settings if settings is not None else RunParameters()
     plan, project = planned.plan, planned.project
     to_run = plan.to_run()
     running = set(to_run)
+    nodes = plan.steps.nodes
     results: dict[str, StepResult] = {
-        n: StepResult(n, StepOutcome.SKIPPED, plan.node(n).output_path) for n in plan.order if n not in running
+        n: skipped(n, nodes[n].output_path) for n in plan.order if n not in running
     }
     for placed in planned.backends:
         placed.before_run(project, echo)  # even with nothing to run: what a killed runner left costs by the hour

@@ -186,3 +186,11 @@ def test_every_mix_of_plain_and_odd_fields_parses_as_the_general_path_does() -> 
             _same_fields(fast, _general_record(raw, raw["status"]))
         _agrees_with_the_general_path(raw)
     assert 0 < took_the_fast_path < 2000, "the mix must take both paths"
+
+
+def test_a_skipped_steps_result_is_the_result_its_class_builds() -> None:
+    from marinbuild.execution.run_results import StepOutcome, StepResult, skipped
+
+    result = skipped("a", "/out/a-1")
+    assert result == StepResult("a", StepOutcome.SKIPPED, "/out/a-1")
+    _as_its_constructor_builds(result)
