@@ -388,7 +388,7 @@ def scan_config(value: Any) -> ConfigScan:
         raise StepDefinitionError("a config is nested too deeply to walk (is it circular?)") from None
     if not refs and not marked:
         return _NOTHING_FOUND
-    return frozen_filled(ConfigScan, {"refs": tuple(refs), "marked": tuple(marked)})  # once per step: see frozen_fill
+    return ConfigScan(tuple(refs), tuple(marked))
 
 
 def _scan(

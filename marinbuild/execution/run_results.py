@@ -12,12 +12,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from marinbuild.execution.reporting import NullReporter, Reporter, Summary
-from marinbuild.store.frozen_fill import frozen_filled
 
 if TYPE_CHECKING:
     from marinbuild.execution.output_stream import OutputFollower
 
-__all__ = ["Recorder", "RunSummary", "StepOutcome", "StepResult", "skipped"]
+__all__ = ["Recorder", "RunSummary", "StepOutcome", "StepResult"]
 
 
 class StepOutcome(enum.StrEnum):
@@ -47,18 +46,6 @@ class StepResult:
     retries: Mapping[str, Any] | None = None
     """For a step that retried or failed: what it used of each retry budget,
     ``{"failure": {"used": 1, "max": 3}, "preemption": ..., "hang": ...}``."""
-
-
-def skipped(name: str, output_path: str) -> StepResult:
-    """The result of a step up to date when the run began: ``StepResult(name, SKIPPED, output_path)``.
-
-    Once per up-to-date step of every run, a no-op's 10,000 among them: see
-    :mod:`marinbuild.store.frozen_fill`.
-    """
-    return frozen_filled(StepResult, {
-        "name": name, "outcome": StepOutcome.SKIPPED, "output_path": output_path, "error": None, "log": None,
-        "duration": None, "retries": None,
-    })
 
 
 @dataclass(frozen=True)

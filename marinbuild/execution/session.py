@@ -219,7 +219,7 @@ def execute(
     # Imported here: a plan never loads what a run returns or is told.
     from marinbuild.execution.reporting import NullReporter
     from marinbuild.execution.run_parameters import RunParameters
-    from marinbuild.execution.run_results import Recorder, RunSummary, skipped
+    from marinbuild.execution.run_results import Recorder, RunSummary, StepOutcome, StepResult
 
     settings = settings if settings is not None else RunParameters()
     plan, project = planned.plan, planned.project
@@ -227,7 +227,7 @@ def execute(
     running = set(to_run)
     nodes = plan.steps.nodes
     results: dict[str, StepResult] = {
-        n: skipped(n, nodes[n].output_path) for n in plan.order if n not in running
+        n: StepResult(n, StepOutcome.SKIPPED, nodes[n].output_path) for n in plan.order if n not in running
     }
     for placed in planned.backends:
         placed.before_run(project, echo)  # even with nothing to run: what a killed runner left costs by the hour

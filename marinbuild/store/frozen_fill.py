@@ -7,6 +7,10 @@ run. The dict is a literal at the call site: passed as keyword arguments, the sa
 cost twice as much again, in building the call. The caller gives every field (there are no
 defaults here, and no ``__post_init__`` runs); ``tests/unit/store/test_frozen_fill.py``
 checks that each caller builds what the class's own constructor builds, field for field.
+
+The instance holds a dict, where one its ``__init__`` builds keeps its values inline (Python
+3.11): two and a half times the memory for a class of two fields. Classes made once per step
+that had no dict before (a config's scan, a run's result) keep their constructor.
 """
 
 from __future__ import annotations

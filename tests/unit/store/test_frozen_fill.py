@@ -1,6 +1,6 @@
 """The hot paths that fill a frozen dataclass's dict at once build what its own constructor builds.
 
-``step()``, a config's scan, the graph's nodes and the plain-marker parser skip ``__init__``
+``step()``, the graph's nodes and the plain-marker parser skip ``__init__``
 (:mod:`marinbuild.store.frozen_fill`); a field added to the class and forgotten there, or a
 check the general path makes and the fast one does not, fails here. A status marker goes
 through one door (``parse_status``): the fast parser takes it or leaves it, whole, to the
@@ -20,7 +20,7 @@ import pytest
 
 from marinbuild.graph import build_graph
 from marinbuild.resources import Cores
-from marinbuild.steps import scan_config, step, versioned
+from marinbuild.steps import step
 from marinbuild.store.frozen_fill import frozen_filled
 from marinbuild.store.markers import SUCCESS, StatusRecord, _general_record, _plain_record, parse_status
 
@@ -66,13 +66,6 @@ def test_a_graph_node_is_the_node_its_class_builds() -> None:
     graph = build_graph([step("down", cmd="cat {x}", config={"x": up})], "/p")
     for node in graph.nodes.values():
         _as_its_constructor_builds(node)
-
-
-def test_a_config_scan_is_the_scan_its_class_builds() -> None:
-    up = step("up", cmd="true")
-    scan = scan_config({"x": up, "v": versioned(1), "n": 2})
-    assert scan.refs == (("x", up, None),) and [p for p, _ in scan.marked] == ["v"]
-    _as_its_constructor_builds(scan)
 
 
 FULL_MARKER: dict[str, Any] = {
@@ -187,10 +180,3 @@ def test_every_mix_of_plain_and_odd_fields_parses_as_the_general_path_does() -> 
         _agrees_with_the_general_path(raw)
     assert 0 < took_the_fast_path < 2000, "the mix must take both paths"
 
-
-def test_a_skipped_steps_result_is_the_result_its_class_builds() -> None:
-    from marinbuild.execution.run_results import StepOutcome, StepResult, skipped
-
-    result = skipped("a", "/out/a-1")
-    assert result == StepResult("a", StepOutcome.SKIPPED, "/out/a-1")
-    _as_its_constructor_builds(result)
