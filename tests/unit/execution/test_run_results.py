@@ -54,3 +54,9 @@ def test_the_recorder_keeps_each_steps_fate_and_passes_every_event_on() -> None:
         ("finished", "a", 1.5, 0.25), ("failed", "b", "exit 3", "/logs/b"), ("skipped", "c", "a dependency failed"),
         ("skipped", "a", "late"), ("run", {"b": {"failure": {"used": 1}}}),
     ]
+
+
+def test_a_runs_results_are_still_found_where_they_lived() -> None:
+    import marinbuild.execution.session as session
+
+    assert session.RunSummary is RunSummary and session.StepOutcome is StepOutcome and session.StepResult is StepResult
