@@ -146,3 +146,10 @@ class Recorder(NullReporter):
     def run_finished(self, summary: Summary) -> None:
         summary.retries.update(self.tally)
         self.inner.run_finished(summary)
+
+    def result(self, name: str, output_path: str, elsewhere: bool) -> StepResult:
+        """Step ``name``'s fate once the run is over; ``elsewhere``: another runner finished it."""
+        outcome, error, log, duration = self.results.get(name, (StepOutcome.NOT_STARTED, None, None, None))
+        if elsewhere:
+            outcome = StepOutcome.FINISHED_ELSEWHERE
+        return StepResult(name, outcome, output_path, error, log, duration, self.tally.get(name))

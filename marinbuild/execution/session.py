@@ -13,7 +13,7 @@ Data flows one way: Marinfile → steps → plan → session → scheduler → b
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from marinbuild.execution.reporting import Reporter
     from marinbuild.execution.run_context import RunContext
     from marinbuild.execution.run_parameters import RunParameters
-    from marinbuild.execution.run_results import Recorder, RunSummary, StepResult
+    from marinbuild.execution.run_results import RunSummary, StepResult
     from marinbuild.execution.start_gates import Admission
     from marinbuild.graph import StepNode
     from marinbuild.resources import Request
@@ -47,6 +47,15 @@ __all__ = [
     "load",
     "plan_run",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # A run's results lived here once: found where they live now, without a plan loading them.
+    if name in ("RunSummary", "StepOutcome", "StepResult"):
+        from marinbuild.execution import run_results
+
+        return getattr(run_results, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -144,15 +153,6 @@ def plan_run(
         here_only = {n: settled[n] for n in to_run}
     check_plan_fits(here_only, capacity)
     return PlannedRun(project, plan, settled, capacity, order, fields=fields)
-
-
-def __getattr__(name: str) -> Any:
-    # A run's results lived here once: found where they live now, without a plan loading them.
-    if name in ("RunSummary", "StepOutcome", "StepResult"):
-        from marinbuild.execution import run_results
-
-        return getattr(run_results, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _HERE = "local"
@@ -272,17 +272,8 @@ def execute(
         if recorder.follower is not None:
             recorder.follower.close()
     for n in to_run:
-        results[n] = _result(n, plan, recorder, n in summary.finished_elsewhere, tally)
+        results[n] = recorder.result(n, nodes[n].output_path, n in summary.finished_elsewhere)
     return RunSummary({n: results[n] for n in plan.order}, interrupted=summary.interrupted)
-
-
-def _result(name: str, plan: Plan, recorder: Recorder, elsewhere: bool, tally: Mapping[str, dict[str, Any]]) -> StepResult:
-    from marinbuild.execution.run_results import StepOutcome, StepResult
-
-    outcome, error, log, duration = recorder.results.get(name, (StepOutcome.NOT_STARTED, None, None, None))
-    if elsewhere:
-        outcome = StepOutcome.FINISHED_ELSEWHERE
-    return StepResult(name, outcome, plan.node(name).output_path, error, log, duration, tally.get(name))
 
 
 def _run_context(planned: PlannedRun, settings: RunParameters, to_run: Sequence[str], warn: Callable[[str], None]) -> RunContext:

@@ -1,10 +1,10 @@
 """Frozen dataclass instances built on hot paths, by handing the instance its dict whole.
 
 A frozen dataclass's ``__init__`` sets its fields one ``object.__setattr__`` call at a time;
-giving the instance a dict built for it costs a fifth of that, which counts where it happens
+giving the instance a dict built for it costs a quarter of that, which counts where it happens
 once per step on every command (``step()``, the graph's nodes) and once per marker of a no-op
 run. The dict is a literal at the call site: passed as keyword arguments, the same fields
-cost twice as much again, in building the call. The caller gives every field (there are no
+cost twice as much, in building the call. The caller gives every field (there are no
 defaults here, and no ``__post_init__`` runs); ``tests/unit/store/test_frozen_fill.py``
 checks that each caller builds what the class's own constructor builds, field for field.
 

@@ -60,3 +60,14 @@ def test_a_runs_results_are_still_found_where_they_lived() -> None:
     import marinbuild.execution.session as session
 
     assert session.RunSummary is RunSummary and session.StepOutcome is StepOutcome and session.StepResult is StepResult
+
+
+def test_a_steps_result_says_its_fate_where_it_ran_and_its_retries() -> None:
+    recorder = Recorder(NullReporter(), tally={"b": {"failure": {"used": 1, "max": 3}}})
+    recorder.step_finished("a", 2.0)
+    recorder.step_failed("b", "exit 3", "/logs/b")
+    assert recorder.result("a", "/o/a", elsewhere=False) == StepResult("a", StepOutcome.RAN, "/o/a", duration=2.0)
+    assert recorder.result("b", "/o/b", elsewhere=False) == StepResult(
+        "b", StepOutcome.FAILED, "/o/b", error="exit 3", log="/logs/b", retries={"failure": {"used": 1, "max": 3}})
+    assert recorder.result("c", "/o/c", elsewhere=True).outcome is StepOutcome.FINISHED_ELSEWHERE
+    assert recorder.result("d", "/o/d", elsewhere=False) == StepResult("d", StepOutcome.NOT_STARTED, "/o/d")
